@@ -1,0 +1,31 @@
+"""One error type for everything a user can fix: rendered as one line, never a traceback."""
+
+from __future__ import annotations
+
+USAGE = 2   # bad input: recipe, arguments, source tree, patch
+FAILED = 1  # a build or a check failed
+
+
+class AssembleError(Exception):
+    """What went wrong, where, and how to fix it; `code` is the exit status."""
+
+    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None,
+                 code: int = USAGE, details: str | None = None):
+        super().__init__(what)
+        self.what = what
+        self.where = where
+        self.fix = fix
+        self.code = code
+        self.details = details  # extra lines (log tail) printed after the one-line summary
+
+    def line(self) -> str:
+        parts = [f"{self.where}: {self.what}" if self.where else self.what]
+        if self.fix:
+            parts.append(f"fix: {self.fix}")
+        return " -- ".join(parts)
+
+
+class BuildFailed(AssembleError):
+    def __init__(self, what: str, **kw):
+        kw.setdefault("code", FAILED)
+        super().__init__(what, **kw)

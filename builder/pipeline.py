@@ -1,0 +1,139 @@
+"""The build flow, stage by stage: recipe -> source -> features -> patches ->
+toolchain policy -> build units -> merge -> bundle -> manifest -> checks -> swap in.
+
+Each stage is a function of plain data from another module; this one only
+orders them, and makes sure nothing is left half-written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder import cmake, collect, features, manifest, outdir, patches, toolchain, ui
+from builder.bundle import place_bundle, plan_bundle
+from builder.errors import AssembleError
+from builder.recipe import Recipe
+from builder.source import SourceTree, local_tree, pinned_tree
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    recipe: Recipe
+    out: Path
+    source: str | None = None
+    overrides: cmake.Overrides = field(default_factory=cmake.Overrides)
+    check_env: tuple[tuple[str, str], ...] = ()   # extra variables for the device checks only
+    verify: bool = True
+    keep: int | None = None
+    wait: bool = True
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything decided before the first compiler runs."""
+    tree: SourceTree
+    build_tree: patches.PreparedTree
+    feature_report: features.FeatureReport
+    plans: tuple[cmake.UnitPlan, ...]
+
+
+def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides, fetch: bool = True) -> Prepared:
+    """Source, features, patches and plans: every refusal happens here, before CMake runs."""
+    tree = local_tree(source, recipe) if source else pinned_tree(recipe)
+    report = features.require(tree.path, recipe)
+    ui.info(f"features present: {', '.join(sorted(report.present)) or '(none required)'}")
+    cuda = toolchain.cuda_toolkit(overrides.cuda_root) if "cuda" in recipe.backends else None
+    ctx = patches.PatchContext(backends=recipe.backends, cuda_version=cuda.version if cuda else None,
+                               cuda_archs=tuple(overrides.cuda_archs or (recipe.cuda.architectures if recipe.cuda else ())),
+                               backend_dl=dict(cmake.BASE_DEFINES + recipe.defines).get("GGML_BACKEND_DL") == "ON")
+    prepared_tree = patches.prepare(tree, recipe, ctx)
+    for p in prepared_tree.applied:
+        ui.info(f"patch applied: {p.name} ({p.fixes})")
+    tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in prepared_tree.applied)
+    plans = tuple(cmake.plan_unit(recipe, unit, prepared_tree.path, tree.sha, overrides, tree_id)
+                  for unit in recipe.units)
+    return Prepared(tree, prepared_tree, report, plans)
+
+
+def build(req: BuildRequest) -> Path:
+    recipe = req.recipe
+    out = req.out.resolve()
+    ui.step(f"recipe {recipe.name}: {recipe.description}")
+    prepared = prepare(recipe, req.source, req.overrides)
+    outputs = []
+    for plan in prepared.plans:
+        cmake.run_unit(plan)
+        outputs.append(collect.collect_unit(plan))
+    own = collect.merge_units(outputs)
+
+    with outdir.locked(out, wait=req.wait):
+        outdir.clear_leftovers(out)
+        staging = outdir.staging_dir(out)
+        try:
+            ui.step(f"bundle into {staging.name}")
+            bundle_plan = plan_bundle(own, recipe=recipe, search_dirs=_toolchain_lib_dirs(prepared.plans))
+            result = place_bundle(bundle_plan, staging)
+            manifest.write(staging, _manifest_body(recipe, prepared, result))
+            if req.verify:
+                from builder import verify  # the checks import the bundle reader; keep start-up light
+                report = verify.verify_runtime(staging, recipe=recipe, extra_env=dict(req.check_env))
+                verify.render(report)
+                if not report.passed:
+                    raise AssembleError("the new runtime failed verification; the previous runtime is untouched",
+                                        where=str(out), fix="see the failed checks above", code=1)
+            outdir.swap_in(staging, out, keep=req.keep)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    ui.step(ui.ok(f"runtime ready: {out}"))
+    return out
+
+
+def _toolchain_lib_dirs(plans: tuple[cmake.UnitPlan, ...]) -> list[Path]:
+    """Library folders of the toolchains the units used (CUDA, ROCm): the bundler searches them."""
+    dirs = []
+    for plan in plans:
+        cuda = plan.toolchain.get("cuda")
+        if cuda:
+            root = Path(cuda["root"])
+            dirs += [root / "lib64", root / "lib", root / "targets" / "x86_64-linux" / "lib"]
+        rocm = plan.toolchain.get("rocm")
+        if rocm:
+            dirs += [Path(rocm["path"]) / "lib", Path(rocm["path"]) / "lib64"]
+    return [d for d in dirs if d.is_dir()]
+
+
+def _commit_time(tree: Path, sha: str | None) -> int | None:
+    if not sha:
+        return None
+    proc = subprocess.run(["git", "log", "-1", "--format=%ct", sha], cwd=tree, capture_output=True, text=True)
+    return int(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def _manifest_body(recipe: Recipe, prepared: Prepared, result) -> dict:
+    tree = prepared.tree
+    return {
+        "recipe": {"name": recipe.name, "description": recipe.description, "backends": list(recipe.backends),
+                   "targets": list(recipe.targets), "file": recipe.path.name},
+        "llama_cpp": {
+            "sha": tree.sha, "commit_time": _commit_time(tree.path, tree.sha), "source": tree.provenance,
+            "features": dict(prepared.feature_report.present),
+            "patches": [{"name": p.name, "file": p.file, "sha256": p.sha256, "fixes": p.fixes}
+                        for p in prepared.build_tree.applied],
+        },
+        "gpu_targets": {"cuda": list(dict(prepared.plans[0].defines).get("CMAKE_CUDA_ARCHITECTURES", "").split(";"))
+                        if any("cuda" in p.unit.backends for p in prepared.plans) else [],
+                        "hip": [t for p in prepared.plans for t in dict(p.defines).get("GPU_TARGETS", "").split(";") if t]},
+        "units": [{"name": p.unit.name, "backends": list(p.unit.backends), "container": p.unit.container,
+                   "build_dir": str(p.build_dir), "configure": list(p.configure), "build": list(p.build),
+                   "defines": dict(p.defines), "toolchain": p.toolchain} for p in prepared.plans],
+        "glibc_min": result.glibc_min,
+        "glibcxx_min": result.glibcxx_min,
+        "size_by_role": result.size_by_role,
+        "system_libs": [{"soname": s, "reason": r, "needed_by": n} for s, r, n in result.system_libs],
+        "files": [dict(f.__dict__) if hasattr(f, "__dict__") else dict(f) for f in result.files],
+        "symlinks": [{"path": p, "target": t} for p, t in result.symlinks],
+    }

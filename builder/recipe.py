@@ -1,0 +1,343 @@
+"""Load and validate recipes (TOML, one file per recipe) into frozen plain data.
+
+Every error names the file, the key and the fix, in one line.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.errors import AssembleError
+from builder.paths import data_dir
+
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+GFX_RE = re.compile(r"^gfx[0-9a-f]{3,5}$")
+CUDA_ARCH_RE = re.compile(r"^[0-9]{2,3}[af]?(-real|-virtual)?$")
+
+BACKENDS = ("cpu", "cuda", "hip", "vulkan")
+# Device-name prefixes ggml gives each backend's devices in --list-devices.
+DEVICE_PREFIX = {"cuda": "CUDA", "hip": "ROCm", "vulkan": "Vulkan"}
+DEFAULT_TARGETS = ("llama-server", "llama-cli", "llama-bench")
+MIRROR_KINDS = ("git", "sdist", "local")
+
+
+@dataclass(frozen=True)
+class Mirror:
+    kind: str                    # git | sdist | local
+    url: str | None = None       # git: clone URL
+    package: str | None = None   # sdist: PyPI project that vendors llama.cpp
+    version: str | None = None
+    sha256: str | None = None    # sdist: the archive's sha256
+    subdir: str | None = None    # sdist: where llama.cpp sits inside it
+    path: str | None = None      # local: a directory
+
+    def label(self) -> str:
+        if self.kind == "git":
+            return f"git {self.url}"
+        if self.kind == "sdist":
+            return f"sdist {self.package}=={self.version}"
+        return f"local {self.path}"
+
+
+@dataclass(frozen=True)
+class Pin:
+    sha: str
+    features: tuple[str, ...] = ()
+    mirrors: tuple[Mirror, ...] = ()
+
+
+@dataclass(frozen=True)
+class CudaSettings:
+    architectures: tuple[str, ...] = ()
+    toolkit: str | None = None          # version constraint, e.g. ">=12.4" or "==12.8"
+    accept_blackwell_regression: bool = False
+
+
+@dataclass(frozen=True)
+class HipSettings:
+    targets: tuple[str, ...] = ()
+    multi_arch_risk: str | None = None  # required to build more than one gfx target
+    rccl: bool = False
+
+
+@dataclass(frozen=True)
+class CpuSettings:
+    variants: str = "single"            # single | all (GGML_CPU_ALL_VARIANTS)
+
+
+@dataclass(frozen=True)
+class Unit:
+    name: str
+    backends: tuple[str, ...]
+    container: str | None = None        # build inside this container environment
+    defines: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: Path
+    description: str
+    backends: tuple[str, ...]
+    pin: Pin
+    units: tuple[Unit, ...]
+    targets: tuple[str, ...] = DEFAULT_TARGETS
+    aliases: tuple[str, ...] = ()
+    cuda: CudaSettings | None = None
+    hip: HipSettings | None = None
+    vulkan: bool = False
+    cpu: CpuSettings = field(default_factory=CpuSettings)
+    defines: tuple[tuple[str, str], ...] = ()
+    patches_off: tuple[tuple[str, str], ...] = ()        # (patch name, stated reason)
+    bundle_never: tuple[tuple[str, str], ...] = ()       # (soname glob, reason)
+    bundle_always: tuple[tuple[str, str], ...] = ()      # (soname glob, reason)
+
+    def gpu_backends(self) -> tuple[str, ...]:
+        return tuple(b for b in self.backends if b != "cpu")
+
+
+# --- schema ----------------------------------------------------------------
+
+_TOP = {
+    "name": str, "description": str, "aliases": list, "backends": list, "targets": list,
+    "pin": dict, "units": list, "cuda": dict, "hip": dict, "vulkan": dict, "cpu": dict,
+    "cmake": dict, "patches": dict, "bundle": dict,
+}
+_PIN = {"sha": str, "features": list, "mirrors": list}
+_MIRROR = {"kind": str, "url": str, "package": str, "version": str, "sha256": str,
+           "subdir": str, "path": str}
+_CUDA = {"architectures": list, "toolkit": str, "accept_blackwell_regression": bool}
+_HIP = {"targets": list, "multi_arch_risk": str, "rccl": bool}
+_VULKAN: dict = {}
+_CPU = {"variants": str}
+_UNIT = {"name": str, "backends": list, "container": str, "defines": dict}
+_CMAKE = {"defines": dict}
+_PATCHES = {"disable": dict}
+_BUNDLE = {"never": dict, "always": dict}
+
+_TYPE_NAMES = {str: "a string", list: "a list", dict: "a table", bool: "true or false"}
+
+
+class _Checker:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, key: str, what: str, fix: str) -> AssembleError:
+        return AssembleError(what, where=f"{self.path}: {key}", fix=fix)
+
+    def table(self, data: dict, schema: dict, prefix: str) -> dict:
+        for key, value in data.items():
+            full = f"{prefix}{key}"
+            if key not in schema:
+                known = ", ".join(sorted(schema)) or "(none)"
+                raise self.fail(full, f"unknown key '{key}'", f"remove it; known keys here: {known}")
+            want = schema[key]
+            ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
+            if not ok:
+                raise self.fail(full, f"expected {_TYPE_NAMES[want]}, got {type(value).__name__}",
+                                f"write {full} as {_TYPE_NAMES[want]}")
+        return data
+
+    def strings(self, value: list, key: str) -> tuple[str, ...]:
+        for item in value:
+            if not isinstance(item, str) or not item:
+                raise self.fail(key, f"expected a list of non-empty strings, found {item!r}",
+                                f"quote each entry of {key}")
+        return tuple(value)
+
+    def defines(self, value: dict, key: str) -> tuple[tuple[str, str], ...]:
+        out = []
+        for name, val in value.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise self.fail(f"{key}.{name}", "not a CMake variable name",
+                                "use letters, digits and underscores")
+            if isinstance(val, bool):
+                val = "ON" if val else "OFF"
+            if not isinstance(val, (str, int)):
+                raise self.fail(f"{key}.{name}", f"expected a string, number or boolean, got {type(val).__name__}",
+                                'write it as "VALUE", a number or true/false')
+            out.append((name, str(val)))
+        return tuple(out)
+
+    def reasons(self, value: dict, key: str) -> tuple[tuple[str, str], ...]:
+        for name, reason in value.items():
+            if not isinstance(reason, str) or not reason.strip():
+                raise self.fail(f"{key}.{name}", "needs a stated reason",
+                                f'write {name} = "why this is right for this recipe"')
+        return tuple(value.items())
+
+
+def _mirror(c: _Checker, raw: object, key: str, pin_sha: str) -> Mirror:
+    if not isinstance(raw, dict):
+        raise c.fail(key, "expected a table", "write mirrors as [[pin.mirrors]] tables")
+    c.table(raw, _MIRROR, key + ".")
+    kind = raw.get("kind")
+    if kind not in MIRROR_KINDS:
+        raise c.fail(f"{key}.kind", f"unknown mirror kind {kind!r}", f"use one of: {', '.join(MIRROR_KINDS)}")
+    needs = {"git": ("url",), "sdist": ("package", "version", "sha256", "subdir"), "local": ("path",)}[kind]
+    for need in needs:
+        if not raw.get(need):
+            raise c.fail(f"{key}.{need}", f"a {kind} mirror needs '{need}'", f"add {need} = \"...\"")
+    if kind == "sdist" and not SHA256_RE.match(raw["sha256"]):
+        raise c.fail(f"{key}.sha256", "not a 64-hex sha256", "copy the archive's sha256 from PyPI")
+    return Mirror(**{k: v for k, v in raw.items()})
+
+
+def _backend_list(c: _Checker, raw: list, key: str) -> tuple[str, ...]:
+    names = c.strings(raw, key)
+    for b in names:
+        if b not in BACKENDS:
+            hint = " (the ROCm backend is called 'hip')" if b in ("rocm", "amd") else ""
+            raise c.fail(key, f"unknown backend '{b}'{hint}", f"use some of: {', '.join(BACKENDS)}")
+    if len(set(names)) != len(names):
+        raise c.fail(key, "a backend is listed twice", "list each backend once")
+    return names
+
+
+def parse_recipe(path: Path, text: str | None = None) -> Recipe:
+    path = Path(path)
+    c = _Checker(path)
+    try:
+        data = tomllib.loads(text if text is not None else path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise AssembleError(f"not valid TOML ({exc})", where=str(path),
+                            fix="correct the syntax at the position named") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AssembleError(f"cannot read recipe ({exc})", where=str(path), fix="check the path") from None
+    c.table(data, _TOP, "")
+    for need in ("name", "description", "backends", "pin"):
+        if need not in data:
+            raise c.fail(need, f"missing required key '{need}'", f"add {need} to the recipe")
+    name = data["name"]
+    if not NAME_RE.match(name):
+        raise c.fail("name", f"invalid recipe name {name!r}", "use lower-case letters, digits, '-', '_' and '.'")
+    aliases = c.strings(data.get("aliases", []), "aliases")
+    backends = _backend_list(c, data["backends"], "backends")
+    if "cpu" not in backends:
+        backends = backends + ("cpu",)  # ggml always needs its CPU backend beside the GPU ones
+
+    pin_raw = c.table(data["pin"], _PIN, "pin.")
+    sha = pin_raw.get("sha")
+    if not isinstance(sha, str) or not SHA_RE.match(sha):
+        raise c.fail("pin.sha", f"{sha!r} is not a full 40-hex commit sha",
+                     "pin the full sha (assemble pin RECIPE writes it for you)")
+    mirrors_raw = pin_raw.get("mirrors", [])
+    if not mirrors_raw:
+        raise c.fail("pin.mirrors", "no source mirror", "add at least one [[pin.mirrors]] table")
+    mirrors = tuple(_mirror(c, m, f"pin.mirrors[{i}]", sha) for i, m in enumerate(mirrors_raw))
+    pin = Pin(sha=sha, features=c.strings(pin_raw.get("features", []), "pin.features"), mirrors=mirrors)
+
+    targets = c.strings(data.get("targets", list(DEFAULT_TARGETS)), "targets")
+    if not targets:
+        raise c.fail("targets", "no build target", 'list at least "llama-server"')
+
+    cuda = hip = None
+    if "cuda" in data or "cuda" in backends:
+        raw = c.table(data.get("cuda", {}), _CUDA, "cuda.")
+        archs = c.strings(raw.get("architectures", []), "cuda.architectures")
+        for a in archs:
+            if a == "native" or not CUDA_ARCH_RE.match(a):
+                raise c.fail("cuda.architectures", f"invalid CUDA architecture {a!r}",
+                             'list explicit compute capabilities such as "90" or "120a"; never "native"')
+        if "cuda" in backends and not archs:
+            raise c.fail("cuda.architectures", "the cuda backend needs an explicit architecture list",
+                         'add architectures = ["90"] (a portable runtime never builds for "native")')
+        cuda = CudaSettings(architectures=archs, toolkit=raw.get("toolkit"),
+                            accept_blackwell_regression=raw.get("accept_blackwell_regression", False))
+    if "hip" in data or "hip" in backends:
+        raw = c.table(data.get("hip", {}), _HIP, "hip.")
+        targets_hip = c.strings(raw.get("targets", []), "hip.targets")
+        for t in targets_hip:
+            if not GFX_RE.match(t):
+                raise c.fail("hip.targets", f"invalid gfx target {t!r}", 'name the card\'s arch, e.g. "gfx1100"')
+        if "hip" in backends and not targets_hip:
+            raise c.fail("hip.targets", "the hip backend needs exactly one gfx target",
+                         'add targets = ["gfx1100"] (the exact arch of the card)')
+        if len(targets_hip) > 1 and not raw.get("multi_arch_risk"):
+            raise c.fail("hip.targets", f"{len(targets_hip)} gfx targets in one unit",
+                         "build one unit per card arch (a sibling arch links, loads and then segfaults), "
+                         "or state multi_arch_risk = \"...\" to accept a multi-arch build")
+        hip = HipSettings(targets=targets_hip, multi_arch_risk=raw.get("multi_arch_risk"),
+                          rccl=raw.get("rccl", False))
+    if "vulkan" in data:
+        c.table(data["vulkan"], _VULKAN, "vulkan.")
+    cpu_raw = c.table(data.get("cpu", {}), _CPU, "cpu.")
+    variants = cpu_raw.get("variants", "single")
+    if variants not in ("single", "all"):
+        raise c.fail("cpu.variants", f"unknown value {variants!r}", 'use "single" or "all"')
+
+    defines = c.defines(c.table(data.get("cmake", {}), _CMAKE, "cmake.").get("defines", {}), "cmake.defines")
+    patches_off = c.reasons(c.table(data.get("patches", {}), _PATCHES, "patches.").get("disable", {}),
+                            "patches.disable")
+    bundle = c.table(data.get("bundle", {}), _BUNDLE, "bundle.")
+    never = c.reasons(bundle.get("never", {}), "bundle.never")
+    always = c.reasons(bundle.get("always", {}), "bundle.always")
+
+    units = _units(c, data.get("units"), backends)
+    return Recipe(name=name, path=path, description=data["description"], backends=backends, pin=pin,
+                  units=units, targets=targets, aliases=aliases, cuda=cuda, hip=hip,
+                  vulkan="vulkan" in backends, cpu=CpuSettings(variants=variants), defines=defines,
+                  patches_off=patches_off, bundle_never=never, bundle_always=always)
+
+
+def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Unit, ...]:
+    if raw is None:  # the usual case: one CMake configure holds every backend
+        return (Unit(name="main", backends=backends),)
+    units = []
+    for i, u in enumerate(raw):
+        key = f"units[{i}]"
+        if not isinstance(u, dict):
+            raise c.fail(key, "expected a table", "write units as [[units]] tables")
+        c.table(u, _UNIT, key + ".")
+        if not u.get("name") or not NAME_RE.match(u["name"]):
+            raise c.fail(f"{key}.name", "each unit needs a name", 'add name = "host" (lower-case)')
+        ub = _backend_list(c, u.get("backends", []), f"{key}.backends")
+        if not ub:
+            raise c.fail(f"{key}.backends", "a unit needs at least one backend", 'add backends = ["cuda"]')
+        for b in ub:
+            if b not in backends:
+                raise c.fail(f"{key}.backends", f"backend '{b}' is not among the recipe's backends",
+                             f"add it to backends or remove it from {key}")
+        units.append(Unit(name=u["name"], backends=ub, container=u.get("container"),
+                          defines=c.defines(u.get("defines", {}), f"{key}.defines")))
+    names = [u.name for u in units]
+    if len(set(names)) != len(names):
+        raise c.fail("units", "two units share a name", "give each unit its own name")
+    covered = {b for u in units for b in u.backends}
+    missing = [b for b in backends if b not in covered and b != "cpu"]
+    if missing:
+        raise c.fail("units", f"no unit builds {', '.join(missing)}", "add the backend to one unit")
+    return tuple(units)
+
+
+# --- lookup ----------------------------------------------------------------
+
+def recipe_dir() -> Path:
+    return data_dir("recipes")
+
+
+def all_recipes() -> list[Recipe]:
+    return [parse_recipe(p) for p in sorted(recipe_dir().glob("*.toml"))]
+
+
+def load_recipe(name_or_path: str) -> Recipe:
+    """A recipe by name or alias among the shipped ones, or a path to a .toml file."""
+    candidate = Path(name_or_path)
+    if name_or_path.endswith(".toml") or candidate.is_file():
+        if not candidate.is_file():
+            raise AssembleError("no such recipe file", where=name_or_path, fix="check the path")
+        return parse_recipe(candidate)
+    direct = recipe_dir() / f"{name_or_path}.toml"
+    if direct.is_file():
+        return parse_recipe(direct)
+    recipes = all_recipes()
+    for r in recipes:
+        if name_or_path in r.aliases:
+            return r
+    known = ", ".join(sorted(r.name for r in recipes))
+    raise AssembleError(f"unknown recipe '{name_or_path}'", fix=f"use one of: {known}, or a path to a .toml file")
