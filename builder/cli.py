@@ -14,7 +14,7 @@ import traceback
 from builder import __version__, ui
 from builder.errors import AssembleError
 
-COMMANDS = ["build", "list", "show", "verify", "pin", "doctor"]
+COMMANDS = ["build", "list", "show", "verify", "pin", "doctor", "toolchain", "image"]
 
 EPILOG = """examples:
   assemble list                         recipes shipped with this version

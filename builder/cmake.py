@@ -48,6 +48,7 @@ ABI_DEFINES = ("CMAKE_BUILD_TYPE", "BUILD_SHARED_LIBS", "GGML_BACKEND_DL", "GGML
 @dataclass(frozen=True)
 class Overrides:
     """What the command line changes about a recipe for one build."""
+    mirrors: tuple[str, ...] = ()     # extra git mirrors (URL or local repository), tried first
     cuda_archs: tuple[str, ...] = ()
     hip_target: str | None = None
     rocm_path: str | None = None
@@ -78,12 +79,16 @@ class UnitPlan:
         return {k: d.get(k) for k in ABI_DEFINES}
 
 
-def _cuda_defines(recipe: Recipe, o: Overrides, tools: dict) -> list[tuple[str, str]]:
+def _cuda_defines(recipe: Recipe, o: Overrides, tools: dict, strict: bool) -> list[tuple[str, str]]:
     archs = o.cuda_archs or recipe.cuda.architectures
     tk = toolchain.cuda_toolkit(o.cuda_root)
     if tk is None:
-        raise AssembleError("no CUDA toolkit found (nvcc)", where=f"{recipe.path}: backends",
-                            fix="install the CUDA toolkit, or pass --cuda-root DIR / set CUDAToolkit_ROOT")
+        if strict:
+            raise AssembleError("no CUDA toolkit found (nvcc)", where=f"{recipe.path}: backends",
+                                fix="install the CUDA toolkit, or pass --cuda-root DIR / set CUDAToolkit_ROOT")
+        ui.warn("no CUDA toolkit found: the plan shows placeholders for its paths")
+        return [("GGML_CUDA", "ON"), ("CMAKE_CUDA_ARCHITECTURES", ";".join(archs)),
+                ("CMAKE_CUDA_COMPILER", "<nvcc not found>"), ("CUDAToolkit_ROOT", "<not found>")]
     tools["cuda"] = tk.as_dict()
     return [("GGML_CUDA", "ON"), ("CMAKE_CUDA_ARCHITECTURES", ";".join(archs)),
             ("CMAKE_CUDA_COMPILER", tk.nvcc), ("CUDAToolkit_ROOT", tk.root)]
@@ -116,7 +121,7 @@ def _launcher(choice: str) -> str | None:
 
 
 def plan_unit(recipe: Recipe, unit: Unit, source_dir: Path, sha: str | None, o: Overrides,
-              tree_id: str = "") -> UnitPlan:
+              tree_id: str = "", strict: bool = True) -> UnitPlan:
     """Everything needed to configure and build one unit, computed without side effects."""
     cmake_tool, ninja_tool = toolchain.cmake(), toolchain.ninja()
     if cmake_tool is None or ninja_tool is None:
@@ -137,7 +142,7 @@ def plan_unit(recipe: Recipe, unit: Unit, source_dir: Path, sha: str | None, o: 
     if recipe.cpu.variants == "all":
         defines.append(("GGML_CPU_ALL_VARIANTS", "ON"))
     if "cuda" in backends:
-        defines += _cuda_defines(recipe, o, tools)
+        defines += _cuda_defines(recipe, o, tools, strict)
     if "hip" in backends:
         hip_defines, hip_env = _hip_defines(recipe, o, tools)
         defines += hip_defines
@@ -180,7 +185,7 @@ def _run_logged(argv: tuple[str, ...], log: Path, env: dict, label: str, progres
     """Run a command, append everything to log, show [n/N] as a bar; fail with the last lines."""
     tail: deque[str] = deque(maxlen=25)
     bar = ui.Progress(label, None, unit="steps") if progress else None
-    with open(log, "a", encoding="utf-8", errors="replace") as out:
+    with open(log, "a", encoding="utf-8", errors="replace", buffering=1) as out:  # tail -f works
         out.write(f"\n$ {command_line(argv)}\n")
         out.flush()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,

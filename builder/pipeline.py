@@ -7,6 +7,7 @@ orders them, and makes sure nothing is left half-written.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from pathlib import Path
 from builder import cmake, collect, features, manifest, outdir, patches, toolchain, ui
 from builder.bundle import place_bundle, plan_bundle
 from builder.errors import AssembleError
-from builder.recipe import Recipe
+from builder.recipe import Mirror, Recipe
 from builder.source import SourceTree, local_tree, pinned_tree
 
 
@@ -42,7 +43,7 @@ class Prepared:
 
 def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides, fetch: bool = True) -> Prepared:
     """Source, features, patches and plans: every refusal happens here, before CMake runs."""
-    tree = local_tree(source, recipe) if source else pinned_tree(recipe)
+    tree = local_tree(source, recipe) if source else pinned_tree(with_mirrors(recipe, overrides.mirrors))
     report = features.require(tree.path, recipe)
     ui.info(f"features present: {', '.join(sorted(report.present)) or '(none required)'}")
     cuda = toolchain.cuda_toolkit(overrides.cuda_root) if "cuda" in recipe.backends else None
@@ -56,6 +57,15 @@ def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides, fetc
     plans = tuple(cmake.plan_unit(recipe, unit, prepared_tree.path, tree.sha, overrides, tree_id)
                   for unit in recipe.units)
     return Prepared(tree, prepared_tree, report, plans)
+
+
+def with_mirrors(recipe: Recipe, extra: tuple[str, ...]) -> Recipe:
+    """The recipe with command-line mirrors put in front of its own."""
+    if not extra:
+        return recipe
+    mirrors = tuple(Mirror(kind="git", url=m) if "://" in m or m.startswith("git@") else Mirror(kind="local", path=m)
+                    for m in extra)
+    return dataclasses.replace(recipe, pin=dataclasses.replace(recipe.pin, mirrors=mirrors + recipe.pin.mirrors))
 
 
 def build(req: BuildRequest) -> Path:

@@ -214,15 +214,16 @@ def _from_git(m: Mirror, sha: str, dest: Path) -> dict:
 
 
 def _from_local_mirror(m: Mirror, sha: str, dest: Path) -> dict:
-    """A mirror that is a local git clone: export the pinned commit from it."""
-    src = Path(m.path).expanduser()
-    if not (src / ".git").exists() and not (src / "HEAD").exists():
+    """A mirror that is a git repository on this machine (a clone, a shallow copy, a site mirror)."""
+    src = Path(m.path).expanduser().resolve()
+    if not (src / ".git").exists() and not (src / "HEAD").is_file():
         raise MirrorFailed(f"{src} is not a git repository")
     dest.mkdir()
     _git("init", "-q", cwd=dest)
-    _git("fetch", "-q", "--no-tags", str(src.resolve()), sha, cwd=dest)
+    # file:// and --depth 1 let git serve one commit even from a shallow repository.
+    _git("fetch", "-q", "--depth", "1", "--no-tags", f"file://{src}", sha, cwd=dest)
     _git("-c", "advice.detachedHead=false", "checkout", "-q", sha, cwd=dest)
-    return {"kind": "git", "url": str(src.resolve()), **verify_git_tree(dest, sha)}
+    return {"kind": "git", "url": str(src), **verify_git_tree(dest, sha)}
 
 
 _FETCHERS = {"git": _from_git, "sdist": _from_sdist, "local": _from_local_mirror}

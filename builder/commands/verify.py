@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from builder.errors import AssembleError
-from builder.verify import render, verify_runtime
 
 
 def env_pairs(items: list[str]) -> dict:
@@ -36,6 +35,8 @@ def register(sub, common) -> None:
 
 
 def run(args) -> int:
+    from builder.verify import render, verify_runtime  # heavy imports only when verifying
+
     runtime = Path(args.runtime)
     if not runtime.is_dir():
         raise AssembleError("no such runtime folder", where=str(runtime), fix="give the path of a runtime-<recipe>/ folder")

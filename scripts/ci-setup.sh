@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Host packages the test suite needs, on Debian 12 (the CI machine) or newer.
+#   - ccache: the cpu and vulkan test builds share most object files through it
+#   - Vulkan on the CPU: Mesa's lavapipe + the loader (libvulkan1), Debian 12's glslc
+#   - Vulkan headers newer than Debian 12's 1.3.239 (this llama.cpp needs 1.4.x):
+#     libvulkan-dev + spirv-headers from Debian 13 (trixie), headers only, unpacked over /
+# Idempotent; run as root.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+need=()
+for pkg in ccache libvulkan1 mesa-vulkan-drivers glslc; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+ver=$(grep -s -oP '#define VK_HEADER_VERSION \K[0-9]+' /usr/include/vulkan/vulkan_core.h || echo 0)
+if [ "$ver" -lt 300 ]; then
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  mkdir -p "$work/etc" "$work/lists/partial" "$work/debs"
+  cat > "$work/etc/trixie.sources" <<SRC
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  o=(-o Dir::Etc::SourceList=/dev/null -o Dir::Etc::SourceParts="$work/etc" -o Dir::State::Lists="$work/lists"
+     -o Debug::NoLocking=1 -o Acquire::Check-Valid-Until=false)
+  apt-get "${o[@]}" -qq update
+  (cd "$work/debs" && apt-get "${o[@]}" -qq download libvulkan-dev spirv-headers)
+  for f in "$work"/debs/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+echo "vulkan headers: $(grep -oP '#define VK_HEADER_VERSION \K[0-9]+' /usr/include/vulkan/vulkan_core.h), glslc: $(glslc --version | head -1)"

@@ -1,0 +1,55 @@
+"""Helpers for the end-to-end tests: start the real server from a runtime and talk to it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import requests
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def server(runtime: Path, model: Path, args: list[str], env: dict, cwd: Path, timeout: float = 300):
+    """llama-server from `runtime` with exactly `env` (nothing inherited); yields its base URL."""
+    port = free_port()
+    log = cwd / f"server-{port}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(runtime / "bin" / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
+                                 "--port", str(port), "-c", "2048", "-np", "1", *args],
+                                env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert proc.poll() is None, f"llama-server exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+            try:
+                if requests.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, f"no /health in {timeout}s:\n{log.read_text()[-3000:]}"
+            time.sleep(0.3)
+        yield base, proc, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def complete(base: str, n: int = 16, prompt: str = "The capital of France is") -> dict:
+    resp = requests.post(base + "/completion", json={"prompt": prompt, "n_predict": n, "temperature": 0,
+                                                      "ignore_eos": True}, timeout=300)
+    assert resp.status_code == 200, resp.text
+    return resp.json()

