@@ -28,14 +28,13 @@ VULKAN_TESTED = "1.4.309"
 
 # What a build loses when glslc lacks an extension ggml probes for (ggml keeps building).
 GLSLC_MEANING = {
-    "GL_KHR_cooperative_matrix": "no cooperative-matrix shaders: matmuls skip the matrix cores of "
-                                 "AMD RDNA3+/Intel Arc/NVIDIA (slower prompt processing)",
-    "GL_NV_cooperative_matrix2": "no coopmat2 shaders: NVIDIA cards lose their fastest Vulkan matmul/FA path",
-    "GL_NV_cooperative_matrix_decode_vector": "no coopmat2 vector decode (NVIDIA coopmat2 path)",
-    "GL_EXT_integer_dot_product": "no integer dot-product shaders: quantized matmuls are slower",
-    "GL_EXT_bfloat16": "no bf16 shaders",
-    "GL_EXT_float_e2m1": "no FP4 (e2m1) shaders",
-    "GL_EXT_float_e4m3": "no FP8 (e4m3) shaders",
+    "GL_KHR_cooperative_matrix": "cooperative matrix (matrix cores of AMD RDNA3+, Intel Arc, NVIDIA: prompt processing)",
+    "GL_NV_cooperative_matrix2": "coopmat2 (NVIDIA's fastest matmul and flash-attention shaders)",
+    "GL_NV_cooperative_matrix_decode_vector": "coopmat2 vector decode",
+    "GL_EXT_integer_dot_product": "integer dot product (quantized matmuls)",
+    "GL_EXT_bfloat16": "bf16",
+    "GL_EXT_float_e2m1": "FP4 (e2m1)",
+    "GL_EXT_float_e4m3": "FP8 (e4m3)",
 }
 SHORT_EXT = {"GL_KHR_cooperative_matrix": "coopmat", "GL_NV_cooperative_matrix2": "coopmat2",
              "GL_NV_cooperative_matrix_decode_vector": "coopmat2-decode", "GL_EXT_integer_dot_product": "int-dot",
@@ -320,7 +319,7 @@ def _vulkan_checks(f: Facts) -> list[Check]:
 def _glslc_hint(f: Facts) -> str:
     if _debian12(f.distro):
         return ("Debian 12's glslc is 2023.2 and trixie's (2025.2) needs glibc 2.38: use a newer glslc "
-                "(LunarG Vulkan SDK, VULKAN_SDK) or build in a Debian 13 container")
+                "(LunarG Vulkan SDK, VULKAN_SDK) or build the Vulkan backend on a Debian 13 system or container")
     return {"debian": "a newer glslc (Debian 13 has 2025.2: apt install glslc) or the LunarG Vulkan SDK"}.get(
         f.distro.family(), "a newer glslc (shaderc), e.g. from the LunarG Vulkan SDK")
 
@@ -341,7 +340,7 @@ def _glslc_checks(f: Facts) -> list[Check]:
         unknown = [e for e, ok in ext.items() if ok is None]
         if lacking:
             out.append(Check("glslc extensions", WARN, found,
-                             "builds, but slower shaders: " + "; ".join(GLSLC_MEANING.get(e, e) for e in lacking),
+                             "builds, but shaders are slower without: " + ", ".join(GLSLC_MEANING.get(e, e) for e in lacking),
                              _glslc_hint(f)))
         elif unknown:
             out.append(Check("glslc extensions", WARN, found, "glslc did not answer in time for some probes"))
@@ -402,8 +401,9 @@ def _engine_checks(f: Facts) -> list[Check]:
 
 def _gpu_checks(f: Facts) -> list[Check]:
     out = []
+    by_tool = any(gpus for source, gpus in f.gpus.items() if source != "sysfs")
     for source, gpus in f.gpus.items():
-        if gpus:
+        if gpus and not (source == "sysfs" and by_tool):  # sysfs only when no driver tool named them
             for g in gpus:
                 arch = f" ({g.arch})" if g.arch else ""
                 meaning = ""
@@ -411,7 +411,8 @@ def _gpu_checks(f: Facts) -> list[Check]:
                     meaning = "a CPU Vulkan driver: ggml skips it unless GGML_VK_VISIBLE_DEVICES names it"
                 out.append(Check(f"GPU ({source})", INFO, f"{g.name}{arch}" + (f" [{g.pci}]" if g.pci else ""), meaning))
     if not out:
-        tools = ", ".join(f"{s}: {'no devices' if v is not None else 'absent'}" for s, v in f.gpus.items())
+        tools = ", ".join(f"{'PCI display devices' if s == 'sysfs' else s}: {'none' if v is not None else 'absent'}"
+                          for s, v in f.gpus.items())
         out.append(Check("GPUs", INFO, f"none ({tools})", "builds work; GPU smoke tests (verify --smoke) need a GPU host"))
     return out
 
@@ -644,7 +645,8 @@ def _build_tools(f: Facts) -> Check:
              ("c++", f.cxx, "compilers"), ("patchelf", f.patchelf, "patchelf"))
     missing = [name for name, tool, _ in tools if tool is None]
     hints = dict.fromkeys(install_hint(h, f.distro) for _, tool, h in tools if tool is None)
-    return _r("build tools", MISSING if missing else OK, ", ".join(n for n, t, _ in tools if t) or "none",
+    found = f"no {', '.join(missing)}" if missing else ", ".join(n for n, _, _ in tools)
+    return _r("build tools", MISSING if missing else OK, found,
               f"missing {', '.join(missing)}" if missing else "", "; ".join(hints))
 
 

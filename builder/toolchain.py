@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 PROBE_TIMEOUT = 5.0  # seconds; a healthy tool answers --version in well under one

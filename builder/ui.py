@@ -93,8 +93,9 @@ class Progress:
 
     def update(self, done: float, total: float | None = None, note: str = "") -> None:
         self.done = done
-        if total is not None:
+        if total is not None and total != self.total:
             self.total = total
+            self._last_decile = -1  # a new phase (Ninja sub-build): count deciles afresh
         self.note = note
         if _level < NORMAL:
             return
