@@ -14,7 +14,7 @@ import traceback
 from builder import __version__, ui
 from builder.errors import AssembleError
 
-COMMANDS = ["build", "list", "show", "verify", "pin", "doctor", "toolchain", "image"]
+COMMANDS = ["build", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix"]
 
 EPILOG = """examples:
   assemble list                         recipes shipped with this version
@@ -24,8 +24,13 @@ EPILOG = """examples:
 exit status: 0 ok, 1 a build or check failed, 2 bad input (recipe, arguments, source)"""
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # one line like every other error (subcommand parsers inherit it)
+        self.exit(2, f"error: {message} -- fix: see `{self.prog} --help`\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="assemble", description="Turn a pinned llama.cpp into a relocatable, "
+    p = _OneLineParser(prog="assemble", description="Turn a pinned llama.cpp into a relocatable, "
                                 "verified multi-backend GPU runtime.", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"assemble {__version__}")

@@ -7,6 +7,8 @@ the full log in the build folder and draws a progress bar from Ninja's [n/N].
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -57,6 +59,10 @@ class Overrides:
     jobs: int | None = None
     launcher: str = "auto"            # auto | ccache | sccache | none
     targets: tuple[str, ...] = ()
+    container: str | None = None      # --container: units naming none run in this one ("none": all on host)
+    engine: str = "auto"              # docker | podman | a path
+    accept_blackwell_regression: bool = False
+    patches: tuple[str, ...] = ()     # --patch: opt-in patches to apply
 
 
 @dataclass(frozen=True)
@@ -162,7 +168,12 @@ def plan_unit(recipe: Recipe, unit: Unit, source_dir: Path, sha: str | None, o: 
     key_material = json.dumps({"recipe": recipe.name, "unit": unit.name, "sha": sha, "tree": tree_id,
                                "defines": final, "env": env, "tools": tools}, sort_keys=True)
     key = hashlib.sha256(key_material.encode()).hexdigest()[:12]
-    build_dir = cache_dir() / "build" / f"{recipe.name}-{unit.name}-{(sha or 'local')[:12]}-{key}"
+    name = f"{recipe.name}-{unit.name}-{(sha or 'local')[:12]}-{key}"
+    # Beside a prepared tree (<cache>/trees/<id>/src) the build folder is <id>/build/<name>: the
+    # same relative path to the sources for every tree variant, so ccache hits across them.
+    trees = cache_dir() / "trees"
+    beside = source_dir.name == "src" and source_dir.parent.parent == trees
+    build_dir = (source_dir.parent / "build" / name) if beside else (cache_dir() / "build" / name)
     cmake_bin = cmake_tool.path
     configure = (cmake_bin, "-S", str(source_dir), "-B", str(build_dir), "-G", "Ninja",
                  f"-DCMAKE_MAKE_PROGRAM={ninja_tool.path}", *(f"-D{k}={v}" for k, v in final))
@@ -207,10 +218,83 @@ def _run_logged(argv: tuple[str, ...], log: Path, env: dict, label: str, progres
                           details="\n".join(tail))
 
 
+BUILT_STAMP = "assemble-built.json"    # a finished build: what it was built from, and what it left in bin/
+
+
+def _tool_stats(tools: dict) -> dict:
+    """Size and mtime of every tool binary the plan names: an upgraded compiler is a changed toolchain
+    even when its --version line is not."""
+    out = {}
+    for name, tool in sorted(tools.items()):
+        values = tool.values() if isinstance(tool, dict) else [tool]
+        for v in values:
+            if isinstance(v, str) and v.startswith("/") and os.path.isfile(v):
+                st = os.stat(v)
+                out[f"{name}:{v}"] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _outputs(build_dir: Path) -> dict:
+    """bin/ as the build left it; a file deleted or touched since means the stamp no longer holds."""
+    out = {}
+    bindir = build_dir / "bin"
+    for entry in sorted(bindir.iterdir()) if bindir.is_dir() else ():
+        st = entry.lstat()
+        out[entry.name] = os.readlink(entry) if entry.is_symlink() else [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _fingerprint(plan: UnitPlan) -> dict:
+    # plan.key already hashes recipe, unit, sha, patches, defines (flags, launcher) and tool versions.
+    return {"key": plan.key, "targets": list(plan.targets), "configure": list(plan.configure),
+            "tools": _tool_stats(plan.toolchain)}
+
+
+def _fixed_source(plan: UnitPlan) -> bool:
+    """Only a tree the cache holds at a sha is known not to change under us; a --source folder may."""
+    return plan.sha is not None and plan.source_dir.resolve().is_relative_to(cache_dir())
+
+
+def _unchanged(plan: UnitPlan, stamp: Path, fingerprint: dict) -> bool:
+    try:
+        data = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return False
+    return (_fixed_source(plan) and data.get("fingerprint") == fingerprint
+            and data.get("outputs") == _outputs(plan.build_dir) and bool(data.get("outputs")))
+
+
+@contextlib.contextmanager
+def _unit_lock(build_dir: Path):
+    """One configure/build per build folder at a time: two builds of one recipe share it."""
+    fd = os.open(build_dir / ".assemble.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            ui.info(f"waiting for another assemble run building in {build_dir} ...")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def run_unit(plan: UnitPlan) -> Path:
-    """Configure (once per build folder) and build; returns the build folder."""
+    """Configure (once per build folder) and build; returns the build folder. A unit whose stamp shows
+    nothing changed (same sha, patches, flags, toolchain, and bin/ as left) is not touched at all."""
     plan.build_dir.mkdir(parents=True, exist_ok=True)
+    with _unit_lock(plan.build_dir):
+        return _run_unit_locked(plan)
+
+
+def _run_unit_locked(plan: UnitPlan) -> Path:
     log = plan.build_dir / "assemble-build.log"
+    built = plan.build_dir / BUILT_STAMP
+    fingerprint = _fingerprint(plan)
+    if _unchanged(plan, built, fingerprint):
+        ui.step(f"build {plan.unit.name}: unchanged since its last build, reusing {plan.build_dir}")
+        return plan.build_dir
+    built.unlink(missing_ok=True)  # from here until the build ends, nothing vouches for the tree
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ", **dict(plan.env))
     env.setdefault("CCACHE_BASEDIR", str(cache_dir()))  # relative paths: hits across build folders
     stamp = plan.build_dir / "assemble-configured.json"
@@ -223,5 +307,8 @@ def run_unit(plan: UnitPlan) -> Path:
         ui.step(f"configure {plan.unit.name}: reusing {plan.build_dir}")
     ui.step(f"build {plan.unit.name}: {', '.join(plan.targets)}")
     _run_logged(plan.build, log, env, f"build {plan.unit.name}", progress=True)
+    tmp = built.with_name(BUILT_STAMP + ".tmp")
+    tmp.write_text(json.dumps({"fingerprint": fingerprint, "outputs": _outputs(plan.build_dir)}, indent=1))
+    os.replace(tmp, built)
     ui.info(f"unit {plan.unit.name} ready in {ui.fmt_seconds(time.monotonic() - start)} (log: {log})")
     return plan.build_dir

@@ -55,7 +55,7 @@ def collect_unit(plan: UnitPlan) -> UnitOutput:
         if entry.is_symlink() or not entry.is_file() or entry.name in plan.targets:
             continue
         info = read_elf(entry)
-        if info is None or info.elf_type != "ET_DYN":
+        if info is None or info.etype != "ET_DYN":
             continue  # other tools built as dependencies, scripts, licences
         if module_backend(entry.name):
             modules.append(OwnFile(entry, f"bin/{entry.name}", "module"))

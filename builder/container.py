@@ -267,7 +267,7 @@ def plan_unit(unit: str, container: str, cmake_args: Sequence[str], *, backends:
     mounts = [(cache, ""), (source, ":ro"), (build_dir, "")]
     for path, mode in mounts:
         argv += ["-v", f"{path}:{path}{mode}"]
-    env = {"HOME": "/tmp", "CCACHE_DIR": str(cache / "ccache" / container),
+    env = {"HOME": "/tmp", "CCACHE_DIR": str(cache / "ccache" / container), "CCACHE_BASEDIR": str(cache),
            # the source is owned by another uid inside: let llama.cpp's build-info read its git sha
            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*",
            "NINJA_STATUS": "[%f/%t] "}

@@ -86,7 +86,7 @@ def ways_out() -> str:
     """The three ways past the Blackwell refusal, plus the explicit acceptance."""
     return ("pick one: (1) build CUDA with 12.8 -- `assemble toolchain cuda 12.8.1` then --cuda-root ROOT, "
             "or the container recipes cuda128-vulkan / rocm-cuda128 (or --container cuda12.8-build); "
-            f"(2) apply the patch {BLACKWELL_PATCH} from patches/ (it exempts Blackwell from the Ada-tuned "
+            f"(2) apply the patch {BLACKWELL_PATCH} (--patch {BLACKWELL_PATCH}, or [patches] enable in the recipe; it exempts Blackwell from the Ada-tuned "
             "flash-attention rule; recovers generation, not prefill); (3) drive that card with Vulkan "
             "(recipe vulkan or cuda-vulkan with the card on Vulkan0); or accept the slowdown with "
             "--accept-blackwell-regression / [cuda] accept_blackwell_regression = true (recorded in the manifest)")

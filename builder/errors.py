@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 USAGE = 2   # bad input: recipe, arguments, source tree, patch
 FAILED = 1  # a build or a check failed
 
@@ -22,7 +24,8 @@ class AssembleError(Exception):
         parts = [f"{self.where}: {self.what}" if self.where else self.what]
         if self.fix:
             parts.append(f"fix: {self.fix}")
-        return " -- ".join(parts)
+        # names read from files may hold a newline or an escape: keep them visible, on one line
+        return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], " -- ".join(parts))
 
 
 class BuildFailed(AssembleError):

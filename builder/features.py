@@ -200,6 +200,30 @@ class DirView:
         return detector.matches((self.root / path).read_bytes())
 
 
+class BlobCache(dict):
+    """(detector, blob id) -> result. Told which detectors read which path, it runs them
+    all on a blob it had to read, so several features never read one blob twice."""
+
+    def __init__(self, features: Sequence[Feature] = ()):
+        super().__init__()
+        self.readers: dict[str, list[Detector]] = {}
+        for f in features:
+            for d in f.detectors:
+                for path in d.files:
+                    self.readers.setdefault(path, []).append(d)
+
+
+def _blob_matches(repo: GitRepo, cache: dict, detector: Detector, oid: str, path: str) -> bool:
+    key = (detector, oid)
+    hit = cache.get(key)
+    if hit is None:
+        data = repo.read(oid)[1]
+        for other in getattr(cache, "readers", {}).get(path, ()):
+            cache[(other, oid)] = other.matches(data)
+        hit = cache[key] = detector.matches(data)
+    return hit
+
+
 class CommitView:
     """A commit read through GitRepo; content checks are cached by blob id in `cache`."""
 
@@ -213,12 +237,24 @@ class CommitView:
         return "dir" if entry.is_tree else "file"
 
     def check(self, path: str, detector: Detector) -> bool:
-        entry = self.repo.entry(self.sha, path)
-        key = (detector, entry.oid)
-        hit = self.cache.get(key)
-        if hit is None:
-            hit = self.cache[key] = detector.matches(self.repo.read(entry.oid)[1])
-        return hit
+        return _blob_matches(self.repo, self.cache, detector, self.repo.entry(self.sha, path).oid, path)
+
+
+class StateView:
+    """Some paths' entries, already known (pin reconstructs them from git's log without
+    reading any tree); content checks are cached by blob id like CommitView's."""
+
+    def __init__(self, repo: GitRepo, state: dict, cache: dict):
+        self.repo, self.state, self.cache = repo, state, cache   # state: path -> Entry | None
+
+    def kind(self, path: str) -> str | None:
+        entry = self.state[path]
+        if entry is None or entry.mode == "160000":
+            return None
+        return "dir" if entry.is_tree else "file"
+
+    def check(self, path: str, detector: Detector) -> bool:
+        return _blob_matches(self.repo, self.cache, detector, self.state[path].oid, path)
 
 
 def evaluate(view: View, detector: Detector) -> tuple[bool, str]:
@@ -253,10 +289,6 @@ def check_view(view: View, features: Sequence[Feature]) -> FeatureReport:
         else:
             present[feature.name] = "; ".join(evidence)
     return FeatureReport(present, tuple(missing), reasons)
-
-
-def has_all(view: View, features: Sequence[Feature]) -> bool:
-    return all(evaluate(view, d)[0] for f in features for d in f.detectors)
 
 
 def check_tree(tree: Path, names: Sequence[str]) -> FeatureReport:

@@ -168,25 +168,36 @@ class GitRepo:
                 return None
         return current
 
-    def changed_paths(self, head: str, paths: list[str]) -> dict[str, set[str]]:
-        """For each first-parent commit of head that changes any of `paths` (compared with
-        its first parent; a root commit with them counts), the changed paths it touches.
+    def path_changes(self, head: str, paths: list[str]) -> dict[str, dict[str, Change]]:
+        """For each first-parent commit of head that changes any of `paths` (compared with its
+        first parent; the root commit adds what it has), what it does to each file under them.
 
-        One pass of git's own path-limited log: no blob is read.
+        One pass of git's own path-limited log: trees only, no blob is read.
         """
         if not paths:
             return {}
         # --diff-merges=first-parent: a merge counts as changing what it changes relative
         # to its first parent (implied by --first-parent since git 2.31; stated for clarity).
         out = self.git("--literal-pathspecs", "-c", "core.quotePath=false", "log", "--first-parent",
-                       "--diff-merges=first-parent", "--no-renames", "--format=%x01%H", "--name-only",
-                       head, "--", *paths)
-        changes: dict[str, set[str]] = {}
-        current = None
+                       "--diff-merges=first-parent", "--no-renames", "--raw", "--no-abbrev",
+                       "--format=%x01%H", head, "--", *paths)
+        changes: dict[str, dict[str, Change]] = {}
+        current: dict[str, Change] = {}
         for line in out.splitlines():
             if line.startswith("\x01"):
-                current = line[1:]
-                changes[current] = set()
-            elif line and current is not None:
-                changes[current].add(line)
+                current = changes[line[1:]] = {}
+            elif line.startswith(":"):
+                meta, _, path = line.partition("\t")
+                old_mode, new_mode, old_oid, new_oid = meta[1:].split(" ")[:4]
+                current[path] = Change(_entry(old_mode, old_oid), _entry(new_mode, new_oid))
         return changes
+
+
+@dataclass(frozen=True)
+class Change:
+    old: Entry | None   # None: the path did not exist before (or does not after)
+    new: Entry | None
+
+
+def _entry(mode: str, oid: str) -> Entry | None:
+    return None if set(oid) == {"0"} else Entry(mode.lstrip("0") or "0", oid)

@@ -1,8 +1,9 @@
 """Check and apply the shipped patches on a copy of the pristine source tree.
 
-Each patch is two files in patches/: NAME.patch (a unified diff, paths a/ b/ from the
-llama.cpp root) and NAME.toml (what it fixes, which trees it applies to, under which
-build conditions); the format is documented in patches/README.md.
+Each patch is NAME.toml in patches/ (what it fixes, which trees it applies to, under
+which build conditions) and one or more unified diffs beside it (variants for the forms
+the patched code has had upstream; the first that applies cleanly is used); the format
+is documented in patches/README.md.
 
 Order of work: select the patches whose conditions hold; check every one with
 `git apply --check` against the pristine tree (nothing is copied before all pass);
@@ -53,16 +54,17 @@ class Conditions:
 @dataclass(frozen=True)
 class Patch:
     name: str
-    file: Path
+    files: tuple[Path, ...]            # variants for the forms the code has had; first that applies
     fixes: str
     features: tuple[str, ...] = ()     # the tree must have all of them
     absent: tuple[str, ...] = ()       # ... and none of these (e.g. the upstream fix)
     shas: tuple[str, ...] = ()         # if given, only these commits
     when: Conditions = Conditions()
+    opt_in: bool = False               # applied only when a recipe or --patch asks for it
 
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.file.read_bytes()).hexdigest()
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,7 @@ class PreparedTree:
 
 # --- loading -------------------------------------------------------------------
 
-_TOP = {"name", "patch", "fixes", "applies", "when"}
+_TOP = {"name", "patch", "fixes", "applies", "when", "opt_in"}
 _APPLIES = {"features", "absent", "shas"}
 _WHEN = {"backend_dl", "backends", "cuda_toolkit", "cuda_archs"}
 _VERSION_RE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
@@ -135,16 +137,22 @@ def load_patch(meta: Path) -> Patch:
     unknown = set(data) - _TOP
     if unknown:
         raise _fail(meta, ", ".join(sorted(unknown)), "unknown key(s)", f"use only: {', '.join(sorted(_TOP))}")
-    for need in ("name", "patch", "fixes"):
+    for need in ("name", "fixes"):
         if not isinstance(data.get(need), str) or not data[need].strip():
             raise _fail(meta, need, f"missing '{need}'", f'add {need} = "..."')
     if data["name"] != meta.stem:
         raise _fail(meta, "name", f"name {data['name']!r} differs from the file name {meta.stem!r}",
                     "name the metadata file NAME.toml")
-    file = meta.parent / data["patch"]
-    if not file.is_file() or file.parent != meta.parent:
-        raise _fail(meta, "patch", f"no patch file {data['patch']!r} beside the metadata",
-                    "put the .patch file in patches/ and name it here")
+    names = data.get("patch")
+    names = [names] if isinstance(names, str) else names
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise _fail(meta, "patch", "needs a patch file name, or a list of variants",
+                    'write patch = "NAME.patch"')
+    files = tuple(meta.parent / n for n in names)
+    for n, file in zip(names, files):
+        if not file.is_file() or file.parent != meta.parent:
+            raise _fail(meta, "patch", f"no patch file {n!r} beside the metadata",
+                        "put the .patch file in patches/ and name it here")
     applies = data.get("applies", {})
     when = data.get("when", {})
     for key, table, allowed in (("applies", applies, _APPLIES), ("when", when, _WHEN)):
@@ -152,7 +160,10 @@ def load_patch(meta: Path) -> Patch:
             raise _fail(meta, key, f"unknown key(s) in [{key}]", f"use only: {', '.join(sorted(allowed))}")
     features = _strings(meta, "applies.features", applies.get("features", []))
     absent = _strings(meta, "applies.absent", applies.get("absent", []))
-    lookup(features + absent)  # unknown feature names are refused here, not at build time
+    try:
+        lookup(features + absent)  # unknown feature names are refused here, not at build time
+    except AssembleError as exc:
+        raise _fail(meta, "applies", exc.what, exc.fix or "use names from builder/data/features.toml") from None
     shas = _strings(meta, "applies.shas", applies.get("shas", []))
     for sha in shas:
         if not SHA_RE.match(sha):
@@ -169,8 +180,10 @@ def load_patch(meta: Path) -> Patch:
                             backends=_strings(meta, "when.backends", when.get("backends", [])),
                             cuda_toolkit=toolkit,
                             cuda_archs=_strings(meta, "when.cuda_archs", when.get("cuda_archs", [])))
-    return Patch(name=data["name"], file=file, fixes=" ".join(data["fixes"].split()), features=features,
-                 absent=absent, shas=shas, when=conditions)
+    if not isinstance(data.get("opt_in", False), bool):
+        raise _fail(meta, "opt_in", "expected true or false", "write opt_in = true")
+    return Patch(name=data["name"], files=files, fixes=" ".join(data["fixes"].split()), features=features,
+                 absent=absent, shas=shas, when=conditions, opt_in=data.get("opt_in", False))
 
 
 def load_patches(patches_dir: Path | None = None) -> list[Patch]:
@@ -204,10 +217,12 @@ def select(patches: list[Patch], tree: Path, sha: str | None, recipe: Recipe,
     """(patches to apply, (name, why not) for the others)."""
     known = {p.name for p in patches}
     off = dict(recipe.patches_off)
-    unknown = sorted(set(off) - known)
-    if unknown:
-        raise AssembleError(f"[patches] disable names unknown patch(es): {', '.join(unknown)}",
-                            where=str(recipe.path), fix=f"use names among: {', '.join(sorted(known)) or '(none)'}")
+    on = set(recipe.patches_on)
+    for key, names in (("disable", off), ("enable", on)):
+        unknown = sorted(set(names) - known)
+        if unknown:
+            raise AssembleError(f"[patches] {key} names unknown patch(es): {', '.join(unknown)}",
+                                where=str(recipe.path), fix=f"use names among: {', '.join(sorted(known)) or '(none)'}")
     needed = sorted({f for p in patches for f in p.features + p.absent})
     report = check_tree(tree, needed) if needed else None
     chosen, skipped = [], []
@@ -215,6 +230,8 @@ def select(patches: list[Patch], tree: Path, sha: str | None, recipe: Recipe,
         why = None
         if p.name in off:
             why = f"disabled by the recipe: {off[p.name]}"
+        elif p.opt_in and p.name not in on:
+            why = "opt-in: enable it with [patches] enable = [...] or --patch NAME"
         elif (reason := unmet_condition(p.when, ctx)) is not None:
             why = f"not for this build: {reason}"
         elif lacking := [f for f in p.features if f in report.missing]:
@@ -241,21 +258,56 @@ def _git_apply(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProc
                           cwd=tree, env=env, capture_output=True, text=True)
 
 
-def check(tree: Path, patch: Patch, sha: str | None) -> None:
-    """Refuse, naming the patch and the commit, if `patch` does not apply cleanly to `tree`."""
-    proc = _git_apply(tree, patch.file, "--check")
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip()
-        first = detail.splitlines()[0] if detail else "git apply --check failed"
-        raise AssembleError(f"patch {patch.name} does not apply to llama.cpp {sha or tree} ({first})",
-                            where=str(patch.file),
-                            fix=f"refresh the patch for this commit, pin another commit, or disable it in the "
-                                f"recipe: [patches] disable = {{ \"{patch.name}\" = \"why\" }}",
-                            details=detail or None)
+def check(tree: Path, patch: Patch, sha: str | None) -> Path:
+    """The variant of `patch` that applies cleanly to `tree`; refused, naming the patch and
+    the commit, when none does."""
+    failures = []
+    for variant in patch.files:
+        proc = _git_apply(tree, variant, "--check")
+        if proc.returncode == 0:
+            return variant
+        detail = (proc.stderr or proc.stdout).strip() or "git apply --check failed"
+        failures.append(f"{variant.name}: {detail}")
+    first = failures[0].splitlines()[0]
+    tried = f"{len(failures)} variants, e.g. {first}" if len(failures) > 1 else first
+    raise AssembleError(f"patch {patch.name} does not apply to llama.cpp {sha or tree} ({tried})",
+                        where=str(patch.files[0]),
+                        fix=f"refresh the patch for this commit, pin another commit, or disable it in the "
+                            f"recipe: [patches] disable = {{ \"{patch.name}\" = \"why\" }}",
+                        details="\n".join(failures))
 
 
-def patch_set_id(patches: list[Patch]) -> str:
-    h = hashlib.sha256("".join(f"{p.name}:{p.sha256}\n" for p in patches).encode())
+def _git_out(cwd: Path, *args: str) -> str | None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CEILING_DIRECTORIES=str(cwd.resolve().parent), LC_ALL="C")
+    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def _borrow_git(src: Path, dest: Path, sha: str | None) -> None:
+    """Give the copy a small .git of its own that reads the source's objects (alternates)
+    and sits at the same commit: llama.cpp's CMake asks git for the commit and the build
+    number (rev-parse HEAD, rev-list --count HEAD). The source is only read."""
+    common = _git_out(src, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    head = _git_out(src, "rev-parse", "HEAD") if common else None
+    if not common or not head or (sha and head != sha):
+        return  # not a git checkout (or not at the sha): build-info says "unknown", as upstream would
+    if _git_out(dest, "init", "-q") is None:
+        return
+    info = dest / ".git" / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(str(Path(common) / "objects") + "\n")
+    if (Path(common) / "shallow").is_file():  # a shallow source: its history ends there too
+        shutil.copyfile(Path(common) / "shallow", dest / ".git" / "shallow")
+    # An index too: llama.cpp's common/CMakeLists.txt watches .git/index. (ggml's own
+    # CMake then reports the commit as "-dirty", which a patched tree is.)
+    if (_git_out(dest, "update-ref", "--no-deref", "HEAD", head) is None
+            or _git_out(dest, "read-tree", "HEAD") is None):
+        shutil.rmtree(dest / ".git")  # half a repository would mislead CMake; none is honest
+
+
+def patch_set_id(variants: list[Path]) -> str:
+    h = hashlib.sha256("".join(f"{v.name}:{sha256_of(v)}\n" for v in variants).encode())
     return h.hexdigest()[:12]
 
 
@@ -267,22 +319,47 @@ def _stamp_ok(dest: Path, applied: tuple[AppliedPatch, ...]) -> bool:
     return data.get("applied") == [vars(a) for a in applied]
 
 
-def prepare(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
-            patches_dir: Path | None = None) -> PreparedTree:
-    """The tree to build: the pristine one when no patch applies, else a patched copy."""
-    patches = load_patches(patches_dir)
-    chosen, skipped = select(patches, source.path, source.sha, recipe, ctx)
+@dataclass(frozen=True)
+class TreePlan:
+    """Which patches a build applies and where its tree will be; computed without writing."""
+    dest: Path | None                  # None: build the local tree where it is
+    chosen: tuple[Patch, ...]
+    variants: tuple[Path, ...]
+    applied: tuple[AppliedPatch, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+
+def plan_tree(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
+              patches_dir: Path | None = None) -> TreePlan:
+    """Select the patches and check each on the pristine tree (git apply --check reads only).
+
+    Copies live at <cache>/trees/<sha>-<patch set>/src and the units build beside them
+    (.../build/), so every variant compiles with the same relative paths and ccache
+    serves a patched build from an unpatched one except for the patched files. A local
+    tree with no patch to apply is built where it is.
+    """
+    chosen, skipped = select(load_patches(patches_dir), source.path, source.sha, recipe, ctx)
     for name, why in skipped:
         ui.detail(f"patch {name}: {why}")
-    if not chosen:
-        return PreparedTree(source.path, (), tuple(skipped))
-    for p in chosen:  # all checked on the pristine tree before anything is copied
-        check(source.path, p, source.sha)
-    applied = tuple(AppliedPatch(p.name, p.file.name, p.sha256, p.fixes) for p in chosen)
+    if not chosen and not source.sha:
+        return TreePlan(None, (), (), (), tuple(skipped))
+    variants = tuple(check(source.path, p, source.sha) for p in chosen)
+    applied = tuple(AppliedPatch(p.name, v.name, sha256_of(v), p.fixes) for p, v in zip(chosen, variants))
     key = source.sha or "local-" + hashlib.sha256(str(source.path.resolve()).encode()).hexdigest()[:12]
-    root = cache_dir() / "trees"
+    dest = cache_dir() / "trees" / f"{key}-{patch_set_id(list(variants)) if variants else 'pristine'}" / "src"
+    return TreePlan(dest, tuple(chosen), variants, applied, tuple(skipped))
+
+
+def prepare(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
+            patches_dir: Path | None = None) -> PreparedTree:
+    """The tree to build: a copy of the pristine tree with the selected patches applied."""
+    plan = plan_tree(source, recipe, ctx, patches_dir=patches_dir)
+    skipped = plan.skipped
+    if plan.dest is None:
+        return PreparedTree(source.path, (), tuple(skipped))
+    chosen, variants, applied, dest = plan.chosen, plan.variants, plan.applied, plan.dest
+    root = dest.parent
     root.mkdir(parents=True, exist_ok=True)
-    dest = root / f"{key}-{patch_set_id(chosen)}"
     # A git sha names fixed content, so a finished copy is reused; a local tree may have
     # changed since, so it is copied afresh.
     if source.sha and dest.is_dir() and _stamp_ok(dest, applied):
@@ -291,19 +368,21 @@ def prepare(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
     ui.step(f"patches: {', '.join(p.name for p in chosen)}")
     with tempfile.TemporaryDirectory(dir=root, prefix=f".{dest.name}-") as tmp:
         work = Path(tmp) / "tree"
-        # A full copy (with .git, which CMake asks for the build number); hard links
-        # would let the patched files write through into the cache.
-        shutil.copytree(source.path, work, symlinks=True)
+        # A real copy: hard links would let the patched files write through into the cache.
+        # .git is not copied (a full clone's history can be gigabytes); see _borrow_git.
+        shutil.copytree(source.path, work, symlinks=True,
+                        ignore=lambda d, names: [".git"] if Path(d) == source.path else [])
+        _borrow_git(source.path, work, source.sha)
         done: list[str] = []
-        for p in chosen:
-            proc = _git_apply(work, p.file)
+        for p, variant, a in zip(chosen, variants, applied):
+            proc = _git_apply(work, variant)
             if proc.returncode != 0:
                 raise BuildFailed(f"patch {p.name} applies to the pristine {source.sha or source.path} but not "
                                   f"after {', '.join(done)}: the patches conflict",
-                                  where=str(p.file), fix="rebase one patch onto the other",
+                                  where=str(variant), fix="rebase one patch onto the other",
                                   details=(proc.stderr or proc.stdout).strip() or None)
             done.append(p.name)
-            ui.info(f"applied {p.name} ({p.sha256[:12]})")
+            ui.info(f"applied {p.name} ({a.file}, sha256 {a.sha256[:12]})")
         (work / STAMP).write_text(json.dumps({"source": str(source.path), "sha": source.sha,
                                               "applied": [vars(a) for a in applied]}, indent=2))
         if dest.exists():

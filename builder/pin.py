@@ -10,12 +10,13 @@ one was taken out again is never proposed.
 How, exactly and fast. Plain bisection assumes that a feature, once there, stays;
 real history breaks that (reverts), and then bisection can return any transition.
 Instead: a feature's detectors read a few paths, so its value can only change at a
-commit that changes one of them. One pass of git's path-limited log lists those
-commits (trees only, no blob). Walking them newest first, each is checked once
-(blob results cached by blob id) until the feature is found absent: that segment's
-newest commit is the newest one lacking it. C is the commit after the newest commit
-that lacks any feature; the features absent there decided it. The result is then
-re-checked directly: C has all features and its first parent lacks the deciding ones.
+commit that changes one of them. One pass of git's path-limited log (`--raw`) lists
+those commits and the blob each file has before and after (git compares trees only).
+Walking them newest first, each state is checked once (results cached by blob id)
+until the feature is found absent: that stretch's newest commit is the newest one
+lacking it. C is the commit after the newest commit that lacks any feature; the
+features absent there decided it. The result is then re-checked by resolving paths
+through the commits' trees: C has all features, its first parent lacks the deciding ones.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ import re
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from builder import ui
 from builder.errors import AssembleError, BuildFailed
-from builder.features import CommitView, Feature, FeatureReport, check_view, evaluate, lookup
-from builder.gitobjects import GitRepo
+from builder.features import (BlobCache, CommitView, Feature, FeatureReport, StateView, check_view, evaluate,
+                              lookup)
+from builder.gitobjects import Change, GitRepo
 from builder.paths import cache_dir
 from builder.recipe import Recipe, parse_recipe
 
@@ -72,7 +75,8 @@ class Earliest:
                     f"since has all the features")
         why = "; ".join(f"{f}: {self.reasons[f]}" for f in self.deciding)
         text = (f"{head} is the oldest commit from which every first-parent commit up to {ref} has all "
-                f"the features; decided by {', '.join(self.deciding)}: its parent {self.parent[:12]} lacks it ({why})")
+                f"the features; decided by {', '.join(self.deciding)}: its parent {self.parent[:12]} lacks "
+                f"{'it' if len(self.deciding) == 1 else 'them'} ({why})")
         for r in self.removals:
             text += (f". Note: {r.feature} was present earlier, up to {r.present_until[:12]}, and removed by "
                      f"{r.removed_by[:12]}; commits before the removal are not offered")
@@ -86,7 +90,6 @@ class PinResult:
     head: Commit
     report: FeatureReport                 # the features at head
     earliest: Earliest | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def sha(self) -> str:
@@ -98,30 +101,44 @@ def _commit(repo: GitRepo, sha: str) -> Commit:
     return Commit(sha, info["date"], info["subject"])
 
 
-def _touches(changed: set[str], paths: Sequence[str]) -> bool:
-    return any(c == p or c.startswith(p + "/") or p.startswith(c + "/") for c in changed for p in paths)
+def _under(path: str, paths: Sequence[str]) -> bool:
+    return any(path == p or path.startswith(p + "/") or p.startswith(path + "/") for p in paths)
 
 
 class _Scan:
-    """Lazily walks one feature's constant segments on first-parent history, newest first."""
+    """Walks one feature's constant segments on first-parent history, newest first, lazily.
 
-    def __init__(self, repo: GitRepo, history: list[str], feature: Feature, change_idx: list[int], cache: dict):
+    The feature's value can only change at a commit that changes one of its paths. When
+    those paths are plain files, the log already says which blob each has after each
+    change, so walking older only swaps entries in `state` and reads no tree at all; a
+    feature that looks at a directory is checked by resolving paths in each commit.
+    """
+
+    def __init__(self, repo: GitRepo, history: list[str], feature: Feature,
+                 changes: list[tuple[int, dict[str, Change]]], cache: dict):
         self.repo, self.history, self.feature, self.cache = repo, history, feature, cache
-        self.change_idx = change_idx  # newest first
+        self.changes = changes  # (first-parent index, what it changes), newest first
         self.checked = 0
+        paths = feature.paths()
+        self.state = {p: repo.entry(history[-1], p) for p in paths}
+        self.files_only = (all(e is None or not e.is_tree for e in self.state.values())
+                           and all(path in self.state for _, ch in changes for path in ch))
 
     def value(self, i: int) -> bool:
         self.checked += 1
-        view = CommitView(self.repo, self.history[i], self.cache)
+        if self.files_only:
+            view = StateView(self.repo, self.state, self.cache)
+        else:
+            view = CommitView(self.repo, self.history[i], self.cache)
         return all(evaluate(view, d)[0] for d in self.feature.detectors)
 
     def segments(self):
-        """(lo, hi, present) for each stretch where the feature's paths do not change."""
+        """(lo, hi, present) for each stretch in which the feature's paths do not change."""
         hi = len(self.history) - 1
-        for i in self.change_idx:
-            if i > hi:
-                continue
+        for i, change in self.changes:
             yield i, hi, self.value(i)
+            for path, c in change.items():  # step to the commit before i
+                self.state[path] = c.old
             hi = i - 1
         if hi >= 0:
             yield 0, hi, self.value(hi)
@@ -136,14 +153,14 @@ def find_earliest(repo: GitRepo, head: str, features: Sequence[Feature]) -> Earl
     history = repo.first_parent_history(head)
     index = {sha: i for i, sha in enumerate(history)}
     paths = sorted({p for f in features for p in f.paths()})
-    changes = repo.changed_paths(head, paths)
-    cache: dict = {}
+    changes = repo.path_changes(head, paths)
+    by_index = sorted(((index[c], ch) for c, ch in changes.items() if c in index), key=lambda t: -t[0])
+    cache = BlobCache(features)
     newest_absent: dict[str, int] = {}
     scans, walks = [], {}
     for f in features:
-        idx = sorted((index[c] for c, touched in changes.items() if c in index and _touches(touched, f.paths())),
-                     reverse=True)
-        scan = _Scan(repo, history, f, idx, cache)
+        mine = [(i, {p: c for p, c in ch.items() if _under(p, f.paths())}) for i, ch in by_index]
+        scan = _Scan(repo, history, f, [(i, ch) for i, ch in mine if ch], cache)
         scans.append(scan)
         walks[f.name] = walk = scan.segments()
         newest_absent[f.name] = -1
@@ -191,7 +208,8 @@ def pin(repo: GitRepo, ref: str, names: Sequence[str], earliest: bool = False) -
     head = repo.resolve(ref)
     report = check_view(CommitView(repo, head, {}), features)
     if report.missing:
-        raise AssembleError(f"{ref} ({head[:12]}) lacks {len(report.missing)} feature(s): {report.missing_text()}",
+        label = ref if head.startswith(ref) else f"{ref} ({head[:12]})"
+        raise AssembleError(f"{label} lacks {len(report.missing)} feature(s): {report.missing_text()}",
                             where=str(repo.path),
                             fix="pin a newer ref (--ref), or remove those features from the recipe")
     found = find_earliest(repo, head, features) if earliest else None
@@ -217,17 +235,25 @@ def open_repo(spec: str) -> GitRepo:
     dest = cache_dir() / "git" / f"{_mirror_name(spec)}.git"
     env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
     if dest.is_dir():
-        cmd = ["git", "--git-dir", str(dest), "fetch", "--prune", "--tags", spec,
-               "+refs/heads/*:refs/heads/*"]
-    else:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        cmd = ["git", "clone", "--bare", "--quiet", spec, str(dest)]
+        _mirror_git(["git", "--git-dir", str(dest), "fetch", "--quiet", "--prune", "--tags", spec,
+                     "+refs/heads/*:refs/heads/*"], spec, dest, env)
+        return GitRepo(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # A full bare clone (a blobless one would fetch each blob the scan reads, one round trip
+    # at a time); cloned beside the destination and renamed, so an interrupted clone is never used.
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}-") as tmp:
+        _mirror_git(["git", "clone", "--bare", "--quiet", spec, f"{tmp}/repo.git"], spec, dest, env)
+        os.replace(f"{tmp}/repo.git", dest)
+    return GitRepo(dest)
+
+
+def _mirror_git(cmd: list[str], spec: str, dest: Path, env: dict) -> None:
+    ui.step(f"{'updating' if dest.exists() else 'cloning'} {spec} into {dest}")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise AssembleError(f"cannot mirror {spec}: {last}", where=str(dest),
                             fix="check the network, or pass --repo DIR with a local clone")
-    return GitRepo(dest)
 
 
 # --- writing the pin back ------------------------------------------------------

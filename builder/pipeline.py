@@ -13,11 +13,11 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import cmake, collect, features, manifest, outdir, patches, toolchain, ui
+from builder import cmake, collect, container, cudapolicy, features, manifest, outdir, patches, toolchain, ui
 from builder.bundle import place_bundle, plan_bundle
 from builder.errors import AssembleError
 from builder.recipe import Mirror, Recipe
-from builder.source import SourceTree, local_tree, pinned_tree
+from builder.source import SourceTree, cached_tree, local_tree, pinned_tree
 
 
 @dataclass(frozen=True)
@@ -39,24 +39,82 @@ class Prepared:
     build_tree: patches.PreparedTree
     feature_report: features.FeatureReport
     plans: tuple[cmake.UnitPlan, ...]
+    containers: tuple[str | None, ...]          # per plan: the container it builds in, or None (host)
+    cuda_policy: dict                           # unit name -> what the CUDA policy recorded
 
 
-def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides, fetch: bool = True) -> Prepared:
-    """Source, features, patches and plans: every refusal happens here, before CMake runs."""
+def _cuda_toolkit_for(recipe: Recipe, o: cmake.Overrides) -> tuple[toolchain.CudaToolkit | None, str | None]:
+    """The toolkit the recipe's CUDA unit will compile with: the host's, or its container's."""
+    unit = next((u for u in recipe.units if "cuda" in u.backends), None)
+    if unit is None:
+        return None, None
+    name = container.unit_container(unit.container, o.container)
+    if name is None:
+        return toolchain.cuda_toolkit(o.cuda_root), None
+    engine = container.find_engine(o.engine)
+    return container.probe_cuda(engine, container.ensure_image(engine, name)), name
+
+
+def _patch_context(recipe: Recipe, overrides: cmake.Overrides, cuda) -> patches.PatchContext:
+    archs = tuple(overrides.cuda_archs or (recipe.cuda.architectures if recipe.cuda else ()))
+    return patches.PatchContext(backends=recipe.backends, cuda_version=cuda.version if cuda else None,
+                                cuda_archs=archs,
+                                backend_dl=dict(cmake.BASE_DEFINES + recipe.defines).get("GGML_BACKEND_DL") == "ON")
+
+
+def preview(recipe: Recipe, source: str | None, overrides: cmake.Overrides) -> tuple[cmake.UnitPlan, ...]:
+    """The unit plans as a build would make them, without fetching, copying or configuring.
+
+    With the source not fetched yet, the tree path (which depends on the patches the tree
+    needs) is shown as a placeholder.
+    """
+    recipe = _with_patches(recipe, overrides)
+    tree = local_tree(source, recipe) if source else cached_tree(recipe.pin.sha)
+    if tree is None:
+        src, tree_id, sha = Path("<cache>/trees/<sha>-<patch set>/src"), "", recipe.pin.sha
+    else:
+        cuda = toolchain.cuda_toolkit(overrides.cuda_root) if "cuda" in recipe.backends else None
+        plan = patches.plan_tree(tree, recipe, _patch_context(recipe, overrides, cuda))
+        src, sha = plan.dest or tree.path, tree.sha
+        tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in plan.applied)
+    return tuple(cmake.plan_unit(recipe, unit, src, sha, overrides, tree_id, strict=False) for unit in recipe.units)
+
+
+def _with_patches(recipe: Recipe, overrides: cmake.Overrides) -> Recipe:
+    if not overrides.patches:
+        return recipe
+    return dataclasses.replace(recipe, patches_on=tuple(dict.fromkeys(recipe.patches_on + overrides.patches)))
+
+
+def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides) -> Prepared:
+    """Source, features, patches, toolkit policy and plans: every refusal happens here, before CMake runs."""
+    recipe = _with_patches(recipe, overrides)
     tree = local_tree(source, recipe) if source else pinned_tree(with_mirrors(recipe, overrides.mirrors))
     report = features.require(tree.path, recipe)
     ui.info(f"features present: {', '.join(sorted(report.present)) or '(none required)'}")
-    cuda = toolchain.cuda_toolkit(overrides.cuda_root) if "cuda" in recipe.backends else None
-    ctx = patches.PatchContext(backends=recipe.backends, cuda_version=cuda.version if cuda else None,
-                               cuda_archs=tuple(overrides.cuda_archs or (recipe.cuda.architectures if recipe.cuda else ())),
-                               backend_dl=dict(cmake.BASE_DEFINES + recipe.defines).get("GGML_BACKEND_DL") == "ON")
+    cuda, cuda_container = _cuda_toolkit_for(recipe, overrides)
+    ctx = _patch_context(recipe, overrides, cuda)
+    archs = ctx.cuda_archs
     prepared_tree = patches.prepare(tree, recipe, ctx)
     for p in prepared_tree.applied:
         ui.info(f"patch applied: {p.name} ({p.fixes})")
+    policy = {}
+    if "cuda" in recipe.backends:
+        unit = next(u for u in recipe.units if "cuda" in u.backends)
+        result = cudapolicy.check_cuda_unit(
+            cuda, archs, where=f"{recipe.path}: unit {unit.name}" + (f" (container {cuda_container})" if cuda_container else ""),
+            accept_regression=overrides.accept_blackwell_regression or recipe.cuda.accept_blackwell_regression,
+            patched_fattn=cudapolicy.BLACKWELL_PATCH in {p.name for p in prepared_tree.applied},
+            constraint=recipe.cuda.toolkit)
+        if result.note:
+            ui.warn(result.note)
+        policy[unit.name] = result.as_manifest()
     tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in prepared_tree.applied)
-    plans = tuple(cmake.plan_unit(recipe, unit, prepared_tree.path, tree.sha, overrides, tree_id)
+    plans = tuple(cmake.plan_unit(recipe, unit, prepared_tree.path, tree.sha, overrides, tree_id,
+                                  strict=container.unit_container(unit.container, overrides.container) is None)
                   for unit in recipe.units)
-    return Prepared(tree, prepared_tree, report, plans)
+    containers = tuple(container.unit_container(u.container, overrides.container) for u in recipe.units)
+    return Prepared(tree, prepared_tree, report, plans, containers, policy)
 
 
 def with_mirrors(recipe: Recipe, extra: tuple[str, ...]) -> Recipe:
@@ -74,8 +132,12 @@ def build(req: BuildRequest) -> Path:
     ui.step(f"recipe {recipe.name}: {recipe.description}")
     prepared = prepare(recipe, req.source, req.overrides)
     outputs = []
-    for plan in prepared.plans:
-        cmake.run_unit(plan)
+    for plan, where in zip(prepared.plans, prepared.containers):
+        if where:
+            container.run_unit(container.plan_for(plan, container=where,
+                                                  engine=container.find_engine(req.overrides.engine)))
+        else:
+            cmake.run_unit(plan)
         outputs.append(collect.collect_unit(plan))
     own = collect.merge_units(outputs)
 
@@ -137,13 +199,15 @@ def _manifest_body(recipe: Recipe, prepared: Prepared, result) -> dict:
         "gpu_targets": {"cuda": list(dict(prepared.plans[0].defines).get("CMAKE_CUDA_ARCHITECTURES", "").split(";"))
                         if any("cuda" in p.unit.backends for p in prepared.plans) else [],
                         "hip": [t for p in prepared.plans for t in dict(p.defines).get("GPU_TARGETS", "").split(";") if t]},
-        "units": [{"name": p.unit.name, "backends": list(p.unit.backends), "container": p.unit.container,
+        "units": [{"name": p.unit.name, "backends": list(p.unit.backends), "container": c,
+                   "cuda_policy": prepared.cuda_policy.get(p.unit.name),
                    "build_dir": str(p.build_dir), "configure": list(p.configure), "build": list(p.build),
-                   "defines": dict(p.defines), "toolchain": p.toolchain} for p in prepared.plans],
+                   "defines": dict(p.defines), "toolchain": p.toolchain}
+                  for p, c in zip(prepared.plans, prepared.containers)],
         "glibc_min": result.glibc_min,
         "glibcxx_min": result.glibcxx_min,
         "size_by_role": result.size_by_role,
         "system_libs": [{"soname": s, "reason": r, "needed_by": n} for s, r, n in result.system_libs],
-        "files": [dict(f.__dict__) if hasattr(f, "__dict__") else dict(f) for f in result.files],
+        "files": [dataclasses.asdict(f) for f in result.files],
         "symlinks": [{"path": p, "target": t} for p, t in result.symlinks],
     }

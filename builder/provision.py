@@ -411,7 +411,7 @@ def _assemble(root: Path, version: str, plat: str, files: list[tuple[Archive, Pa
             _place(archive.component, top, tmp, triple, conflicts)
             records[archive.component] = {"version": archive.version, "sha256": archive.sha256,
                                           "relative_path": archive.relative_path}
-        shutil.rmtree(tmp / ".unpack")
+        shutil.rmtree(tmp / ".unpack", ignore_errors=True)
         _finish_root(tmp, triple)
         for c in conflicts:
             ui.detail(f"kept the first copy of {os.path.relpath(c, tmp)} (two components ship it)")

@@ -94,6 +94,7 @@ class Recipe:
     cpu: CpuSettings = field(default_factory=CpuSettings)
     defines: tuple[tuple[str, str], ...] = ()
     patches_off: tuple[tuple[str, str], ...] = ()        # (patch name, stated reason)
+    patches_on: tuple[str, ...] = ()                     # opt-in patches this recipe asks for
     bundle_never: tuple[tuple[str, str], ...] = ()       # (soname glob, reason)
     bundle_always: tuple[tuple[str, str], ...] = ()      # (soname glob, reason)
 
@@ -117,7 +118,7 @@ _VULKAN: dict = {}
 _CPU = {"variants": str}
 _UNIT = {"name": str, "backends": list, "container": str, "defines": dict}
 _CMAKE = {"defines": dict}
-_PATCHES = {"disable": dict}
+_PATCHES = {"disable": dict, "enable": list}
 _BUNDLE = {"never": dict, "always": dict}
 
 _TYPE_NAMES = {str: "a string", list: "a list", dict: "a table", bool: "true or false"}
@@ -272,8 +273,9 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
         raise c.fail("cpu.variants", f"unknown value {variants!r}", 'use "single" or "all"')
 
     defines = c.defines(c.table(data.get("cmake", {}), _CMAKE, "cmake.").get("defines", {}), "cmake.defines")
-    patches_off = c.reasons(c.table(data.get("patches", {}), _PATCHES, "patches.").get("disable", {}),
-                            "patches.disable")
+    patches_raw = c.table(data.get("patches", {}), _PATCHES, "patches.")
+    patches_off = c.reasons(patches_raw.get("disable", {}), "patches.disable")
+    patches_on = c.strings(patches_raw.get("enable", []), "patches.enable")
     bundle = c.table(data.get("bundle", {}), _BUNDLE, "bundle.")
     never = c.reasons(bundle.get("never", {}), "bundle.never")
     always = c.reasons(bundle.get("always", {}), "bundle.always")
@@ -282,7 +284,7 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     return Recipe(name=name, path=path, description=data["description"], backends=backends, pin=pin,
                   units=units, targets=targets, aliases=aliases, cuda=cuda, hip=hip,
                   vulkan="vulkan" in backends, cpu=CpuSettings(variants=variants), defines=defines,
-                  patches_off=patches_off, bundle_never=never, bundle_always=always)
+                  patches_off=patches_off, patches_on=patches_on, bundle_never=never, bundle_always=always)
 
 
 def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Unit, ...]:

@@ -229,15 +229,25 @@ def _from_local_mirror(m: Mirror, sha: str, dest: Path) -> dict:
 _FETCHERS = {"git": _from_git, "sdist": _from_sdist, "local": _from_local_mirror}
 
 
+def cached_tree(sha: str) -> SourceTree | None:
+    """The verified tree at sha if the cache has it (reads only)."""
+    root = cache_dir() / "sources"
+    dest, stamp = root / sha, root / f"{sha}.json"
+    if dest.is_dir() and stamp.is_file():
+        return SourceTree(dest, sha, json.loads(stamp.read_text()))
+    return None
+
+
 def pinned_tree(recipe: Recipe, sha: str | None = None) -> SourceTree:
     """The verified tree at the recipe's sha, from the cache or the first mirror that works."""
     sha = sha or recipe.pin.sha
+    cached = cached_tree(sha)
+    if cached:
+        return cached
     root = cache_dir() / "sources"
     root.mkdir(parents=True, exist_ok=True)
     dest = root / sha
     stamp = root / f"{sha}.json"
-    if dest.is_dir() and stamp.is_file():
-        return SourceTree(dest, sha, json.loads(stamp.read_text()))
     if dest.exists():  # an interrupted earlier fetch: set it aside, never trust it
         shutil.rmtree(dest)
     failures = []

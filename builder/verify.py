@@ -59,9 +59,13 @@ def _module_checks(runtime: Path, backends: tuple[str, ...]) -> list[Check]:
         found = devices.module_files(runtime, backend)
         if found:
             checks.append(Check(f"module {backend}", PASS, ", ".join(f"bin/{p.name}" for p in found)))
-        else:
-            checks.append(Check(f"module {backend}", FAIL, f"no libggml-{backend}*.so in bin/ (ggml's loader looks "
-                                "next to the executable)", "rebuild; never move backend modules into lib/"))
+            continue
+        elsewhere = sorted(p.relative_to(runtime).as_posix() for p in runtime.rglob(f"libggml-{backend}*.so")
+                           if p.parent != runtime / "bin")
+        where = f"; found {', '.join(elsewhere)}, where it is never looked for" if elsewhere else ""
+        checks.append(Check(f"module {backend}", FAIL, f"no libggml-{backend}*.so in bin/ (ggml's loader looks "
+                            f"next to the executable){where}: its devices would silently vanish",
+                            "rebuild, or copy the whole runtime again; never move backend modules out of bin/"))
     return checks
 
 
@@ -97,14 +101,27 @@ def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict) -> tuple
 
 
 def _planted_check(runtime: Path, env: dict) -> Check:
-    loaded = devices.loads_from_cwd(runtime, env)
-    if loaded is None:
-        return Check("working-directory modules", SKIP, "not run: LD_DEBUG tracing unavailable")
-    if loaded:
-        return Check("working-directory modules", FAIL, f"llama-server dlopen()ed {loaded} from its working "
-                     "directory: anyone who can write there runs code in it",
-                     "build with the loader patch (ggml-backend-exe-dir-only), which is on by default")
-    return Check("working-directory modules", PASS, "a planted libggml-cpu-*.so in the working directory was ignored")
+    result = devices.planted_module_loaded(runtime, env)
+    if result.loaded is None:
+        return Check("working-directory modules", SKIP, f"not run: {result.how}")
+    if result.loaded:
+        return Check("working-directory modules", FAIL, f"llama-server loaded a planted libggml-cpu-*.so from its "
+                     f"working directory ({result.how}): anyone who can write there runs code in it",
+                     "build with the loader patch (backend-loader-no-cwd), which is on by default")
+    return Check("working-directory modules", PASS, result.how)
+
+
+def _ld_library_path_check(runtime: Path, env: dict) -> Check:
+    searched = devices.ld_library_path_searched(runtime, env)
+    if searched is None:
+        return Check("LD_LIBRARY_PATH decoys", SKIP, "not run: no ld.so search trace (LD_DEBUG) on this host")
+    if searched:
+        items = "; ".join(f"{name} (needed by {who})" for name, who in searched[:4])
+        return Check("LD_LIBRARY_PATH decoys", FAIL, f"ld.so searched LD_LIBRARY_PATH for {items} before the "
+                     "runtime's own copy: a library of that name there would be loaded instead",
+                     "our files need DT_RPATH, not DT_RUNPATH (see 'RPATH of own files'): rebuild")
+    return Check("LD_LIBRARY_PATH decoys", PASS, "with LD_LIBRARY_PATH set, ld.so never looked there for a "
+                 "library the runtime carries")
 
 
 def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict, model: Path | None) -> list[Check]:
@@ -141,15 +158,19 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     backends = recipe.backends if recipe else tuple((data or {}).get("recipe", {}).get("backends", ["cpu"]))
     checks = _manifest_checks(runtime, data)
     from builder import staticcheck  # ELF and data-folder checks
-    checks += staticcheck.run(runtime, data, backends)
+    checks += staticcheck.run(runtime, data, backends, recipe=recipe)
     checks += _module_checks(runtime, backends)
     if (runtime / "bin" / "llama-server").is_file():
         device_checks, listed = _device_checks(runtime, backends, env)
         checks += device_checks
         checks.append(_planted_check(runtime, env))
+        checks.append(_ld_library_path_check(runtime, env))
         if smoke:
             gpu_listed = [d for d in listed if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
             checks += _smoke_checks(runtime, gpu_listed, env, model)
+            for b in backends:   # a GPU backend with nothing to run on is reported, never passed silently
+                if b in DEVICE_PREFIX and not any(d.startswith(DEVICE_PREFIX[b]) for d in gpu_listed):
+                    checks.append(Check(f"smoke {DEVICE_PREFIX[b]}", SKIP, f"not run: no {b} device on this host"))
     else:
         checks.append(Check("llama-server", FAIL, "bin/llama-server is missing", "rebuild the runtime"))
     return Report(str(runtime), tuple(checks))

@@ -32,3 +32,24 @@ def isolated_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("ASSEMBLE_CACHE", str(cache))
     return cache
+
+
+SHA = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+
+
+@pytest.fixture(scope="session")
+def cpu_runtime(tmp_path_factory) -> Path:
+    """The cpu recipe built once per session (the build tree is reused from the shared cache).
+    Tests must copy it (shutil.copytree(..., symlinks=True)) before changing anything."""
+    out = tmp_path_factory.mktemp("cpu") / "runtime-cpu"
+    assemble("build", "--recipe", "cpu", "--out", str(out), check=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def vulkan_runtime(tmp_path_factory) -> Path:
+    """The vulkan recipe, verified on Mesa's lavapipe (ggml skips CPU Vulkan devices unless told)."""
+    out = tmp_path_factory.mktemp("vulkan") / "runtime-vulkan"
+    assemble("build", "--recipe", "vulkan", "--out", str(out), "--check-env", "GGML_VK_VISIBLE_DEVICES=0",
+             check=True)
+    return out

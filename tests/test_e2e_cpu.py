@@ -11,18 +11,10 @@ from pathlib import Path
 import pytest
 
 from builder.tinymodel import write_tiny_llama
-from tests.conftest import TEST_CACHE, assemble
+from tests.conftest import SHA, TEST_CACHE, assemble
 from tests.runtime_helpers import complete, server
 
 pytestmark = pytest.mark.slow
-SHA = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
-
-
-@pytest.fixture(scope="session")
-def cpu_runtime(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("cpu") / "runtime-cpu"
-    assemble("build", "--recipe", "cpu", "--out", str(out), check=True)
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +68,36 @@ def test_verify_smoke_cpu(cpu_runtime):
     names = {c["name"]: c["status"] for c in report["checks"]}
     assert names["smoke CPU"] == "pass"
     assert names["--list-devices"] == "pass"
+
+
+def test_planted_module_in_working_directory(cpu_runtime, tmp_path):
+    """The loader patch closes the hole: without it, llama-server dlopen()s a planted
+    libggml-cpu-*.so from its working directory and runs its constructor."""
+    import subprocess
+
+    from tests.planted import build_planted_module
+
+    def marker_after_start(runtime: Path, name: str) -> bool:
+        cwd = tmp_path / f"shared-models-{name}"
+        marker = tmp_path / f"marker-{name}"
+        build_planted_module(cwd, marker)
+        subprocess.run([str(runtime / "bin" / "llama-server"), "--list-devices"], cwd=cwd, env={},
+                       capture_output=True, timeout=120)
+        return marker.exists()
+
+    assert not marker_after_start(cpu_runtime, "patched")
+    manifest = json.loads((cpu_runtime / "manifest.json").read_text())
+    assert [p["name"] for p in manifest["llama_cpp"]["patches"]] == ["backend-loader-no-cwd"]
+
+    # The same recipe with the patch disabled (ccache makes this build cheap: one file differs).
+    recipe = tmp_path / "cpu-unpatched.toml"
+    recipe.write_text((Path(__file__).parent.parent / "recipes" / "cpu.toml").read_text()
+                      + '\n[patches]\ndisable = { "backend-loader-no-cwd" = "test: show the hole it closes" }\n')
+    unpatched = tmp_path / "runtime-unpatched"
+    assemble("build", "--recipe", str(recipe), "--out", str(unpatched), "--no-verify", check=True)
+    assert json.loads((unpatched / "manifest.json").read_text())["llama_cpp"]["patches"] == []
+    assert marker_after_start(unpatched, "unpatched")
+    # and verify names the hole
+    proc = assemble("verify", str(unpatched), "--json")
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert proc.returncode == 1 and checks["working-directory modules"]["status"] == "fail"

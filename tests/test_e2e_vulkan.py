@@ -17,14 +17,6 @@ pytestmark = pytest.mark.slow
 LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0"}  # ggml skips CPU Vulkan devices unless asked
 
 
-@pytest.fixture(scope="session")
-def vulkan_runtime(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("vulkan") / "runtime-vulkan"
-    assemble("build", "--recipe", "vulkan", "--out", str(out), "--check-env", "GGML_VK_VISIBLE_DEVICES=0",
-             check=True)
-    return out
-
-
 def test_vulkan_device_listed_and_serving(vulkan_runtime, tmp_path):
     moved = tmp_path / "moved runtime"
     shutil.copytree(vulkan_runtime, moved, symlinks=True)

@@ -220,3 +220,15 @@ def test_git_reader_reads_objects_and_missing_paths(tmp_path):
     plain.mkdir()
     with pytest.raises(AssembleError, match="not a git repository"):
         GitRepo(plain)
+
+
+def test_fattn_rule_both_forms_and_patched(tmp_path):
+    older = "    const bool mma_faster_for_rtx4000 = Q->ne[3] > 1 || (gqa_ratio > 4 && K->ne[1] >= 8192);\n"
+    newer = ("if (cc >= GGML_CUDA_CC_ADA_LOVELACE && Q->ne[1] == 1 &&\n"
+             "        !(gqa_ratio > 4 && (Q->ne[0] >= 256 || K->ne[1] >= 8192))) {\n")
+    patched = ("const bool long_kv_mma = K->ne[1] >= 8192 && cc < GGML_CUDA_CC_BLACKWELL;\n"
+               "if (cc >= GGML_CUDA_CC_ADA_LOVELACE && Q->ne[1] == 1 &&\n"
+               "        !(gqa_ratio > 4 && (Q->ne[0] >= 256 || long_kv_mma))) {\n")
+    for text, present in ((older, True), (newer, True), (patched, False)):
+        write(tmp_path, {"ggml/src/ggml-cuda/fattn.cu": text})
+        assert F.check_tree(tmp_path, ["fattn-ada-long-kv-mma"]).ok is present, text

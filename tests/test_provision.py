@@ -183,7 +183,7 @@ def good_release():
 def redist():
     state = Redist()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     # a folder below the root, and no trailing slash: as a user would paste it
     state.url = f"http://127.0.0.1:{server.server_address[1]}{PREFIX}"
@@ -448,7 +448,8 @@ def test_cli_prints_the_root(redist, good_release, cache):
     assert root == cache / "toolkits" / f"cuda-{VERSION}-{PLAT}" and (root / "bin" / "nvcc").is_file()
     proc = subprocess.run([sys.executable, "-m", "builder", "toolchain", "cuda", VERSION, "--json"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and json.loads(proc.stdout)["root"] == str(root)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["root"] == str(root)
     proc = subprocess.run([sys.executable, "-m", "builder", "toolchain", "cuda", "12.8"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "12.8.1" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

