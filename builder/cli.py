@@ -60,3 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         ui.error("interrupted; the previous runtime, if any, is untouched")
         return 130
+    except BrokenPipeError:  # e.g. `assemble matrix | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
+    except OSError as exc:  # the system refused something we did not foresee: still one line
+        if args.debug:
+            traceback.print_exc()
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        ui.error(f"{where}{exc.strerror or exc} -- fix: check free space and permissions there (--debug shows where)")
+        return 1

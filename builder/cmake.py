@@ -101,15 +101,23 @@ def _cuda_defines(recipe: Recipe, o: Overrides, tools: dict, strict: bool) -> li
 
 
 def _hip_defines(recipe: Recipe, o: Overrides, tools: dict) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """HIP settings from the ROCm tree actually found (AMD's /opt/rocm layout or Debian's /usr)."""
+    from builder import rocmpolicy  # probes hipconfig/clang only when a HIP unit is planned
+
     targets = (o.hip_target,) if o.hip_target else recipe.hip.targets
-    rocm = o.rocm_path or os.environ.get("ROCM_PATH") or os.environ.get("HIP_PATH") or "/opt/rocm"
-    clang = Path(rocm) / "llvm" / "bin" / "clang"
-    tools["rocm"] = {"path": rocm, "hip_clang": str(clang)}
+    rocm = toolchain.rocm(o.rocm_path)
+    root = rocm.root if rocm else (o.rocm_path or os.environ.get("ROCM_PATH") or os.environ.get("HIP_PATH") or "/opt/rocm")
+    clang = (rocmpolicy.hip_compiler(rocm) if rocm else None) or str(Path(root) / "llvm" / "bin" / "clang")
+    libs = rocmpolicy.device_libs(rocm, clang) if rocm else None
+    flags = rocmpolicy.hip_flags(rocm, libs) if rocm and libs else []
+    tools["rocm"] = {"path": str(root), "version": rocm.version if rocm else None, "hip_clang": clang}
     gpu = ";".join(targets)
     defines = [("GGML_HIP", "ON"), ("GPU_TARGETS", gpu), ("AMDGPU_TARGETS", gpu),
                ("GGML_HIP_RCCL", "ON" if recipe.hip.rccl else "OFF"),
-               ("CMAKE_HIP_COMPILER", str(clang)), ("CMAKE_PREFIX_PATH", rocm)]
-    return defines, [("ROCM_PATH", rocm), ("HIP_PATH", rocm)]
+               ("CMAKE_HIP_COMPILER", clang), ("CMAKE_PREFIX_PATH", str(root))]
+    if flags:
+        defines.append(("CMAKE_HIP_FLAGS", " ".join(flags)))
+    return defines, [("ROCM_PATH", str(root)), ("HIP_PATH", str(root))]
 
 
 def _launcher(choice: str) -> str | None:

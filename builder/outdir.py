@@ -165,7 +165,11 @@ def swap_in(staging: Path, out: Path, keep: int | None = None) -> Path | None:
     """Put `staging` at `out`; an existing runtime moves to <out>.previous-<time>. Returns where it went."""
     aside = None
     if out.exists() or out.is_symlink():
-        aside = out.parent / f"{out.name}{OLD_TAG}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        base = f"{out.name}{OLD_TAG}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        aside, n = out.parent / base, 0
+        while aside.exists() or aside.is_symlink():   # two swaps in one second by one process (a library caller)
+            n += 1
+            aside = out.parent / f"{base}-{n}"
         journal = _journal(out)
         tmp = journal.with_name(journal.name + ".tmp")
         tmp.write_text(json.dumps({"staging": str(staging), "aside": str(aside), "new_ino": staging.lstat().st_ino}))

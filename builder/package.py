@@ -228,7 +228,11 @@ def _locked(dest: Path):
         # Holding the lock, any temporary file is a leftover of an interrupted run.
         for p in dest.glob(f".*{PART_TAG}*"):
             p.unlink(missing_ok=True)
-        yield
+        try:
+            yield
+        finally:  # a failed run (a full disk) leaves no partial file behind
+            for p in dest.glob(f".*{PART_TAG}{os.getpid()}"):
+                p.unlink(missing_ok=True)
     finally:
         os.close(fd)
 

@@ -13,7 +13,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import cmake, collect, container, cudapolicy, features, manifest, outdir, patches, toolchain, ui
+from builder import (cmake, collect, container, cudapolicy, features, manifest, outdir, patches, rocmpolicy,
+                     toolchain, ui)
 from builder.bundle import place_bundle, plan_bundle
 from builder.errors import AssembleError
 from builder.recipe import Mirror, Recipe
@@ -41,6 +42,7 @@ class Prepared:
     plans: tuple[cmake.UnitPlan, ...]
     containers: tuple[str | None, ...]          # per plan: the container it builds in, or None (host)
     cuda_policy: dict                           # unit name -> what the CUDA policy recorded
+    hip_policy: dict                            # unit name -> what the ROCm policy recorded
 
 
 def _cuda_toolkit_for(recipe: Recipe, o: cmake.Overrides) -> tuple[toolchain.CudaToolkit | None, str | None]:
@@ -109,12 +111,21 @@ def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides) -> P
         if result.note:
             ui.warn(result.note)
         policy[unit.name] = result.as_manifest()
+    hip_policy = {}
+    for unit in (u for u in recipe.units if "hip" in u.backends):
+        hip_policy[unit.name] = rocmpolicy.check_hip_unit(
+            toolchain.rocm(overrides.rocm_path),
+            (overrides.hip_target,) if overrides.hip_target else recipe.hip.targets,
+            multi_arch_risk=recipe.hip.multi_arch_risk, where=f"{recipe.path}: unit {unit.name}",
+            rocm_path=overrides.rocm_path)
+        for note in hip_policy[unit.name].get("notes", []):
+            ui.warn(note)
     tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in prepared_tree.applied)
     plans = tuple(cmake.plan_unit(recipe, unit, prepared_tree.path, tree.sha, overrides, tree_id,
                                   strict=container.unit_container(unit.container, overrides.container) is None)
                   for unit in recipe.units)
     containers = tuple(container.unit_container(u.container, overrides.container) for u in recipe.units)
-    return Prepared(tree, prepared_tree, report, plans, containers, policy)
+    return Prepared(tree, prepared_tree, report, plans, containers, policy, hip_policy)
 
 
 def with_mirrors(recipe: Recipe, extra: tuple[str, ...]) -> Recipe:
@@ -130,19 +141,20 @@ def build(req: BuildRequest) -> Path:
     recipe = req.recipe
     out = req.out.resolve()
     ui.step(f"recipe {recipe.name}: {recipe.description}")
-    prepared = prepare(recipe, req.source, req.overrides)
-    outputs = []
-    for plan, where in zip(prepared.plans, prepared.containers):
-        if where:
-            container.run_unit(container.plan_for(plan, container=where,
-                                                  engine=container.find_engine(req.overrides.engine)))
-        else:
-            cmake.run_unit(plan)
-        outputs.append(collect.collect_unit(plan))
-    own = collect.merge_units(outputs)
-
+    # The output lock is taken first: an unwritable --out fails in a second, not after the compile,
+    # and a second run for the same output waits (or refuses) instead of building alongside.
     with outdir.locked(out, wait=req.wait):
         outdir.clear_leftovers(out)
+        prepared = prepare(recipe, req.source, req.overrides)
+        outputs = []
+        for plan, where in zip(prepared.plans, prepared.containers):
+            if where:
+                container.run_unit(container.plan_for(plan, container=where,
+                                                      engine=container.find_engine(req.overrides.engine)))
+            else:
+                cmake.run_unit(plan)
+            outputs.append(collect.collect_unit(plan))
+        own = collect.merge_units(outputs)
         staging = outdir.staging_dir(out)
         try:
             ui.step(f"bundle into {staging.name}")
@@ -201,6 +213,7 @@ def _manifest_body(recipe: Recipe, prepared: Prepared, result) -> dict:
                         "hip": [t for p in prepared.plans for t in dict(p.defines).get("GPU_TARGETS", "").split(";") if t]},
         "units": [{"name": p.unit.name, "backends": list(p.unit.backends), "container": c,
                    "cuda_policy": prepared.cuda_policy.get(p.unit.name),
+                   "hip_policy": prepared.hip_policy.get(p.unit.name),
                    "build_dir": str(p.build_dir), "configure": list(p.configure), "build": list(p.build),
                    "defines": dict(p.defines), "toolchain": p.toolchain}
                   for p, c in zip(prepared.plans, prepared.containers)],

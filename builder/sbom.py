@@ -170,7 +170,8 @@ def _llama(data: dict) -> dict:
         comp["purl"] = f"pkg:github/ggml-org/llama.cpp@{sha}"
     refs = [{"type": "vcs", "url": "https://github.com/ggml-org/llama.cpp"}]
     if src.get("kind") == "sdist":
-        refs.append({"type": "distribution", "url": f"https://pypi.org/project/{src.get('package')}/{src.get('version')}/",
+        url = f"https://pypi.org/project/{src.get('package')}/{src.get('version')}/"
+        refs.append({"type": "distribution", "url": url,
                      "hashes": [{"alg": "SHA-256", "content": src.get("sha256")}] if src.get("sha256") else []})
     comp["externalReferences"] = refs
     props = [_prop("source.kind", src.get("kind", "unknown")), _prop("source.verified_by", src.get("verified_by", ""))]
@@ -194,27 +195,21 @@ def _llama(data: dict) -> dict:
 
 
 def _tools(data: dict) -> list[dict]:
-    """Each toolchain the units used, once, naming the units."""
-    seen: dict[tuple, dict] = {}
+    """Each toolchain the units used, once, naming the units (and containers) that used it."""
+    used: dict[tuple, list[str]] = defaultdict(list)
     for u in data.get("units", []):
+        who = u.get("name", "?") + (f" (container {u['container']})" if u.get("container") else "")
         for key, tool in sorted((u.get("toolchain") or {}).items()):
-            if isinstance(tool, str):
-                tool = {"path": tool}
-            if not isinstance(tool, dict):
-                continue
-            version = tool.get("version")
-            path = tool.get("path") or tool.get("nvcc") or tool.get("hip_clang") or tool.get("root") or ""
-            ident = (key, version, path)
-            if ident not in seen:
-                comp = {"type": "application", "name": key, "properties": [_prop("path", path)]}
-                if version:
-                    comp["version"] = str(version)
-                seen[ident] = comp
-                seen[ident]["_units"] = []
-            seen[ident]["_units"].append(u.get("name", "?") + (f" (container {u['container']})" if u.get("container") else ""))
+            tool = {"path": tool} if isinstance(tool, str) else tool
+            if isinstance(tool, dict):
+                path = tool.get("path") or tool.get("nvcc") or tool.get("hip_clang") or tool.get("root") or ""
+                used[(key, str(tool.get("version") or ""), path)].append(who)
     out = [{"type": "application", "name": "assemble", "version": __version__}]
-    for comp in seen.values():
-        comp["properties"].append(_prop("units", ", ".join(comp.pop("_units"))))
+    for (key, version, path), units in used.items():
+        comp = {"type": "application", "name": key}
+        if version:
+            comp["version"] = version
+        comp["properties"] = [_prop("path", path), _prop("units", ", ".join(units))]
         out.append(comp)
     return out
 

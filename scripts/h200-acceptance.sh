@@ -32,10 +32,17 @@ stage_setup() {
   if [ -d "$CARRY/debs" ]; then for f in "$CARRY"/debs/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
   if [ -d "$CARRY/wheels" ]; then python3 -m pip install -q --no-deps --target "$WORK/py" "$CARRY"/wheels/*.whl; fi
   if [ -f "$CARRY/llama.bundle" ] && [ ! -d "$WORK/mirror" ]; then git clone -q "$CARRY/llama.bundle" "$WORK/mirror"; fi
-  { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -2;
+  # The runtime is started with an empty environment, as a service manager would: the driver's
+  # libcuda must be in the ld.so cache, as on a host where the driver is installed normally.
+  if ! ldconfig -p | grep -q 'libcuda.so.1 '; then
+    d=$(dirname "$(find /usr/local/nvidia /usr/lib /usr/lib64 /usr/local/cuda/compat -name libcuda.so.1 2>/dev/null | head -1)")
+    [ "$d" != . ] && echo "$d" > /etc/ld.so.conf.d/zz-nvidia-driver.conf && ldconfig && echo "driver libs: $d (added to ld.so.conf)"
+  fi
+  { date -u; nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv,noheader;
+    nvcc --version | tail -2; ldconfig -p | grep -E 'libcuda.so.1 |libvulkan.so.1 ';
     nproc; grep PRETTY /etc/os-release; } > "$RESULTS/host.txt" 2>&1
   cat "$RESULTS/host.txt"
-  [ -f "$MODEL" ] || python3 -c "import sys; from builder.tinymodel import write_tiny_llama, ONE_B; \
+  [ -f "$MODEL" ] || [ -n "${NO_MODEL:-}" ] || python3 -c "import sys; from builder.tinymodel import write_tiny_llama, ONE_B; \
 write_tiny_llama(sys.argv[1], ONE_B, dtype='f16')" "$MODEL"
   ls -la "$MODEL"
 }
@@ -88,6 +95,18 @@ stage_rebuild() {
     --launcher ccache --no-verify -q
   echo "warm_ccache_build_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
   ccache -s | tee -a "$RESULTS/times.txt" || true
+}
+
+stage_buildtime16() {
+  # Build time of the unit on 16 parallel jobs: cold (no compiler cache) and with a warm ccache,
+  # each into a fresh assemble cache so nothing but ccache is reused.
+  for mode in cold warm; do
+    local launcher=none; [ $mode = warm ] && launcher=ccache
+    local t0=$SECONDS
+    ASSEMBLE_CACHE=$WORK/cache-j16-$mode assemble build --recipe cuda-vulkan --cuda-arch "$ARCH" --mirror "$WORK/mirror" \
+      --out "$WORK/rt16/$mode/runtime-cuda-vulkan" -j 16 --launcher $launcher --no-verify -q
+    echo "j16_${mode}_build_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  done
 }
 
 stage_split2() {

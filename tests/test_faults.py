@@ -84,8 +84,8 @@ def test_sigkill_during_build_leaves_a_whole_runtime(cpu_runtime, tmp_path):
         time.sleep(rng.uniform(0.1, duration * 1.05))
         _kill(proc)
         said = log.read_text()
-        phases.append("swap" if "moved aside" in said else "check" if "checks" in said.lower()
-                      else "bundle" if "bundle into" in said else "plan")
+        # the checks print their table at the end: a kill during them reads as "bundle"
+        phases.append("swapped" if "moved aside" in said else "bundle" if "bundle into" in said else "plan")
         assert whole(out), f"trial {trial} ({phases[-1]}): {out} is not a whole runtime\n{said[-2000:]}"
         for old in _siblings(out, outdir.OLD_TAG):
             assert whole(old), f"trial {trial}: a moved-aside runtime is damaged: {old}"
@@ -93,8 +93,9 @@ def test_sigkill_during_build_leaves_a_whole_runtime(cpu_runtime, tmp_path):
             proc = assemble(*build)
             assert proc.returncode == 0, proc.stderr
             assert whole(out) and not _siblings(out, outdir.STAGING_TAG) and not _siblings(out, outdir.DELETING_TAG)
+    print("phases reached before each kill:", phases)
     # the kills landed across the run, not only in its start-up
-    assert sum(p in ("bundle", "check", "swap") for p in phases) >= KILLS // 3, phases
+    assert sum(p != "plan" for p in phases) >= KILLS // 3, phases
 
 
 def test_sigkill_during_package_leaves_old_or_new_files(cpu_runtime, tmp_path):
@@ -201,8 +202,7 @@ def test_keep_prunes_through_a_rename_and_leftovers_go(tmp_path):
     out = tmp_path / "runtime"
     for label in ("1", "2", "3"):
         staging = _fake_runtime(tmp_path / f"runtime{outdir.STAGING_TAG}{label}", label)
-        outdir.swap_in(staging, out, keep=1)
-        time.sleep(1.05)   # aside names carry the second
+        outdir.swap_in(staging, out, keep=1)   # three swaps within a second: names must not clash
     assert _label(out) == "3" and [_label(p) for p in _siblings(out, outdir.OLD_TAG)] == ["2"]
     half = tmp_path / f"runtime{outdir.DELETING_TAG}5-0"   # a prune killed half-way
     (half / "lib").mkdir(parents=True)
@@ -261,7 +261,8 @@ def test_full_disk_fails_clearly_and_keeps_the_previous_runtime(cpu_runtime, tmp
     proc = assemble("build", "--recipe", "cpu", "--out", str(out), "-q")
     assert proc.returncode == 1, proc.stderr
     line = _one_error_line(proc.stderr)
-    assert "no space left" in line and "fix:" in line
+    # "no space left" (a write failed) or bundle's "short copy ... check free disk space" (a copy fell short)
+    assert "space" in line and "fix:" in line and str(disk) in line
     assert whole(out) and manifest.sha256_file(out / "manifest.json") == before
     assert not _siblings(out, outdir.STAGING_TAG) and not _siblings(out, outdir.OLD_TAG)
     free = shutil.disk_usage(disk).free // 1024
@@ -271,7 +272,8 @@ def test_full_disk_fails_clearly_and_keeps_the_previous_runtime(cpu_runtime, tmp
     filler.write_bytes(b"\0" * (max(free - 64, 0) * 1024))
     pkg = assemble("package", str(out), "--out-dir", str(disk / "dist"))
     assert pkg.returncode == 1 and "no space left" in _one_error_line(pkg.stderr)
-    assert not list((disk / "dist").glob("*")) if (disk / "dist").exists() else True
+    left = sorted(p.name for p in (disk / "dist").glob("*")) if (disk / "dist").exists() else []
+    assert left in ([], [".assemble-package.lock"]), left
 
 
 def test_read_only_output_folder_is_refused_clearly(cpu_runtime, tmpfs):

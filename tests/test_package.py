@@ -7,23 +7,21 @@ end-to-end ones package the real cpu runtime."""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from builder import cmake, manifest, matrix, package, sbom
-from builder.errors import AssembleError, BuildFailed
+from builder.errors import AssembleError
 from builder.paths import data_dir
 from builder.recipe import all_recipes, load_recipe, parse_recipe
-from tests.conftest import REPO, SHA, assemble
+from tests.conftest import SHA, assemble
 
 COMMIT_TIME = 1761900000
 PATCH = "backend-loader-no-cwd.patch"
@@ -228,7 +226,7 @@ def test_sbom_lists_sources_packages_and_toolchains(tmp_path):
     version = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "zlib1g"], capture_output=True,
                              text=True).stdout if shutil.which("dpkg-query") else None
     if version:   # a Debian host: the owning package is named, with its version
-        assert zlib["purl"].startswith(f"pkg:deb/") and f"/zlib1g@{version}" in zlib["purl"]
+        assert zlib["purl"].startswith("pkg:deb/") and f"/zlib1g@{version}" in zlib["purl"]
         data_comp = next(c for c in bom["components"] if c["type"] == "data")
         assert data_comp["name"] == "zlib1g data files"
     import zstandard

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Configure -- never build -- the `rocm` recipe's HIP unit inside the Debian sid chroot
+# (scripts/rocm-sid-chroot.sh), planned by the project's own builder.cmake.plan_unit and
+# checked first by builder.rocmpolicy.check_hip_unit against sid's ROCm.
+#
+#   scripts/rocm-configure-check.sh [CHROOT] [--json FILE]
+#     CHROOT                  default /var/tmp/sid-rocm (needs root: bind mounts, chroot)
+#     ROCM_CHECK_TARGETS      gfx targets to check and plan     (default "gfx1100 gfx1201")
+#     ROCM_CHECK_CONFIGURE    of those, which to configure      (default "gfx1100")
+#     ROCM_CHECK_HIP_FLAGS=0  leave out the record's hip_flags (shows why they are needed)
+#     ASSEMBLE_CACHE          the assemble cache (sources, trees, build folders)
+#
+# On the host: the pinned source is fetched (or reused) and patched as a build would.
+# In the chroot (the checkout bind-mounted read-only at the same path, the cache
+# read-write): policy, plan, and `cmake` for the configure step only. Prints a JSON
+# report on stdout (or into FILE); the configure log stays in the unit's build folder.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+dir=/var/tmp/sid-rocm
+json=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --json) json=${2:?--json needs a file}; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) dir=$1; shift ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || { echo "rocm-configure-check: needs root (bind mounts, chroot)" >&2; exit 2; }
+[ -f "$dir/.assemble-sid-rocm" ] || { echo "rocm-configure-check: $dir is not a finished chroot -- fix: scripts/rocm-sid-chroot.sh $dir" >&2; exit 2; }
+cache=${ASSEMBLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/assemble}
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd -P)
+
+# 1. host: the tree a build of the rocm recipe would compile (fetch, verify, patch)
+tree_json=$(cd "$repo" && ASSEMBLE_CACHE="$cache" python3 - <<'PY'
+import json
+from builder import cmake, features, patches, pipeline
+from builder.recipe import load_recipe
+from builder.source import pinned_tree
+recipe = load_recipe("rocm")
+tree = pinned_tree(recipe)
+features.require(tree.path, recipe)
+prepared = patches.prepare(tree, recipe, pipeline._patch_context(recipe, cmake.Overrides(), None))
+print(json.dumps({"tree": str(prepared.path), "sha": tree.sha,
+                  "tree_id": ",".join(f"{p.name}:{p.sha256[:12]}" for p in prepared.applied)}))
+PY
+)
+
+# 2. mounts, undone on every exit path (a leftover rw bind of the cache would make
+#    `rm -rf CHROOT` delete the cache)
+mounted=()
+cleanup() { for ((i=${#mounted[@]}-1; i>=0; i--)); do umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}"; done; }
+trap cleanup EXIT
+bind() {  # bind SRC at the same path inside the chroot; ro as 2nd arg
+  mkdir -p "$dir$1"
+  mountpoint -q "$dir$1" && return 0
+  mount --bind "$1" "$dir$1"; mounted+=("$dir$1")
+  [ "${2:-}" = ro ] && mount -o remount,bind,ro "$dir$1"
+  return 0
+}
+if ! mountpoint -q "$dir/proc"; then mount -t proc proc "$dir/proc"; mounted+=("$dir/proc"); fi  # hipconfig reads /proc/self/exe
+bind "$repo" ro
+bind "$cache"
+
+# 3. chroot: policy, plan, configure
+report=$(chroot "$dir" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
+  PYTHONPATH="$repo" PYTHONDONTWRITEBYTECODE=1 ASSEMBLE_CACHE="$cache" ROCM_PATH=/usr TREE_JSON="$tree_json" \
+  WITH_HIP_FLAGS="${ROCM_CHECK_HIP_FLAGS:-1}" TARGETS="${ROCM_CHECK_TARGETS:-gfx1100 gfx1201}" CONFIGURE="${ROCM_CHECK_CONFIGURE:-gfx1100}" \
+  nice -n 19 python3 - <<'PY'
+import json, os, re, shutil, subprocess, sys, time
+from pathlib import Path
+from builder import cmake, rocmpolicy, toolchain
+from builder.errors import AssembleError
+from builder.recipe import load_recipe
+
+tree = json.loads(os.environ["TREE_JSON"])
+recipe = load_recipe("rocm")
+unit = next(u for u in recipe.units if "hip" in u.backends)
+inst = toolchain.rocm(os.environ["ROCM_PATH"])
+report = {"rocm_install": inst.as_dict() if inst else None, "tree": tree, "units": {}}
+
+
+def cache_value(text, key):
+    m = re.search(rf"^{re.escape(key)}:[A-Z]+=(.*)$", text, re.M)
+    return m.group(1) if m else None
+
+
+def package_version(cfg_dir, name):
+    for f in Path(cfg_dir or "/nonexistent").glob(f"{name}-config-version.cmake"):
+        m = re.search(r'PACKAGE_VERSION "?([\d.]+)', f.read_text())
+        return m.group(1) if m else None
+    return None
+
+
+def configure(plan):
+    """Run plan.configure as run_unit would, from a clean cache; never touch a built folder."""
+    b = plan.build_dir
+    if (b / cmake.BUILT_STAMP).exists():
+        raise SystemExit(f"{b} holds a finished build; not reconfiguring it")
+    for stale in ("CMakeCache.txt", "CMakeFiles"):
+        p = b / stale
+        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    b.mkdir(parents=True, exist_ok=True)
+    log = b / "assemble-configure-check.log"
+    env = dict(os.environ, **dict(plan.env))
+    start = time.monotonic()
+    with open(log, "w") as out:
+        out.write(f"$ {cmake.command_line(plan.configure)}\n")
+        out.flush()
+        rc = subprocess.run(plan.configure, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    result = {"returncode": rc, "seconds": round(time.monotonic() - start, 1), "log": str(log)}
+    text = log.read_text(errors="replace")
+    result["messages"] = [l for l in text.splitlines()
+                          if re.search(r"HIP|hip|rocBLAS|rocblas|OpenSSL|Error|error|WARNING", l)][:40]
+    cache = (b / "CMakeCache.txt").read_text(errors="replace") if (b / "CMakeCache.txt").is_file() else ""
+    found = {k: cache_value(cache, k) for k in ("CMAKE_HIP_COMPILER", "CMAKE_HIP_ARCHITECTURES", "hip_DIR",
+                                                "hipblas_DIR", "rocblas_DIR", "GGML_HIP_RCCL")}
+    found["hip_version"] = package_version(found["hip_DIR"], "hip")
+    found["hipblas_version"] = package_version(found["hipblas_DIR"], "hipblas")
+    found["rocblas_version"] = package_version(found["rocblas_DIR"], "rocblas")
+    ident = re.search(r"The HIP compiler identification is (.+)", text)
+    found["hip_compiler_id"] = ident.group(1).strip() if ident else None
+    result["found"] = found
+    ninja = b / "build.ninja"
+    if ninja.is_file():
+        edges = re.findall(r"^build (\S+\.o): (\w+)", ninja.read_text(errors="replace"), re.M)
+        result["objects"] = {"total": len(edges),
+                             "hip": sum(1 for o, rule in edges if "HIP_COMPILER" in rule),
+                             "ggml_hip_dir": sum(1 for o, _ in edges if "/ggml-hip.dir/" in o)}
+    return result
+
+
+for target in os.environ["TARGETS"].split():
+    where = f"{recipe.path}: unit {unit.name} (hip target {target})"
+    entry = {}
+    try:
+        entry["policy"] = rec = rocmpolicy.check_hip_unit(inst, [target], multi_arch_risk=None, where=where,
+                                                         rocm_path=os.environ["ROCM_PATH"])
+    except AssembleError as exc:
+        rec = None
+        entry["refused"] = exc.line()
+    # cmake._hip_defines assumes <rocm>/llvm/bin/clang and sets ROCM_PATH, which sends Debian's
+    # clang to /usr/amdgcn/bitcode: the record's compiler and flags go in as defines (they win)
+    clang = rec["hip_compiler"] if rec else (rocmpolicy.hip_compiler(inst) if inst else None)
+    defines = [("CMAKE_HIP_COMPILER", clang)] if clang else []
+    libs = rec["device_libs"] if rec else (rocmpolicy.device_libs(inst, clang) if clang else None)
+    flags = rocmpolicy.hip_flags(inst, libs) if libs else []
+    if flags and os.environ.get("WITH_HIP_FLAGS", "1") == "1":
+        defines.append(("CMAKE_HIP_FLAGS", " ".join(flags)))
+    o = cmake.Overrides(hip_target=target, rocm_path=inst.root if inst else None, launcher="none",
+                        defines=tuple(defines))
+    plan = cmake.plan_unit(recipe, unit, Path(tree["tree"]), tree["sha"], o, tree["tree_id"])
+    entry["configure_command"] = cmake.command_line(plan.configure)
+    entry["env"] = dict(plan.env)
+    entry["build_dir"] = str(plan.build_dir)
+    if target in os.environ["CONFIGURE"].split():
+        if rec is None:
+            entry["configure"] = {"skipped": "refused by check_hip_unit"}
+        else:
+            print(f"configuring {target} in {plan.build_dir} ...", file=sys.stderr)
+            entry["configure"] = configure(plan)
+    report["units"][target] = entry
+print(json.dumps(report, indent=1))
+PY
+)
+if [ -n "$json" ]; then printf '%s\n' "$report" > "$json"; echo "rocm-configure-check: report in $json" >&2; else printf '%s\n' "$report"; fi

@@ -1,0 +1,329 @@
+"""The ROCm policy a HIP unit passes before CMake runs.
+
+Stand-in ROCm trees in both real layouts (AMD's /opt/rocm with llvm/bin/clang, and
+Debian's /usr with a versioned LLVM and a versioned rocBLAS data folder), read by the
+real toolchain.rocm() probe; then Debian sid's own packages (tests/rocmdev.py: cached
+downloads from the archive), so the layout assumptions are checked against the real thing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder import rocmpolicy
+from builder.errors import AssembleError
+from builder.rocmpolicy import check_hip_unit, kernel_archs
+from builder.toolchain import _multiarch, rocm
+
+SID_ROCBLAS = ("gfx803", "gfx900", "gfx906", "gfx908", "gfx90a", "gfx1010", "gfx1030", "gfx1100", "gfx1101",
+               "gfx1102")
+
+
+def _exe(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+def _clang(path: Path, resource: Path, bitcode: Path | None) -> Path:
+    """A clang that answers -print-resource-dir like the real one; bitcode: where ockl.bc goes."""
+    if bitcode is not None:
+        bitcode.mkdir(parents=True, exist_ok=True)
+        (bitcode / "ockl.bc").write_bytes(b"BC")
+    return _exe(path, f'#!/bin/sh\n[ "$1" = -print-resource-dir ] && printf \'{resource}\'\nexit 0\n')
+
+
+def _data(folder: Path, archs, lazy: bool = True) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "TensileLibrary_fallback.dat").write_text("arch-less")
+    for gfx in archs:
+        (folder / (f"TensileLibrary_lazy_{gfx}.dat" if lazy else f"TensileLibrary_{gfx}.dat")).write_text("i")
+        (folder / f"Kernels.so-000-{gfx}.hsaco").write_text("k")
+
+
+def amd_rocm(root: Path, version: str = "6.4.1", rocblas=("gfx1030", "gfx1100"), hipblaslt=("gfx1100",),
+             clang: bool = True, hipconfig: bool = True, bitcode: str | None = "amdgcn/bitcode") -> Path:
+    """AMD's layout: <root>/llvm/bin/clang, lib/, lib/rocblas/library, .info/version;
+    device libraries in <root>/amdgcn/bitcode (or where `bitcode` says, relative to root)."""
+    lib = root / "lib"
+    lib.mkdir(parents=True)
+    for name in ("libamdhip64.so", "libhipblas.so", "librocblas.so"):
+        (lib / name).write_bytes(b"\x7fELF")
+    if hipconfig:
+        # AMD's hipconfig prints HIP's major.minor.<build>-<hash>, no newline
+        hip = ".".join(version.split(".")[:2]) + ".43484-a1b2c3"
+        _exe(root / "bin" / "hipconfig", f"""#!/bin/sh
+case "$1" in
+  --version) printf '{hip}' ;;
+  -R|--rocmpath) printf '{root}' ;;
+  --hipclangpath) printf '{root}/llvm/bin' ;;
+  *) exit 1 ;;
+esac
+""")
+    (root / ".info").mkdir()
+    (root / ".info" / "version").write_text(f"{version}-123\n")
+    if clang:
+        _clang(root / "llvm" / "bin" / "clang", root / "llvm" / "lib" / "clang" / "19",
+               root / bitcode if bitcode else None)
+    if rocblas is not None:
+        _data(lib / "rocblas" / "library", rocblas)
+    if hipblaslt is not None:
+        _data(lib / "hipblaslt" / "library", hipblaslt)
+    return root
+
+
+def debian_rocm(root: Path, llvms=("17",), hipclangpath: str | None = "17", rocblas=SID_ROCBLAS) -> Path:
+    """Debian's layout under a /usr-like root: lib/<multiarch>/, rocblas/<version>/library,
+    clang in lib/llvm-N/bin, hipconfig in bin/ naming it; version from hip-config-version.cmake."""
+    lib = root / "lib" / _multiarch()
+    lib.mkdir(parents=True)
+    for name in ("libamdhip64.so", "libhipblas.so", "librocblas.so"):
+        (lib / name).write_bytes(b"\x7fELF")
+    (lib / "cmake" / "hip").mkdir(parents=True)
+    (lib / "cmake" / "hip" / "hip-config-version.cmake").write_text('set(PACKAGE_VERSION "6.4.43484")\n')
+    # Debian's hipconfig: answers --hipclangpath, but (here) not --version, so the cmake file is read
+    answer = f"printf '{root}/lib/llvm-{hipclangpath}/bin'" if hipclangpath else "exit 1"
+    _exe(root / "bin" / "hipconfig", f'#!/bin/sh\ncase "$1" in --hipclangpath) {answer} ;; *) exit 1 ;; esac\n')
+    for n in llvms:   # Debian's rocm-device-libs-N: bitcode in clang-N's resource dir
+        res = root / "lib" / f"llvm-{n}" / "lib" / "clang" / n
+        _clang(root / "lib" / f"llvm-{n}" / "bin" / "clang", res, res / "amdgcn" / "bitcode")
+    _data(lib / "rocblas" / "4.4.1" / "library", rocblas)
+    _data(lib / "hipblaslt" / "library", ("gfx1100", "gfx1101", "gfx1200", "gfx1201"))
+    return root
+
+
+def refused(rocm_install, targets, **kw) -> AssembleError:
+    kw.setdefault("multi_arch_risk", None)
+    kw.setdefault("where", "recipes/rocm.toml: unit main")
+    with pytest.raises(AssembleError) as err:
+        check_hip_unit(rocm_install, targets, **kw)
+    e = err.value
+    assert e.code == 2 and e.fix and e.where
+    assert "\n" not in e.line()
+    return e
+
+
+def ok(rocm_install, targets, **kw) -> dict:
+    kw.setdefault("multi_arch_risk", None)
+    return check_hip_unit(rocm_install, targets, where="w", **kw)
+
+
+# --- the two layouts, read by the real probe ------------------------------------
+
+def test_amd_layout_passes_and_records_what_configure_needs(tmp_path):
+    root = amd_rocm(tmp_path / "opt-rocm")
+    r = ok(rocm(str(root)), ["gfx1100"])
+    assert r["rocm"] == "6.4.43484" and r["version_source"] == "hipconfig --version"
+    assert r["path"] == str(root) and r["hip_compiler"] == str(root / "llvm" / "bin" / "clang")
+    assert r["targets"] == ["gfx1100"] and r["rocblas_archs"] == ["gfx1030", "gfx1100"]
+    assert r["rocblas_data"] == str(root / "lib" / "rocblas" / "library")
+    assert r["device_libs"] == str(root / "amdgcn" / "bitcode") and r["hip_flags"] == []
+    assert r["notes"] == []
+
+
+def test_debian_layout_compiler_comes_from_hipconfig(tmp_path):
+    root = debian_rocm(tmp_path / "usr", llvms=("17", "19"), hipclangpath="17")
+    r = ok(rocm(str(root)), ["gfx1100"])
+    assert r["hip_compiler"] == str(root / "lib" / "llvm-17" / "bin" / "clang")   # not the newer 19
+    assert r["rocm"] == "6.4.43484" and r["version_source"].endswith("hip-config-version.cmake")
+    assert r["rocblas_archs"] == list(SID_ROCBLAS)
+    assert r["rocblas_data"].endswith("rocblas/4.4.1/library")
+    # with ROCM_PATH=/usr, Debian's clang looks only in /usr/amdgcn/bitcode: the flag points it home
+    bitcode = root / "lib" / "llvm-17" / "lib" / "clang" / "17" / "amdgcn" / "bitcode"
+    assert r["device_libs"] == str(bitcode) and r["hip_flags"] == [f"--rocm-device-lib-path={bitcode}"]
+
+
+def test_debian_layout_without_hipconfig_answer_takes_a_single_llvm(tmp_path):
+    root = debian_rocm(tmp_path / "usr", llvms=("19",), hipclangpath=None)
+    assert ok(rocm(str(root)), ["gfx1030"])["hip_compiler"] == str(root / "lib" / "llvm-19" / "bin" / "clang")
+
+
+def test_debian_layout_never_guesses_among_several_llvms(tmp_path):
+    root = debian_rocm(tmp_path / "usr", llvms=("17", "19"), hipclangpath=None)
+    e = refused(rocm(str(root)), ["gfx1100"])
+    assert "no HIP compiler" in e.what and "hipclangpath" in e.what and "lib/llvm-*/bin/clang" in e.what
+
+
+def test_hipconfig_naming_a_missing_clang_is_not_trusted(tmp_path):
+    root = debian_rocm(tmp_path / "usr", llvms=(), hipclangpath="17")
+    e = refused(rocm(str(root)), ["gfx1100"])
+    assert "no HIP compiler" in e.what and str(root) in e.what
+
+
+def test_amd_layout_without_clang_is_refused(tmp_path):
+    root = amd_rocm(tmp_path / "rocm", clang=False)
+    e = refused(rocm(str(root)), ["gfx1100"])
+    assert f"{root}/llvm/bin/clang" in e.what and "6.4" in e.what
+    assert "rocm-llvm" in e.fix
+
+
+def test_amd_6_2_layout_finds_bitcode_in_the_resource_dir(tmp_path):
+    root = amd_rocm(tmp_path / "rocm", bitcode="llvm/lib/clang/19/lib/amdgcn/bitcode")
+    r = ok(rocm(str(root)), ["gfx1100"])
+    assert r["device_libs"] == str(root / "llvm/lib/clang/19/lib/amdgcn/bitcode")
+    assert r["hip_flags"] == [f"--rocm-device-lib-path={r['device_libs']}"]
+
+
+def test_no_device_library_is_refused(tmp_path):
+    root = amd_rocm(tmp_path / "rocm", bitcode=None)
+    e = refused(rocm(str(root)), ["gfx1100"])
+    assert "no ROCm device library (ockl.bc)" in e.what and str(root / "llvm/bin/clang") in e.what
+    assert "rocm-device-libs" in e.fix
+
+
+# --- refusals ----------------------------------------------------------------------
+
+def test_no_rocm_names_the_rocm_path_that_was_given(tmp_path):
+    missing = tmp_path / "nowhere"
+    assert rocm(str(missing)) is None
+    e = refused(None, ["gfx1100"], rocm_path=str(missing))
+    assert f"--rocm-path {missing}" in e.what and "--rocm-path" in e.fix and "ROCM_PATH" in e.fix
+
+
+def test_no_rocm_names_every_place_searched(monkeypatch):
+    monkeypatch.setenv("ROCM_PATH", "/srv/rocm-a")
+    monkeypatch.delenv("HIP_PATH", raising=False)
+    e = refused(None, ["gfx1100"])
+    assert "ROCM_PATH=/srv/rocm-a" in e.what and "HIP_PATH (unset)" in e.what
+    assert "/opt/rocm" in e.what and "/usr" in e.what and "hipconfig" in e.what
+
+
+def test_old_rocm_is_refused_with_version_and_place(tmp_path):
+    root = amd_rocm(tmp_path / "rocm-5.7", version="5.7.1", hipconfig=False)
+    e = refused(rocm(str(root)), ["gfx1100"])
+    assert "ROCm 5.7.1" in e.what and str(root) in e.what and "older than 6.1" in e.what
+    assert ".info/version" in e.what     # says where the version came from
+
+
+def test_6_1_is_the_first_accepted(tmp_path):
+    assert ok(rocm(str(amd_rocm(tmp_path / "a", version="6.1.0"))), ["gfx1100"])["rocm"].startswith("6.1")
+    refused(rocm(str(amd_rocm(tmp_path / "b", version="6.0.2"))), ["gfx1100"])
+
+
+def test_unknown_version_is_refused(tmp_path):
+    root = amd_rocm(tmp_path / "rocm", hipconfig=False)
+    (root / ".info" / "version").unlink()
+    e = refused(rocm(str(root)), ["gfx1100"])
+    assert "cannot tell its version" in e.what
+
+
+def test_missing_hipblas_is_refused(tmp_path):
+    root = amd_rocm(tmp_path / "rocm")
+    (root / "lib" / "libhipblas.so").unlink()
+    assert "no hipBLAS library" in refused(rocm(str(root)), ["gfx1100"]).what
+
+
+def test_target_rocblas_lacks_is_refused_with_what_it_has(tmp_path):
+    root = debian_rocm(tmp_path / "usr")
+    e = refused(rocm(str(root)), ["gfx1201"])
+    assert "no kernels for gfx1201" in e.what
+    assert "gfx803, gfx900, gfx906, gfx908, gfx90a, gfx1010, gfx1030, gfx1100, gfx1101, gfx1102" in e.what
+    assert "first matrix multiply" in e.what and "TensileLibrary_lazy_gfx1201.dat" in e.fix
+
+
+def test_rocblas_without_data_is_refused(tmp_path):
+    root = amd_rocm(tmp_path / "rocm", rocblas=None)
+    assert "rocBLAS has no kernel data" in refused(rocm(str(root)), ["gfx1100"]).what
+
+
+def test_code_objects_without_an_index_do_not_count(tmp_path):
+    root = amd_rocm(tmp_path / "rocm", rocblas=("gfx1100",))
+    (root / "lib" / "rocblas" / "library" / "Kernels.so-000-gfx1030.hsaco").write_text("k")
+    e = refused(rocm(str(root)), ["gfx1030"])
+    assert "(it has: gfx1100)" in e.what
+
+
+def test_two_targets_need_multi_arch_risk(tmp_path):
+    inst = rocm(str(amd_rocm(tmp_path / "rocm")))
+    e = refused(inst, ["gfx1030", "gfx1100"])
+    assert "2 gfx targets" in e.what and "segfaults" in e.what and "multi_arch_risk" in e.fix
+    r = ok(inst, ["gfx1030", "gfx1100"], multi_arch_risk="two cards, same runtime")
+    assert r["targets"] == ["gfx1030", "gfx1100"] and r["multi_arch_risk"] == "two cards, same runtime"
+
+
+def test_every_target_needs_rocblas_even_with_the_risk_stated(tmp_path):
+    inst = rocm(str(amd_rocm(tmp_path / "rocm")))
+    e = refused(inst, ["gfx1100", "gfx1201"], multi_arch_risk="yes")
+    assert "gfx1201" in e.what and "gfx1100," not in e.what.split("(it has")[0]
+
+
+def test_target_checks_come_before_looking_for_rocm():
+    assert "no gfx target" in refused(None, []).what
+    assert "'sm_90' is not a gfx target" in refused(None, ["sm_90"]).what
+
+
+def test_feature_suffix_is_ignored_for_kernel_data(tmp_path):
+    inst = rocm(str(amd_rocm(tmp_path / "rocm", rocblas=("gfx90a",), hipblaslt=("gfx90a",))))
+    assert ok(inst, ["gfx90a:xnack-"])["targets"] == ["gfx90a:xnack-"]
+
+
+def test_hipblaslt_without_the_target_is_only_a_note(tmp_path):
+    inst = rocm(str(amd_rocm(tmp_path / "rocm", hipblaslt=("gfx1100",))))
+    r = ok(inst, ["gfx1030"])
+    assert r["hipblaslt_archs"] == ["gfx1100"]
+    assert r["notes"] == ["hipBLASLt has no kernels for gfx1030: it falls back to slower ones"]
+
+
+# --- reading data folders ------------------------------------------------------------
+
+def test_kernel_archs_reads_every_index_form(tmp_path):
+    f = tmp_path / "library"
+    _data(f, ("gfx1100",))
+    _data(f, ("gfx906",), lazy=False)
+    (f / "gfx90a-xnack-").mkdir()
+    (f / "gfx90a-xnack-" / "TensileLibrary.dat").write_text("i")
+    (f / "gfx942").mkdir()                          # a folder with no index serves nothing
+    assert kernel_archs(f) == ("gfx906", "gfx90a", "gfx1100")
+    assert kernel_archs(tmp_path / "missing") == () and kernel_archs(None) == ()
+
+
+def test_kernel_archs_with_an_arch_less_index(tmp_path):
+    f = tmp_path / "library"
+    f.mkdir()
+    (f / "TensileLibrary.dat").write_text("i")
+    (f / "TensileLibrary_gfx1030.co").write_text("k")
+    assert kernel_archs(f) == ("gfx1030",)
+
+
+def test_searched_places_follow_the_probe_order(monkeypatch, tmp_path):
+    monkeypatch.delenv("ROCM_PATH", raising=False)
+    monkeypatch.setenv("HIP_PATH", "/h")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    places = rocmpolicy.searched_places()
+    assert places == ["ROCM_PATH (unset)", "HIP_PATH=/h", "hipconfig (not on PATH)", "/opt/rocm", "/usr"]
+    assert rocmpolicy.searched_places("/x") == ["--rocm-path /x"]
+
+
+# --- Debian sid's real packages (cached downloads, no chroot) -----------------------
+
+@pytest.fixture(scope="module")
+def sid():
+    from rocmdev import rocm_dev_tree
+    from vendorlibs import get_or_skip
+    return get_or_skip(rocm_dev_tree)
+
+
+def test_sid_layout_is_read_by_the_real_probe(sid):
+    inst = rocm(str(sid.usr))
+    assert inst is not None and inst.version.startswith("6.4.")
+    assert inst.hipconfig == str(sid.usr / "bin" / "hipconfig")
+    assert inst.rocblas_data == str(sid.usr / "lib" / _multiarch() / "rocblas" / "4.4.1" / "library")
+    assert inst.hipblas and inst.rocblas and inst.hip_lib
+
+
+def test_sid_gfx1100_passes_with_its_own_clang_and_device_libs(sid):
+    r = ok(rocm(str(sid.usr)), ["gfx1100"])
+    assert r["hip_compiler"] == str(sid.usr / "lib" / "llvm-21" / "bin" / "clang")
+    bitcode = sid.usr / "lib" / "llvm-21" / "lib" / "clang" / "21" / "amdgcn" / "bitcode"
+    assert r["device_libs"] == str(bitcode) and (bitcode / "ockl.bc").is_file()
+    assert r["hip_flags"] == [f"--rocm-device-lib-path={bitcode}"]
+    assert r["rocblas_archs"] == list(SID_ROCBLAS)     # gfx803 .. gfx1102, as sid ships it
+
+
+@pytest.mark.parametrize("target", ["gfx1201", "gfx1200", "gfx1151"])
+def test_sid_rocblas_lacks_rdna4_and_strix_halo(sid, target):
+    e = refused(rocm(str(sid.usr)), [target])
+    assert f"no kernels for {target}" in e.what and ", ".join(SID_ROCBLAS) in e.what
