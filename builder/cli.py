@@ -14,7 +14,7 @@ import traceback
 from builder import __version__, ui
 from builder.errors import AssembleError
 
-COMMANDS = ["build", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix"]
+COMMANDS = ["build", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
 
 EPILOG = """examples:
   assemble list                         recipes shipped with this version

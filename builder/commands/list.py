@@ -9,7 +9,9 @@ from builder.recipe import all_recipes
 
 def register(sub, common) -> None:
     p = sub.add_parser("list", parents=[common], help="list the shipped recipes",
-                       description="List the recipes shipped with this version of assemble.")
+                       description="List the recipes shipped with this version of assemble.",
+                       epilog="examples:\n  assemble list\n  assemble list --json | jq -r '.[].name'",
+                       formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     p.set_defaults(func=run)
 
 

@@ -9,7 +9,10 @@ from builder import provision
 
 def register(subparsers, common) -> None:
     p = subparsers.add_parser("toolchain", parents=[common], help="provision a toolkit into the cache",
-                              description="Download, verify and lay out a toolkit in the cache; print its root.")
+                              description="Download, verify and lay out a toolkit in the cache; print its root.",
+                              epilog="examples:\n  assemble toolchain cuda 12.8.1\n"
+                                     "  assemble build --recipe cuda --cuda-root \"$(assemble toolchain cuda 12.8.1 -q)\"",
+                              formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
     cuda = kinds.add_parser("cuda", parents=[common], help="a CUDA toolkit from NVIDIA's redistributable archives",
                             description="Fetch the components a llama.cpp build needs from redistrib_VERSION.json, "
