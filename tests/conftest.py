@@ -38,6 +38,24 @@ SHA = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 
 @pytest.fixture(scope="session")
+def llama_tree() -> Path:
+    """The verified llama.cpp tree at the recipes' pin, fetched once into the test cache
+    (from the PyPI sdist mirror when GitHub is unreachable). Read-only for tests."""
+    from builder import source
+    from builder.recipe import load_recipe
+
+    old = os.environ.get("ASSEMBLE_CACHE")
+    os.environ["ASSEMBLE_CACHE"] = str(TEST_CACHE / "cache")
+    try:
+        return source.pinned_tree(load_recipe("cpu")).path
+    finally:
+        if old is None:
+            os.environ.pop("ASSEMBLE_CACHE")
+        else:
+            os.environ["ASSEMBLE_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
 def cpu_runtime(tmp_path_factory) -> Path:
     """The cpu recipe built once per session (the build tree is reused from the shared cache).
     Tests must copy it (shutil.copytree(..., symlinks=True)) before changing anything."""

@@ -206,15 +206,6 @@ def test_bad_constraint_is_a_clear_error():
 
 # --- the Blackwell patch ------------------------------------------------------
 
-def _pinned_fattn() -> Path:
-    for base in (cache_dir(), Path(os.environ.get("ASSEMBLE_TEST_CACHE", Path.home() / ".cache" / "assemble-tests"))
-                 / "cache", Path("/tmp/acache")):
-        f = base / "sources" / PIN / "ggml" / "src" / "ggml-cuda" / "fattn.cu"
-        if f.is_file():
-            return f
-    pytest.skip("the pinned llama.cpp tree is not in the source cache (run `assemble build` once)")
-
-
 def test_patch_metadata_conditions():
     meta = REPO / "patches" / f"{cudapolicy.BLACKWELL_PATCH}.toml"
     p = patches.load_patch(meta)
@@ -228,9 +219,9 @@ def test_patch_metadata_conditions():
     assert patches.unmet_condition(p.when, ctx(None, ())) is not None
 
 
-def test_patch_applies_to_a_copy_of_the_pinned_file(tmp_path):
+def test_patch_applies_to_a_copy_of_the_pinned_file(tmp_path, llama_tree):
     """`git apply` on a copy (never the cache): Blackwell keeps the vector kernel past 8192 KV."""
-    src = _pinned_fattn()
+    src = llama_tree / "ggml" / "src" / "ggml-cuda" / "fattn.cu"
     tree = tmp_path / "tree"
     dest = tree / "ggml" / "src" / "ggml-cuda" / "fattn.cu"
     dest.parent.mkdir(parents=True)

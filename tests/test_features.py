@@ -16,18 +16,6 @@ from builder.recipe import all_recipes, parse_recipe
 PINNED = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 
-def real_tree() -> Path | None:
-    """A llama.cpp tree at the recipes' pin, if this machine has one (else those tests skip)."""
-    candidates = [os.environ.get("ASSEMBLE_TEST_LLAMA_TREE"),
-                  str(Path.home() / ".cache" / "assemble-tests" / "cache" / "sources" / PINNED),
-                  str(Path.home() / ".cache" / "assemble" / "sources" / PINNED),
-                  f"/tmp/acache/sources/{PINNED}"]
-    for c in candidates:
-        if c and (Path(c) / "ggml" / "src" / "ggml-backend-reg.cpp").is_file():
-            return Path(c)
-    return None
-
-
 def write(root: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         p = root / rel
@@ -53,10 +41,8 @@ def test_every_recipe_names_known_features():
         assert set(recipe.pin.features) <= set(reg), recipe.name
 
 
-def test_pinned_tree_has_every_feature():
-    tree = real_tree()
-    if tree is None:
-        pytest.skip("no llama.cpp tree at the pinned sha on this machine (set ASSEMBLE_TEST_LLAMA_TREE)")
+def test_pinned_tree_has_every_feature(llama_tree):
+    tree = llama_tree
     report = F.check_tree(tree, list(F.registry()))
     assert report.missing == ()
     assert report.present["backend-dl"] == "ggml/CMakeLists.txt declares option(GGML_BACKEND_DL)"

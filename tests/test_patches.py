@@ -20,7 +20,7 @@ from builder.paths import data_dir
 from builder.recipe import parse_recipe
 from builder.source import SourceTree
 from tests.planted import build_planted_module
-from tests.test_features import PINNED, real_tree
+from tests.test_features import PINNED
 
 SHA = "1" * 40
 DL = PT.PatchContext(backends=("cpu",), cuda_version=None, cuda_archs=(), backend_dl=True)
@@ -105,10 +105,8 @@ def test_readme_example_is_valid_metadata(tmp_path):
     assert p.when.cuda_toolkit == ">=13" and p.when.cuda_archs == ("120", "121")
 
 
-def test_loader_patch_on_the_pinned_tree(tmp_path, cache):
-    real = real_tree()
-    if real is None:
-        pytest.skip("no llama.cpp tree at the pinned sha on this machine (set ASSEMBLE_TEST_LLAMA_TREE)")
+def test_loader_patch_on_the_pinned_tree(tmp_path, cache, llama_tree):
+    real = llama_tree
     reg = real / "ggml" / "src" / "ggml-backend-reg.cpp"
     before = hashlib.sha256(reg.read_bytes()).hexdigest()
     src = SourceTree(real, PINNED, {"kind": "test"})
