@@ -97,14 +97,13 @@ def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides) -> P
     cuda, cuda_container = _cuda_toolkit_for(recipe, overrides)
     ctx = _patch_context(recipe, overrides, cuda)
     archs = ctx.cuda_archs
-    prepared_tree = patches.prepare(tree, recipe, ctx)
-    for p in prepared_tree.applied:
-        ui.info(f"patch applied: {p.name} ({p.fixes})")
+    prepared_tree = patches.prepare(tree, recipe, ctx)  # says what it applied
     policy = {}
     if "cuda" in recipe.backends:
         unit = next(u for u in recipe.units if "cuda" in u.backends)
+        where = f"{recipe.path}: unit {unit.name}" + (f" (container {cuda_container})" if cuda_container else "")
         result = cudapolicy.check_cuda_unit(
-            cuda, archs, where=f"{recipe.path}: unit {unit.name}" + (f" (container {cuda_container})" if cuda_container else ""),
+            cuda, archs, where=where,
             accept_regression=overrides.accept_blackwell_regression or recipe.cuda.accept_blackwell_regression,
             patched_fattn=cudapolicy.BLACKWELL_PATCH in {p.name for p in prepared_tree.applied},
             constraint=recipe.cuda.toolkit)

@@ -120,7 +120,7 @@ class Progress:
                 cols = os.get_terminal_size(sys.stderr.fileno()).columns
             except OSError:
                 pass
-            print(line[: cols - 1].ljust(min(cols - 1, 100)), end="", file=sys.stderr, flush=True)
+            print(line[: cols - 1].ljust(cols - 1), end="", file=sys.stderr, flush=True)  # overwrite the old line
         elif frac is not None:
             decile = int(min(frac, 1.0) * 10)
             if decile > self._last_decile:
