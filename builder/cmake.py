@@ -7,8 +7,6 @@ the full log in the build folder and draws a progress bar from Ninja's [n/N].
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -20,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import toolchain, ui
+from builder import locks, toolchain, ui
 from builder.errors import AssembleError, BuildFailed
 from builder.paths import cache_dir
 from builder.recipe import Recipe, Unit
@@ -272,19 +270,9 @@ def _unchanged(plan: UnitPlan, stamp: Path, fingerprint: dict) -> bool:
             and data.get("outputs") == _outputs(plan.build_dir) and bool(data.get("outputs")))
 
 
-@contextlib.contextmanager
 def _unit_lock(build_dir: Path):
     """One configure/build per build folder at a time: two builds of one recipe share it."""
-    fd = os.open(build_dir / ".assemble.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            ui.info(f"waiting for another assemble run building in {build_dir} ...")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+    return locks.exclusive(build_dir / ".assemble.lock", f"waiting for another assemble run building in {build_dir} ...")
 
 
 def run_unit(plan: UnitPlan) -> Path:

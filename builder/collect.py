@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 from builder.bundle import OwnFile
 from builder.cmake import UnitPlan
@@ -38,7 +37,7 @@ class UnitOutput:
 def collect_unit(plan: UnitPlan) -> UnitOutput:
     bindir = plan.build_dir / "bin"
     if not bindir.is_dir():
-        raise BuildFailed(f"the build produced no bin/ folder", where=str(plan.build_dir),
+        raise BuildFailed("the build produced no bin/ folder", where=str(plan.build_dir),
                           fix="read assemble-build.log in that folder")
     links: dict[str, list[str]] = {}
     for entry in sorted(bindir.iterdir()):

@@ -15,14 +15,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import fcntl
 import json
 import os
 import shutil
 import time
 from pathlib import Path
 
-from builder import ui
+from builder import locks, ui
 from builder.errors import AssembleError, BuildFailed
 
 STAGING_TAG = ".assembling-"
@@ -45,23 +44,15 @@ def locked(out: Path, wait: bool = True):
     except OSError as exc:
         raise (_as_error(exc, out) or exc) from None
     lock_path = out.parent / f".{out.name}.lock"
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise AssembleError(f"cannot create the lock file ({exc.strerror})", where=str(lock_path),
-                            fix="choose an output folder you can write to (--out DIR)") from None
-    try:
+    busy = None if wait else AssembleError("another assemble run is writing this runtime", where=str(out),
+                                           fix="wait for it to finish, or drop --no-wait")
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not wait:
-                raise AssembleError("another assemble run is writing this runtime", where=str(out),
-                                    fix="wait for it to finish, or drop --no-wait") from None
-            ui.info(f"waiting for another assemble run writing {out} ...")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        with contextlib.suppress(OSError):  # who holds it, for a curious user; a full disk must not stop us here
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            stack.enter_context(locks.exclusive(lock_path, f"waiting for another assemble run writing {out} ...",
+                                                busy))
+        except OSError as exc:
+            raise AssembleError(f"cannot create the lock file ({exc.strerror})", where=str(lock_path),
+                                fix="choose an output folder you can write to (--out DIR)") from None
         try:
             yield
         except OSError as exc:
@@ -69,8 +60,6 @@ def locked(out: Path, wait: bool = True):
             if translated is None:
                 raise
             raise translated from exc
-    finally:
-        os.close(fd)
 
 
 def _as_error(exc: OSError, out: Path) -> AssembleError | None:

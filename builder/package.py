@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import gzip
 import hashlib
 import io
@@ -25,7 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import manifest, ui
+from builder import locks, manifest, ui
 from builder.errors import AssembleError, BuildFailed
 
 FORMATS = ("tar.gz", "tar.zst")
@@ -218,13 +217,8 @@ def _write_temp(path: Path, data: bytes) -> Path:
 @contextlib.contextmanager
 def _locked(dest: Path):
     """One packaging run per destination folder: SHA256SUMS is shared by every archive in it."""
-    fd = os.open(dest / ".assemble-package.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            ui.info(f"waiting for another assemble package run writing to {dest} ...")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+    with locks.exclusive(dest / ".assemble-package.lock",
+                         f"waiting for another assemble package run writing to {dest} ..."):
         # Holding the lock, any temporary file is a leftover of an interrupted run.
         for p in dest.glob(f".*{PART_TAG}*"):
             p.unlink(missing_ok=True)
@@ -233,8 +227,6 @@ def _locked(dest: Path):
         finally:  # a failed run (a full disk) leaves no partial file behind
             for p in dest.glob(f".*{PART_TAG}{os.getpid()}"):
                 p.unlink(missing_ok=True)
-    finally:
-        os.close(fd)
 
 
 def _io_error(exc: OSError, dest: Path) -> AssembleError:

@@ -8,7 +8,6 @@ on this host says "not run: ..." (status skip), it never passes silently.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from dataclasses import asdict, dataclass

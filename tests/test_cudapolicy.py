@@ -15,7 +15,7 @@ import pytest
 from builder import cudapolicy, patches
 from builder.cudapolicy import check_cuda_unit
 from builder.errors import AssembleError
-from builder.paths import cache_dir
+
 from builder.toolchain import cuda_toolkit
 
 REPO = Path(__file__).resolve().parent.parent

@@ -4,7 +4,6 @@ started with an empty environment and a hostile LD_LIBRARY_PATH, answering a req
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
