@@ -37,7 +37,7 @@ from builder.features import (BlobCache, CommitView, Feature, FeatureReport, Sta
                               lookup)
 from builder.gitobjects import Change, GitRepo
 from builder.paths import cache_dir
-from builder.recipe import Recipe, parse_recipe
+from builder.recipe import Recipe, lock_path, parse_recipe, read_lock  # noqa: F401 (read_lock: part of the pin API)
 
 
 @dataclass(frozen=True)
@@ -290,10 +290,6 @@ def write_recipe_sha(path: Path, sha: str) -> bool:
     return True
 
 
-def lock_path(recipe_path: Path) -> Path:
-    return recipe_path.with_name(recipe_path.stem + ".lock.json")
-
-
 def write_lock(recipe: Recipe, result: PinResult) -> Path:
     """The pin as data next to the recipe (for recipes that should not be edited)."""
     data = result_json(recipe, result)
@@ -301,22 +297,6 @@ def write_lock(recipe: Recipe, result: PinResult) -> Path:
     path = lock_path(recipe.path)
     _atomic_write(path, json.dumps(data, indent=2) + "\n")
     return path
-
-
-def read_lock(recipe_path: Path) -> str | None:
-    """The sha a lock file next to the recipe pins, if there is one."""
-    path = lock_path(Path(recipe_path))
-    if not path.is_file():
-        return None
-    try:
-        sha = json.loads(path.read_text(encoding="utf-8"))["sha"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise AssembleError(f"unreadable lock file ({exc})", where=str(path),
-                            fix="delete it and run assemble pin --lock again") from None
-    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{40}", sha):
-        raise AssembleError("the lock file's sha is not a 40-hex commit", where=str(path),
-                            fix="delete it and run assemble pin --lock again")
-    return sha
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -5,6 +5,7 @@ Every error names the file, the key and the fix, in one line.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class Pin:
     sha: str
     features: tuple[str, ...] = ()
     mirrors: tuple[Mirror, ...] = ()
+    lock: str | None = None      # the lock file the sha came from (`assemble pin --lock`), if any
 
 
 @dataclass(frozen=True)
@@ -231,7 +233,9 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     if not mirrors_raw:
         raise c.fail("pin.mirrors", "no source mirror", "add at least one [[pin.mirrors]] table")
     mirrors = tuple(_mirror(c, m, f"pin.mirrors[{i}]", sha) for i, m in enumerate(mirrors_raw))
-    pin = Pin(sha=sha, features=c.strings(pin_raw.get("features", []), "pin.features"), mirrors=mirrors)
+    locked = read_lock(path) if text is None else None  # a lock file next to the recipe wins
+    pin = Pin(sha=locked or sha, features=c.strings(pin_raw.get("features", []), "pin.features"), mirrors=mirrors,
+              lock=str(lock_path(path)) if locked else None)
 
     targets = c.strings(data.get("targets", list(DEFAULT_TARGETS)), "targets")
     if not targets:
@@ -315,6 +319,28 @@ def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Un
     if missing:
         raise c.fail("units", f"no unit builds {', '.join(missing)}", "add the backend to one unit")
     return tuple(units)
+
+
+# --- lock files (written by `assemble pin --lock`) ---------------------------
+
+def lock_path(recipe_path: Path) -> Path:
+    return recipe_path.with_name(recipe_path.stem + ".lock.json")
+
+
+def read_lock(recipe_path: Path) -> str | None:
+    """The sha a lock file next to the recipe pins, if there is one."""
+    path = lock_path(Path(recipe_path))
+    if not path.is_file():
+        return None
+    try:
+        sha = json.loads(path.read_text(encoding="utf-8"))["sha"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AssembleError(f"unreadable lock file ({exc})", where=str(path),
+                            fix="delete it and run assemble pin --lock again") from None
+    if not isinstance(sha, str) or not SHA_RE.match(sha):
+        raise AssembleError("the lock file's sha is not a 40-hex commit", where=str(path),
+                            fix="delete it and run assemble pin --lock again")
+    return sha
 
 
 # --- lookup ----------------------------------------------------------------

@@ -387,6 +387,9 @@ def test_command_writes_sha_keeping_comments(history, tmp_path, capsys):
     assert recipe.read_text() == text
     lock = json.loads((tmp_path / "test.lock.json").read_text())
     assert lock["sha"] == model.main[-1] and P.read_lock(recipe) == model.main[-1]
+    # ... and the lock wins when the recipe is loaded (what `assemble build` builds)
+    loaded = parse_recipe(recipe)
+    assert loaded.pin.sha == model.main[-1] and loaded.pin.lock == str(tmp_path / "test.lock.json")
     # --dry-run writes nothing
     assert _run_cmd(["pin", str(recipe), "--repo", str(repo), "--dry-run"]) == 0
     assert recipe.read_text() == text
