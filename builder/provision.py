@@ -187,46 +187,52 @@ def _downloads(version: str) -> Path:
 
 def download(archive: Archive, url: str, dest_dir: Path, session: requests.Session) -> Path:
     """The archive, checked against its sha256; resumes a .part left by an earlier attempt."""
-    final = dest_dir / archive.filename
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    return fetch_verified(urljoin(url, archive.relative_path), dest_dir / archive.filename, archive.sha256,
+                          archive.size, session, other_mirror="use another --base-url")
+
+
+def fetch_verified(full: str, final: Path, sha256: str, size: int | None, session: requests.Session,
+                   other_mirror: str) -> Path:
+    """final holds exactly the file with this sha256 afterwards, or BuildFailed; a .part from an
+    interrupted earlier attempt is resumed, a damaged one discarded, never used."""
     if final.is_file():
-        if sha256_file(final) == archive.sha256:
+        if sha256_file(final) == sha256:
             return final
         ui.warn(f"{final.name}: cached copy no longer matches its sha256; downloading it again")
         final.unlink()
     part = final.with_name(final.name + ".part")
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    full = urljoin(url, archive.relative_path)
     resumed = part.is_file() and part.stat().st_size > 0
-    resumed = _fetch(full, part, archive, session) or resumed
+    resumed = _fetch(full, part, final.name, size, session, other_mirror) or resumed
     got = sha256_file(part)
-    if got != archive.sha256 and resumed:
+    if got != sha256 and resumed:
         # The bytes kept from an earlier attempt may be the bad ones: one clean try.
-        ui.warn(f"{archive.filename}: sha256 mismatch after resuming; downloading it again from the start")
+        ui.warn(f"{final.name}: sha256 mismatch after resuming; downloading it again from the start")
         part.unlink()
-        _fetch(full, part, archive, session)
+        _fetch(full, part, final.name, size, session, other_mirror)
         got = sha256_file(part)
-    if got != archive.sha256:
+    if got != sha256:
         part.unlink()
-        raise BuildFailed(f"{archive.filename}: sha256 mismatch (manifest {archive.sha256[:16]}..., "
+        raise BuildFailed(f"{final.name}: sha256 mismatch (expected {sha256[:16]}..., "
                           f"downloaded {got[:16]}...); the file was deleted, nothing was unpacked",
                           where=full, fix="run the command again; if it repeats, the mirror serves a damaged "
-                                          "or different file: use another --base-url")
+                                          f"or different file: {other_mirror}")
     os.replace(part, final)
     return final
 
 
-def _fetch(full: str, part: Path, archive: Archive, session: requests.Session) -> bool:
+def _fetch(full: str, part: Path, name: str, size: int | None, session: requests.Session, other_mirror: str) -> bool:
     """Grow part until it holds the whole file, resuming with Range after a dropped connection.
 
     Returns whether any bytes came from a resumed request.
     """
-    bar = ui.Progress(archive.filename, archive.size, unit="bytes")
+    bar = ui.Progress(name, size, unit="bytes")
     last_error = "no response"
     resumed = False
     for _ in range(ATTEMPTS):
         have = part.stat().st_size if part.is_file() else 0
-        if archive.size is not None and have >= archive.size:
-            if have > archive.size:   # longer than the manifest says: cannot be right
+        if size is not None and have >= size:
+            if have > size:   # longer than the manifest says: cannot be right
                 part.unlink()
                 have = 0
             else:
@@ -245,11 +251,11 @@ def _fetch(full: str, part: Path, archive: Archive, session: requests.Session) -
                 elif resp.status_code == 200:
                     mode, have = "wb", 0  # the server ignored Range: start over
                 elif resp.status_code == 404:
-                    raise BuildFailed(f"{archive.filename} is not on the server (HTTP 404)", where=full,
-                                      fix="the mirror is incomplete: use another --base-url")
+                    raise BuildFailed(f"{name} is not on the server (HTTP 404)", where=full,
+                                      fix=f"the mirror is incomplete: {other_mirror}")
                 else:
-                    raise BuildFailed(f"HTTP {resp.status_code} downloading {archive.filename}", where=full,
-                                      fix="try again later, or use another --base-url")
+                    raise BuildFailed(f"HTTP {resp.status_code} downloading {name}", where=full,
+                                      fix=f"try again later, or {other_mirror}")
                 with open(part, mode) as out:
                     for chunk in resp.iter_content(STREAM_CHUNK):
                         out.write(chunk)
@@ -257,14 +263,14 @@ def _fetch(full: str, part: Path, archive: Archive, session: requests.Session) -
                         bar.update(have)
         except requests.RequestException as exc:
             last_error = f"{type(exc).__name__}"
-            ui.info(f"{archive.filename}: connection dropped at {ui.fmt_bytes(have)}; resuming")
+            ui.info(f"{name}: connection dropped at {ui.fmt_bytes(have)}; resuming")
             continue
-        if archive.size is None or have >= archive.size:
+        if size is None or have >= size:
             break
-        last_error = f"the server closed the connection at {have} of {archive.size} bytes"
+        last_error = f"the server closed the connection at {have} of {size} bytes"
     else:
         have = part.stat().st_size if part.is_file() else 0
-        raise BuildFailed(f"{archive.filename}: download incomplete ({have} of {archive.size or '?'} bytes, "
+        raise BuildFailed(f"{name}: download incomplete ({have} of {size or '?'} bytes, "
                           f"{last_error}); nothing was unpacked", where=full,
                           fix=f"run the same command again: it resumes from byte {have}")
     bar.finish("downloaded")

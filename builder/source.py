@@ -30,6 +30,7 @@ import requests
 from builder import ui
 from builder.errors import AssembleError, BuildFailed
 from builder.manifest import sha256_file
+from builder.provision import fetch_verified
 from builder.paths import cache_dir
 from builder.recipe import Mirror, Recipe
 
@@ -114,37 +115,6 @@ def _sdist_url(m: Mirror) -> str:
     raise MirrorFailed(f"no sdist {m.package}=={m.version} on the index")
 
 
-def _download(url: str, dest: Path, sha256: str) -> None:
-    """Download to dest.part (resuming it), verify, then rename; a bad file is never used."""
-    part = dest.with_name(dest.name + ".part")
-    have = part.stat().st_size if part.exists() else 0
-    headers = {"Range": f"bytes={have}-"} if have else {}
-    try:
-        with requests.get(url, stream=True, headers=headers, timeout=(CONNECT_TIMEOUT, 60)) as resp:
-            if resp.status_code == 416:  # already complete
-                pass
-            else:
-                resp.raise_for_status()
-                if have and resp.status_code != 206:
-                    have = 0  # server ignored the range: start over
-                total = int(resp.headers.get("Content-Length", 0)) + have
-                bar = ui.Progress(f"download {dest.name}", total or None, unit="bytes")
-                with open(part, "ab" if have else "wb") as out:
-                    done = have
-                    for chunk in resp.iter_content(1 << 20):
-                        out.write(chunk)
-                        done += len(chunk)
-                        bar.update(done)
-                bar.finish()
-    except requests.RequestException as exc:
-        raise MirrorFailed(f"download failed ({exc}); the partial file is kept for a resume") from None
-    got = sha256_file(part)
-    if got != sha256:
-        part.unlink()
-        raise MirrorFailed(f"{dest.name} has sha256 {got}, the recipe pins {sha256}; the file was discarded")
-    part.rename(dest)
-
-
 def _safe_members(tar: tarfile.TarFile, wanted: tuple[str, ...]):
     """Members under the wanted prefixes; refuse anything that could escape the target."""
     for member in tar:
@@ -168,10 +138,12 @@ def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
     downloads = cache_dir() / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     archive = downloads / f"{m.package}-{m.version}.tar.gz"
-    if not archive.exists() or sha256_file(archive) != m.sha256:
-        if archive.exists():
-            archive.unlink()
-        _download(_sdist_url(m), archive, m.sha256)
+    if not archive.is_file() or sha256_file(archive) != m.sha256:  # the index is asked only when needed
+        try:
+            fetch_verified(_sdist_url(m), archive, m.sha256, None, requests.Session(),
+                           other_mirror="the next mirror of the recipe is tried")
+        except BuildFailed as exc:
+            raise MirrorFailed(exc.what) from None
     subdir = m.subdir.strip("/")
     wanted = (subdir, f".git/modules/{subdir}")
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".extract-") as tmp:
