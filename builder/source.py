@@ -27,7 +27,7 @@ from urllib.parse import urlparse
 
 import requests
 
-from builder import ui
+from builder import locks, ui
 from builder.errors import AssembleError, BuildFailed
 from builder.manifest import sha256_file
 from builder.provision import fetch_verified
@@ -211,9 +211,15 @@ def pinned_tree(recipe: Recipe, sha: str | None = None) -> SourceTree:
         return cached
     root = cache_dir() / "sources"
     root.mkdir(parents=True, exist_ok=True)
+    # Builds of other recipes at this sha fetch into the same folder: one at a time.
+    with locks.exclusive(root / f".{sha}.lock", f"waiting for another assemble run fetching {sha[:12]} ..."):
+        return cached_tree(sha) or _fetch_pinned(recipe, sha, root)
+
+
+def _fetch_pinned(recipe: Recipe, sha: str, root: Path) -> SourceTree:
     dest = root / sha
     stamp = root / f"{sha}.json"
-    if dest.exists():  # an interrupted earlier fetch: set it aside, never trust it
+    if dest.exists():  # an interrupted earlier fetch (no stamp): never trusted
         shutil.rmtree(dest)
     failures = []
     for mirror in recipe.pin.mirrors:
