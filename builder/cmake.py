@@ -172,6 +172,7 @@ def plan_unit(recipe: Recipe, unit: Unit, source_dir: Path, sha: str | None, o: 
     targets = o.targets or recipe.targets
 
     key_material = json.dumps({"recipe": recipe.name, "unit": unit.name, "sha": sha, "tree": tree_id,
+                               "source": str(source_dir),  # two checkouts at one sha: two build folders
                                "defines": final, "env": env, "tools": tools}, sort_keys=True)
     key = hashlib.sha256(key_material.encode()).hexdigest()[:12]
     name = f"{recipe.name}-{unit.name}-{(sha or 'local')[:12]}-{key}"

@@ -320,6 +320,12 @@ def _stamp_ok(dest: Path, applied: tuple[AppliedPatch, ...]) -> bool:
     return data.get("applied") == [vars(a) for a in applied]
 
 
+def _fixed(source: SourceTree) -> bool:
+    """A verified pinned tree (cache, mirror) names fixed content, so its copy can be reused. A
+    user's --source checkout may carry uncommitted changes at the same sha: never reused."""
+    return bool(source.sha) and source.provenance.get("kind") != "local"
+
+
 @dataclass(frozen=True)
 class TreePlan:
     """Which patches a build applies and where its tree will be; computed without writing."""
@@ -342,11 +348,11 @@ def plan_tree(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
     chosen, skipped = select(load_patches(patches_dir), source.path, source.sha, recipe, ctx)
     for name, why in skipped:
         ui.detail(f"patch {name}: {why}")
-    if not chosen and not source.sha:
+    if not chosen and not _fixed(source):
         return TreePlan(None, (), (), (), tuple(skipped))
     variants = tuple(check(source.path, p, source.sha) for p in chosen)
     applied = tuple(AppliedPatch(p.name, v.name, sha256_of(v), p.fixes) for p, v in zip(chosen, variants))
-    key = source.sha or "local-" + hashlib.sha256(str(source.path.resolve()).encode()).hexdigest()[:12]
+    key = source.sha if _fixed(source) else "local-" + hashlib.sha256(str(source.path.resolve()).encode()).hexdigest()[:12]
     dest = cache_dir() / "trees" / f"{key}-{patch_set_id(list(variants)) if variants else 'pristine'}" / "src"
     return TreePlan(dest, tuple(chosen), variants, applied, tuple(skipped))
 
@@ -363,7 +369,7 @@ def prepare(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
     root.mkdir(parents=True, exist_ok=True)
     # A git sha names fixed content, so a finished copy is reused; a local tree may have
     # changed since, so it is copied afresh.
-    if source.sha and dest.is_dir() and _stamp_ok(dest, applied):
+    if _fixed(source) and dest.is_dir() and _stamp_ok(dest, applied):
         ui.info(f"patched tree: {dest} (reused)")
         return PreparedTree(dest, applied, tuple(skipped))
     ui.step(f"patches: {', '.join(p.name for p in chosen)}")
@@ -387,7 +393,7 @@ def prepare(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
         (work / STAMP).write_text(json.dumps({"source": str(source.path), "sha": source.sha,
                                               "applied": [vars(a) for a in applied]}, indent=2))
         if dest.exists():
-            if source.sha and _stamp_ok(dest, applied):   # another process finished first
+            if _fixed(source) and _stamp_ok(dest, applied):   # another process finished first
                 return PreparedTree(dest, applied, tuple(skipped))
             shutil.rmtree(dest)  # unfinished or stale: never trusted
         os.replace(work, dest)

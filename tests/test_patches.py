@@ -288,6 +288,13 @@ def test_unfinished_tree_is_replaced_and_local_trees_recopied(tmp_path, tree, ca
     (tree / "ggml/src/extra.h").write_text("new\n")
     assert (PT.prepare(SourceTree(tree, None, {}), recipe(tmp_path), DL, patches_dir=pdir).path
             / "ggml/src/extra.h").is_file()
+    # a user's --source checkout at the pinned sha may carry uncommitted edits: never a reused copy
+    checkout = SourceTree(tree, SHA, {"kind": "local"})
+    first = PT.prepare(checkout, recipe(tmp_path), DL, patches_dir=pdir)
+    assert first.path != dest and first.path.parent.name.startswith("local-")
+    (tree / "ggml/src/extra.h").write_text("edited\n")
+    again = PT.prepare(checkout, recipe(tmp_path), DL, patches_dir=pdir)
+    assert (again.path / "ggml/src/extra.h").read_text() == "edited\n"
 
 
 @pytest.mark.parametrize("meta,message", [
