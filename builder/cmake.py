@@ -61,6 +61,7 @@ class Overrides:
     engine: str = "auto"              # docker | podman | a path
     accept_blackwell_regression: bool = False
     patches: tuple[str, ...] = ()     # --patch: opt-in patches to apply
+    unit_from: tuple[tuple[str, str], ...] = ()  # --unit-from NAME=DIR: units built elsewhere, merged as they are
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,7 @@ class UnitPlan:
     env: tuple[tuple[str, str], ...] = ()
     toolchain: dict = field(default_factory=dict)
     key: str = ""
+    tree: str = ""                    # the patch set applied to the source ("" = pristine)
 
     def abi(self) -> dict:
         d = dict(self.defines)
@@ -189,7 +191,7 @@ def plan_unit(recipe: Recipe, unit: Unit, source_dir: Path, sha: str | None, o: 
     build = (cmake_bin, "--build", str(build_dir), "-j", str(jobs), "--target", *targets)
     return UnitPlan(recipe=recipe.name, unit=unit, sha=sha, source_dir=source_dir, build_dir=build_dir, defines=final,
                     targets=tuple(targets), configure=configure, build=build, env=tuple(env), toolchain=tools,
-                    key=key)
+                    key=key, tree=tree_id)
 
 
 def command_line(argv: tuple[str, ...]) -> str:

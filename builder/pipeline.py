@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import (cmake, collect, container, cudapolicy, features, manifest, outdir, patches, rocmpolicy,
-                     toolchain, ui)
+                     toolchain, ui, unitfolder)
 from builder.bundle import place_bundle, plan_bundle
 from builder.errors import AssembleError
 from builder.recipe import Mirror, Recipe
@@ -31,6 +31,8 @@ class BuildRequest:
     verify: bool = True
     keep: int | None = None
     wait: bool = True
+    lib_paths: tuple[str, ...] = ()             # extra folders the bundler searches (e.g. cuBLAS from a wheel)
+    only_unit: str | None = None                # build this unit alone, for --unit-from elsewhere; no runtime
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,18 @@ class Prepared:
     containers: tuple[str | None, ...]          # per plan: the container it builds in, or None (host)
     cuda_policy: dict                           # unit name -> what the CUDA policy recorded
     hip_policy: dict                            # unit name -> what the ROCm policy recorded
+    adopted: dict = field(default_factory=dict)  # unit name -> description of a unit folder built elsewhere
 
 
-def _cuda_toolkit_for(recipe: Recipe, o: cmake.Overrides) -> tuple[toolchain.CudaToolkit | None, str | None]:
-    """The toolkit the recipe's CUDA unit will compile with: the host's, or its container's."""
+def _cuda_toolkit_for(recipe: Recipe, o: cmake.Overrides,
+                     adopted: dict | None = None) -> tuple[toolchain.CudaToolkit | None, str | None]:
+    """The toolkit the recipe's CUDA unit compiles with: the host's, its container's, or (a unit built
+    elsewhere) the one its folder records."""
     unit = next((u for u in recipe.units if "cuda" in u.backends), None)
     if unit is None:
         return None, None
+    if adopted and unit.name in adopted:
+        return unitfolder.recorded_cuda(adopted[unit.name])[0], adopted[unit.name].get("container")
     name = container.unit_container(unit.container, o.container)
     if name is None:
         return toolchain.cuda_toolkit(o.cuda_root), None
@@ -57,8 +64,11 @@ def _cuda_toolkit_for(recipe: Recipe, o: cmake.Overrides) -> tuple[toolchain.Cud
     return container.probe_cuda(engine, container.ensure_image(engine, name)), name
 
 
-def _patch_context(recipe: Recipe, overrides: cmake.Overrides, cuda) -> patches.PatchContext:
+def _patch_context(recipe: Recipe, overrides: cmake.Overrides, cuda, adopted: dict | None = None) -> patches.PatchContext:
     archs = tuple(overrides.cuda_archs or (recipe.cuda.architectures if recipe.cuda else ()))
+    cuda_unit = next((u.name for u in recipe.units if "cuda" in u.backends), None)
+    if adopted and cuda_unit in adopted:
+        archs = unitfolder.recorded_cuda(adopted[cuda_unit])[1]
     return patches.PatchContext(backends=recipe.backends, cuda_version=cuda.version if cuda else None,
                                 cuda_archs=archs,
                                 backend_dl=dict(cmake.BASE_DEFINES + recipe.defines).get("GGML_BACKEND_DL") == "ON")
@@ -88,19 +98,28 @@ def _with_patches(recipe: Recipe, overrides: cmake.Overrides) -> Recipe:
     return dataclasses.replace(recipe, patches_on=tuple(dict.fromkeys(recipe.patches_on + overrides.patches)))
 
 
-def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides) -> Prepared:
-    """Source, features, patches, toolkit policy and plans: every refusal happens here, before CMake runs."""
+def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides, only_unit: str | None = None) -> Prepared:
+    """Source, features, patches, toolkit policy and plans: every refusal happens here, before CMake runs.
+
+    Units named by --unit-from are adopted from their folders instead of planned; with only_unit,
+    that unit alone is planned (the others are built elsewhere)."""
     recipe = _with_patches(recipe, overrides)
+    imported = dict(overrides.unit_from)
+    unitfolder.check_names(recipe, list(imported) + ([only_unit] if only_unit else []))
+    if only_unit and only_unit in imported:
+        raise AssembleError(f"unit {only_unit} is both to be built (--only-unit) and taken from a folder (--unit-from)",
+                            where="--only-unit", fix="drop one of the two")
+    adopted = {name: unitfolder.read(folder, recipe, name) for name, folder in imported.items()}
+    wanted = [u for u in recipe.units if (u.name == only_unit if only_unit else True)]
     tree = local_tree(source, recipe) if source else pinned_tree(with_mirrors(recipe, overrides.mirrors))
     report = features.require(tree.path, recipe)
     ui.info(f"features present: {', '.join(sorted(report.present)) or '(none required)'}")
-    cuda, cuda_container = _cuda_toolkit_for(recipe, overrides)
-    ctx = _patch_context(recipe, overrides, cuda)
+    cuda, cuda_container = _cuda_toolkit_for(recipe, overrides, adopted)
+    ctx = _patch_context(recipe, overrides, cuda, adopted)
     archs = ctx.cuda_archs
     prepared_tree = patches.prepare(tree, recipe, ctx)  # says what it applied
     policy = {}
-    if "cuda" in recipe.backends:
-        unit = next(u for u in recipe.units if "cuda" in u.backends)
+    for unit in (u for u in wanted if "cuda" in u.backends):
         where = f"{recipe.path}: unit {unit.name}" + (f" (container {cuda_container})" if cuda_container else "")
         result = cudapolicy.check_cuda_unit(
             cuda, archs, where=where,
@@ -111,20 +130,45 @@ def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides) -> P
             ui.warn(result.note)
         policy[unit.name] = result.as_manifest()
     hip_policy = {}
-    for unit in (u for u in recipe.units if "hip" in u.backends):
+    for unit in (u for u in wanted if "hip" in u.backends):
+        # an adopted HIP unit still needs this host's ROCm: its libraries and kernel data get bundled
+        targets = (unitfolder.recorded_hip_targets(adopted[unit.name]) if unit.name in adopted
+                   else (overrides.hip_target,) if overrides.hip_target else recipe.hip.targets)
         hip_policy[unit.name] = rocmpolicy.check_hip_unit(
-            toolchain.rocm(overrides.rocm_path),
-            (overrides.hip_target,) if overrides.hip_target else recipe.hip.targets,
+            toolchain.rocm(overrides.rocm_path), targets,
             multi_arch_risk=recipe.hip.multi_arch_risk, where=f"{recipe.path}: unit {unit.name}",
             rocm_path=overrides.rocm_path)
         for note in hip_policy[unit.name].get("notes", []):
             ui.warn(note)
     tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in prepared_tree.applied)
-    plans = tuple(cmake.plan_unit(recipe, unit, prepared_tree.path, tree.sha, overrides, tree_id,
-                                  strict=container.unit_container(unit.container, overrides.container) is None)
-                  for unit in recipe.units)
-    containers = tuple(container.unit_container(u.container, overrides.container) for u in recipe.units)
-    return Prepared(tree, prepared_tree, report, plans, containers, policy, hip_policy)
+    plans = tuple(unitfolder.adopt(adopted[unit.name], recipe, unit.name, tree.sha, tree_id) if unit.name in adopted
+                  else cmake.plan_unit(recipe, unit, prepared_tree.path, tree.sha, overrides, tree_id,
+                                       strict=container.unit_container(unit.container, overrides.container) is None)
+                  for unit in wanted)
+    containers = tuple(None if u.name in adopted else container.unit_container(u.container, overrides.container)
+                       for u in wanted)
+    return Prepared(tree, prepared_tree, report, plans, containers, policy, hip_policy, adopted)
+
+
+def _run_plan(plan: cmake.UnitPlan, where: str | None, engine: str) -> None:
+    """Compile one unit on the host or in its container, and describe it for --unit-from."""
+    if where:
+        container.run_unit(container.plan_for(plan, container=where, engine=container.find_engine(engine)))
+    else:
+        cmake.run_unit(plan)
+    unitfolder.write(plan, where)
+
+
+def build_unit(req: BuildRequest) -> Path:
+    """--only-unit: compile one unit of a multi-unit recipe for another machine's --unit-from."""
+    prepared = prepare(req.recipe, req.source, req.overrides, only_unit=req.only_unit)
+    plan, where = prepared.plans[0], prepared.containers[0]
+    _run_plan(plan, where, req.overrides.engine)
+    collect.collect_unit(plan)  # every target and module it owes is there
+    ui.step(ui.ok(f"unit {plan.unit.name} ready: {plan.build_dir}"))
+    ui.info(f"copy its bin/ and {unitfolder.UNIT_FILE} to the merging machine, then: "
+            f"assemble build --recipe {req.recipe.name} --unit-from {plan.unit.name}=DIR")
+    return plan.build_dir
 
 
 def with_mirrors(recipe: Recipe, extra: tuple[str, ...]) -> Recipe:
@@ -142,22 +186,23 @@ def build(req: BuildRequest) -> Path:
     ui.step(f"recipe {recipe.name}: {recipe.description}")
     # The output lock is taken first: an unwritable --out fails in a second, not after the compile,
     # and a second run for the same output waits (or refuses) instead of building alongside.
+    lib_dirs = _lib_paths(req.lib_paths)  # a typo fails now, not after the compile
     with outdir.locked(out, wait=req.wait):
         outdir.clear_leftovers(out)
         prepared = prepare(recipe, req.source, req.overrides)
         outputs = []
         for plan, where in zip(prepared.plans, prepared.containers):
-            if where:
-                container.run_unit(container.plan_for(plan, container=where,
-                                                      engine=container.find_engine(req.overrides.engine)))
+            if plan.unit.name in prepared.adopted:
+                ui.step(f"unit {plan.unit.name}: built elsewhere, taken from {plan.build_dir}")
             else:
-                cmake.run_unit(plan)
+                _run_plan(plan, where, req.overrides.engine)
             outputs.append(collect.collect_unit(plan))
         own = collect.merge_units(outputs)
         staging = outdir.staging_dir(out)
         try:
             ui.step(f"bundle into {staging.name}")
-            bundle_plan = plan_bundle(own, recipe=recipe, search_dirs=_toolchain_lib_dirs(prepared.plans))
+            bundle_plan = plan_bundle(own, recipe=recipe,
+                                      search_dirs=lib_dirs + _toolchain_lib_dirs(prepared.plans))
             result = place_bundle(bundle_plan, staging)
             manifest.write(staging, _manifest_body(recipe, prepared, result))
             if req.verify:
@@ -172,6 +217,16 @@ def build(req: BuildRequest) -> Path:
             shutil.rmtree(staging, ignore_errors=True)
             raise
     ui.step(ui.ok(f"runtime ready: {out}"))
+    return out
+
+
+def _lib_paths(paths: tuple[str, ...]) -> list[Path]:
+    out = []
+    for p in paths:
+        if not Path(p).is_dir():
+            raise AssembleError("no such folder", where=f"--lib-path {p}",
+                                fix="name a folder holding shared libraries (e.g. a wheel's nvidia/cublas/lib)")
+        out.append(Path(p).resolve())
     return out
 
 
@@ -207,12 +262,14 @@ def _manifest_body(recipe: Recipe, prepared: Prepared, result) -> dict:
             "patches": [{"name": p.name, "file": p.file, "sha256": p.sha256, "fixes": p.fixes}
                         for p in prepared.build_tree.applied],
         },
-        "gpu_targets": {"cuda": list(dict(prepared.plans[0].defines).get("CMAKE_CUDA_ARCHITECTURES", "").split(";"))
-                        if any("cuda" in p.unit.backends for p in prepared.plans) else [],
+        "gpu_targets": {"cuda": [a for p in prepared.plans
+                                 for a in dict(p.defines).get("CMAKE_CUDA_ARCHITECTURES", "").split(";") if a],
                         "hip": [t for p in prepared.plans for t in dict(p.defines).get("GPU_TARGETS", "").split(";") if t]},
         "units": [{"name": p.unit.name, "backends": list(p.unit.backends), "container": c,
                    "cuda_policy": prepared.cuda_policy.get(p.unit.name),
                    "hip_policy": prepared.hip_policy.get(p.unit.name),
+                   "built_elsewhere": (unitfolder.origin(prepared.adopted[p.unit.name])
+                                       if p.unit.name in prepared.adopted else None),
                    "build_dir": str(p.build_dir), "configure": list(p.configure), "build": list(p.build),
                    "defines": dict(p.defines), "toolchain": p.toolchain}
                   for p, c in zip(prepared.plans, prepared.containers)],

@@ -9,11 +9,16 @@ Nothing here runs the runtime's code. Every answer comes from ELF headers
   never-bundled libraries  no driver, loader or link-time stub was copied in
   <vendor> data            rocBLAS/hipBLASLt data folders where the library itself reads them,
                            with files for every GPU target the runtime was built for
+  hip code objects         libggml-hip.so carries code for each of those targets (a sibling arch
+                           loads, then faults)
+  glibc floor              this host's glibc is at least the newest version the runtime's files ask for
 """
 
 from __future__ import annotations
 
 import os
+import platform
+import re
 import struct
 from collections import deque
 from dataclasses import dataclass
@@ -37,7 +42,10 @@ _VENDOR_NAMES = {"rocblas": "rocBLAS", "hipblaslt": "hipBLASLt"}
 _KERNEL_SUFFIXES = (".co", ".hsaco")
 
 
-def run(runtime: Path, manifest: dict | None, backends: tuple[str, ...], recipe=None) -> list[Check]:
+def run(runtime: Path, manifest: dict | None, backends: tuple[str, ...], recipe=None,
+        extra_hip_targets: tuple[str, ...] = (), here: bool = True) -> list[Check]:
+    """here=False: the runtime is checked for another host (verify --static), so this host's glibc
+    being older is a warning, not a failure."""
     runtime = Path(runtime).resolve()
     unreadable: list[str] = []
     files = _elf_files(runtime, manifest, unreadable)
@@ -51,8 +59,66 @@ def run(runtime: Path, manifest: dict | None, backends: tuple[str, ...], recipe=
         _never_check(runtime, files, manifest, recipe),
     ]
     hip_targets = tuple(((manifest or {}).get("gpu_targets") or {}).get("hip") or ())
+    hip_targets += tuple(t for t in extra_hip_targets if t not in hip_targets)
     checks += data_checks(runtime, hip_targets)
+    checks += hip_code_checks(runtime, hip_targets)
+    checks.append(glibc_check((manifest or {}).get("glibc_min"), host_glibc(), here))
     return checks
+
+
+# --- what this host can run ----------------------------------------------------
+
+def host_glibc() -> str | None:
+    libc, version = platform.libc_ver()
+    return version if libc == "glibc" and version else None
+
+
+def _vt(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v))
+
+
+def glibc_check(need: str | None, have: str | None, here: bool) -> Check:
+    if not need:
+        return Check("glibc floor", PASS, "the manifest records no GLIBC_ symbol versions")
+    if not have:
+        return Check("glibc floor", SKIP, f"not run: this host's C library is not glibc (the runtime needs {need})")
+    if _vt(have) >= _vt(need):
+        return Check("glibc floor", PASS, f"needs glibc {need}, this host has {have}")
+    return Check("glibc floor", FAIL if here else WARN,
+                 f"needs glibc {need}, this host has {have}: its binaries will not start here",
+                 "run it on a host (or image) with that glibc or newer, or build on an older distribution "
+                 "(a container unit) to lower the floor")
+
+
+# --- HIP code objects ------------------------------------------------------------
+
+# Offload bundle entry ids, e.g. "hipv4-amdgcn-amd-amdhsa--gfx1100" or "...--gfx90a:xnack-".
+_HIP_ENTRY = re.compile(rb"(?:hip|hipv4|openmp)-amdgcn-amd-amdhsa-[a-z0-9]*-(gfx[0-9a-f]+)")
+_COMPRESSED_BUNDLE = b"CCOB"
+
+
+def hip_archs(module: Path) -> tuple[set[str], bool]:
+    """The gfx archs libggml-hip.so carries code for, and whether some bundles were compressed
+    (their entry ids are then inside the compressed data and cannot be read here)."""
+    data = module.read_bytes()
+    return {m.decode() for m in _HIP_ENTRY.findall(data)}, _COMPRESSED_BUNDLE in data
+
+
+def hip_code_checks(runtime: Path, targets: tuple[str, ...]) -> list[Check]:
+    module = runtime / "bin" / "libggml-hip.so"
+    if not module.is_file() or not targets:
+        return []
+    archs, compressed = hip_archs(module)
+    wanted = sorted({t.split(":", 1)[0] for t in targets})
+    missing = [t for t in wanted if t not in archs]
+    if not archs:
+        reason = ("its offload bundles are compressed" if compressed else "no amdgcn offload bundle found")
+        return [Check("hip code objects", SKIP, f"not run: {reason}, so the archs it carries are unknown")]
+    if missing:
+        return [Check("hip code objects", FAIL, f"bin/{module.name} has code for {', '.join(sorted(archs))}, not for "
+                      f"{', '.join(missing)}: on such a card it loads, then faults (a sibling arch is no substitute)",
+                      f"build the rocm unit for that arch: --hip-target {missing[0]}")]
+    return [Check("hip code objects", PASS, f"bin/{module.name} carries {', '.join(sorted(archs))}")]
 
 
 # --- the files ---------------------------------------------------------------

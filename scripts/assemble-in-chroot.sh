@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Run this checkout's `assemble` inside a chroot -- the Debian sid one from
+# scripts/rocm-sid-chroot.sh -- as a ROCm 6.4 build host would run it.
+#
+#   scripts/assemble-in-chroot.sh [--chroot DIR] [--bind PATH]... -- ASSEMBLE-ARGS...
+#     --chroot DIR   default /var/tmp/sid-rocm (needs root: bind mounts, chroot)
+#     --bind PATH    also bind PATH read-write at the same path inside (e.g. the --out parent)
+#     ASSEMBLE_CACHE the assemble cache, bound read-write at the same path (default ~/.cache/assemble)
+#
+# The checkout is bound read-only and run from there (PYTHONPATH) with the chroot's venv
+# (/opt/assemble-venv: pyproject's dependencies), under `env -i` and `nice`. Every path is
+# the same inside and out, so build folders, manifests and logs name real host paths.
+# Everything mounted is unmounted on every exit path. Exit status: assemble's.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+dir=/var/tmp/sid-rocm
+binds=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --chroot) dir=${2:?--chroot needs a folder}; shift 2 ;;
+    --bind) binds+=("${2:?--bind needs a path}"); shift 2 ;;
+    --) shift; break ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "assemble-in-chroot: unknown option $1 -- fix: see --help" >&2; exit 2 ;;
+  esac
+done
+[ $# -gt 0 ] || { echo "assemble-in-chroot: no assemble arguments -- fix: add them after --" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "assemble-in-chroot: needs root (bind mounts, chroot)" >&2; exit 2; }
+[ -x "$dir/opt/assemble-venv/bin/python3" ] || { echo "assemble-in-chroot: $dir has no /opt/assemble-venv -- fix: scripts/rocm-sid-chroot.sh $dir" >&2; exit 2; }
+cache=${ASSEMBLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/assemble}
+mkdir -p "$cache"
+cache=$(cd "$cache" && pwd -P)
+
+# a leftover rw bind of the cache would make `rm -rf CHROOT` delete it: undo every mount
+mounted=()
+cleanup() { for ((i=${#mounted[@]}-1; i>=0; i--)); do umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}"; done; }
+trap cleanup EXIT
+bind() {  # bind SRC at the same path inside the chroot; ro as 2nd arg
+  mkdir -p "$dir$1"
+  mountpoint -q "$dir$1" && return 0
+  mount --bind "$1" "$dir$1"; mounted+=("$dir$1")
+  [ "${2:-}" = ro ] && mount -o remount,bind,ro "$dir$1"
+  return 0
+}
+if ! mountpoint -q "$dir/proc"; then mount -t proc proc "$dir/proc"; mounted+=("$dir/proc"); fi  # hipconfig reads /proc/self/exe
+if ! mountpoint -q "$dir/dev"; then mount --bind /dev "$dir/dev"; mounted+=("$dir/dev"); fi    # /dev/null, /dev/kfd if any
+bind "$repo" ro
+bind "$cache"
+for b in "${binds[@]}"; do mkdir -p "$b"; bind "$(cd "$b" && pwd -P)"; done
+
+set +e
+chroot "$dir" env -i PATH=/opt/assemble-venv/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
+  TERM="${TERM:-dumb}" PYTHONPATH="$repo" PYTHONDONTWRITEBYTECODE=1 ASSEMBLE_CACHE="$cache" \
+  nice -n 19 python3 -m builder "$@"
+rc=$?
+exit $rc
