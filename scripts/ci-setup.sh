@@ -4,11 +4,12 @@
 #   - Vulkan on the CPU: Mesa's lavapipe + the loader (libvulkan1), Debian 12's glslc
 #   - Vulkan headers newer than Debian 12's 1.3.239 (this llama.cpp needs 1.4.x):
 #     libvulkan-dev + spirv-headers from Debian 13 (trixie), headers only, unpacked over /
+#   - debootstrap: the Debian sid chroot with ROCm 6.4 (tests/test_rocm_chroot.py)
 # Idempotent; run as root.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in ccache libvulkan1 mesa-vulkan-drivers glslc; do
+for pkg in ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

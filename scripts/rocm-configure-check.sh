@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Configure -- never build -- the `rocm` recipe's HIP unit inside the Debian sid chroot
-# (scripts/rocm-sid-chroot.sh), planned by the project's own builder.cmake.plan_unit and
-# checked first by builder.rocmpolicy.check_hip_unit against sid's ROCm.
+# Configure the `rocm` recipe's HIP unit inside the Debian sid chroot (scripts/rocm-sid-chroot.sh),
+# planned by the project's own builder.cmake.plan_unit and checked first by
+# builder.rocmpolicy.check_hip_unit against sid's ROCm; then compile one HIP object and read
+# which gfx archs its offload bundle carries. The cheap, CI-sized part of the ROCm validation
+# (scripts/rocm-validate.sh compiles, bundles and verifies the whole runtime).
 #
 #   scripts/rocm-configure-check.sh [CHROOT] [--json FILE]
 #     CHROOT                  default /var/tmp/sid-rocm (needs root: bind mounts, chroot)
 #     ROCM_CHECK_TARGETS      gfx targets to check and plan     (default "gfx1100 gfx1201")
 #     ROCM_CHECK_CONFIGURE    of those, which to configure      (default "gfx1100")
 #     ROCM_CHECK_HIP_FLAGS=0  leave out the record's hip_flags (shows why they are needed)
+#     ROCM_CHECK_OBJECT       HIP source (under ggml/src/ggml-cuda) compiled after the configure
+#                             (default acc.cu; empty: none)
 #     ASSEMBLE_CACHE          the assemble cache (sources, trees, build folders)
 #
 # On the host: the pinned source is fetched (or reused) and patched as a build would.
@@ -66,11 +70,11 @@ bind "$cache"
 # 3. chroot: policy, plan, configure
 report=$(chroot "$dir" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
   PYTHONPATH="$repo" PYTHONDONTWRITEBYTECODE=1 ASSEMBLE_CACHE="$cache" ROCM_PATH=/usr TREE_JSON="$tree_json" \
-  WITH_HIP_FLAGS="${ROCM_CHECK_HIP_FLAGS:-1}" TARGETS="${ROCM_CHECK_TARGETS:-gfx1100 gfx1201}" CONFIGURE="${ROCM_CHECK_CONFIGURE:-gfx1100}" \
+  WITH_HIP_FLAGS="${ROCM_CHECK_HIP_FLAGS:-1}" OBJECT="${ROCM_CHECK_OBJECT-acc.cu}" TARGETS="${ROCM_CHECK_TARGETS:-gfx1100 gfx1201}" CONFIGURE="${ROCM_CHECK_CONFIGURE:-gfx1100}" \
   nice -n 19 python3 - <<'PY'
 import json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
-from builder import cmake, rocmpolicy, toolchain
+from builder import cmake, rocmpolicy, staticcheck, toolchain
 from builder.errors import AssembleError
 from builder.recipe import load_recipe
 
@@ -131,6 +135,21 @@ def configure(plan):
     return result
 
 
+def compile_one(plan, source):
+    """One HIP translation unit through Ninja, as the build would compile it; its offload archs."""
+    obj = f"ggml/src/ggml-hip/CMakeFiles/ggml-hip.dir/__/ggml-cuda/{source}.o"
+    start = time.monotonic()
+    proc = subprocess.run([toolchain.ninja().path, "-C", str(plan.build_dir), obj],
+                          env=dict(os.environ, **dict(plan.env)), capture_output=True, text=True)
+    out = {"object": obj, "returncode": proc.returncode, "seconds": round(time.monotonic() - start, 1),
+           "tail": (proc.stdout + proc.stderr).strip().splitlines()[-5:]}
+    path = plan.build_dir / obj
+    if proc.returncode == 0 and path.is_file():
+        archs, compressed = staticcheck.hip_archs(path)
+        out.update(offload_archs=sorted(archs), compressed=compressed)
+    return out
+
+
 for target in os.environ["TARGETS"].split():
     where = f"{recipe.path}: unit {unit.name} (hip target {target})"
     entry = {}
@@ -140,16 +159,11 @@ for target in os.environ["TARGETS"].split():
     except AssembleError as exc:
         rec = None
         entry["refused"] = exc.line()
-    # cmake._hip_defines assumes <rocm>/llvm/bin/clang and sets ROCM_PATH, which sends Debian's
-    # clang to /usr/amdgcn/bitcode: the record's compiler and flags go in as defines (they win)
-    clang = rec["hip_compiler"] if rec else (rocmpolicy.hip_compiler(inst) if inst else None)
-    defines = [("CMAKE_HIP_COMPILER", clang)] if clang else []
-    libs = rec["device_libs"] if rec else (rocmpolicy.device_libs(inst, clang) if clang else None)
-    flags = rocmpolicy.hip_flags(inst, libs) if libs else []
-    if flags and os.environ.get("WITH_HIP_FLAGS", "1") == "1":
-        defines.append(("CMAKE_HIP_FLAGS", " ".join(flags)))
+    # the plan takes compiler and device-library flags from the ROCm tree found (cmake._hip_defines);
+    # ROCM_CHECK_HIP_FLAGS=0 empties the flags to show what breaks without them
+    defines = (("CMAKE_HIP_FLAGS", ""),) if os.environ.get("WITH_HIP_FLAGS", "1") != "1" else ()
     o = cmake.Overrides(hip_target=target, rocm_path=inst.root if inst else None, launcher="none",
-                        defines=tuple(defines))
+                        defines=defines)
     plan = cmake.plan_unit(recipe, unit, Path(tree["tree"]), tree["sha"], o, tree["tree_id"])
     entry["configure_command"] = cmake.command_line(plan.configure)
     entry["env"] = dict(plan.env)
@@ -160,6 +174,8 @@ for target in os.environ["TARGETS"].split():
         else:
             print(f"configuring {target} in {plan.build_dir} ...", file=sys.stderr)
             entry["configure"] = configure(plan)
+            if entry["configure"]["returncode"] == 0 and os.environ["OBJECT"]:
+                entry["object"] = compile_one(plan, os.environ["OBJECT"])
     report["units"][target] = entry
 print(json.dumps(report, indent=1))
 PY
