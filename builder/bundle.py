@@ -25,7 +25,7 @@ import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from fnmatch import fnmatchcase, translate
+from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
@@ -178,11 +178,16 @@ def _same_content(a: Path, b: Path) -> bool:
     return _hash_file(a) == _hash_file(b)
 
 
+_SONAME_CHAR = "[A-Za-z0-9_.+-]"
+
+
 def _glob_regex(glob_pattern: str) -> bytes:
-    """A soname glob as a regex over a library's strings ("libamd_comgr.so*" -> libamd_comgr\\.so[...]*)."""
-    body = translate(glob_pattern)            # '(?s:libamd_comgr\\.so.*)\\Z'
-    body = body.removeprefix("(?s:").removesuffix(")\\Z").replace(".*", r"[A-Za-z0-9_.+-]*")
-    return body.encode()
+    """A soname glob as a regex over a library's strings ("libamd_comgr.so*" -> libamd_comgr\\.so[...]*).
+
+    Written out here, not via fnmatch.translate, whose output format changes between Pythons
+    (3.14 ends it with \\z): `*` and `?` match soname characters only, everything else literally."""
+    parts = {"*": _SONAME_CHAR + "*", "?": _SONAME_CHAR}
+    return "".join(parts.get(c, re.escape(c)) for c in glob_pattern).encode()
 
 
 def _own_names(own: Sequence[OwnFile]) -> tuple[dict[str, ElfInfo | None], dict[str, str], dict[str, tuple[str, ...]]]:

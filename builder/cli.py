@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 import traceback
+from pathlib import Path
 
 from builder import __version__, ui
 from builder.errors import AssembleError
@@ -68,4 +69,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
         ui.error(f"{where}{exc.strerror or exc} -- fix: check free space and permissions there (--debug shows where)")
+        return 1
+    except Exception as exc:  # a bug in assemble: still one line, the traceback on request
+        if args.debug:
+            traceback.print_exc()
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        ui.error(f"internal error: {type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno}) "
+                 "-- fix: this is a bug in assemble; rerun with --debug and report the traceback")
         return 1

@@ -33,11 +33,10 @@ inside() { "$repo/scripts/assemble-in-chroot.sh" --chroot "$CHROOT" --bind "$WOR
 here() { python3 -m builder "$@"; }
 log() { echo "== $*" | tee -a "$RESULTS/validate.log"; }
 expect_fail() {  # expect_fail NAME CMD...: the command must exit non-zero; its output is kept
-  local name=$1; shift
-  if "$@" > "$RESULTS/$name.out" 2> "$RESULTS/$name.err"; then
-    log "UNEXPECTED: $name passed"; return 1
-  fi
-  log "$name failed as it must (exit $?): $(grep -m1 -E 'FAIL|error:' "$RESULTS/$name.err" || true)"
+  local name=$1 rc=0; shift
+  "$@" > "$RESULTS/$name.out" 2> "$RESULTS/$name.err" || rc=$?
+  if [ "$rc" = 0 ]; then log "UNEXPECTED: $name passed"; return 1; fi
+  log "$name failed as it must (exit $rc): $(grep -m1 -E 'FAIL|error:' "$RESULTS/$name.err" || true)"
 }
 
 stage_chroot() {

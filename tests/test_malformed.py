@@ -212,3 +212,18 @@ def test_subprocess_errors_are_one_line_and_debug_shows_traceback(tmp_path):
     usage = assemble("package")
     assert usage.returncode == 2 and len(usage.stderr.strip().splitlines()) == 1
 
+
+
+def test_a_bug_in_assemble_is_one_line_too(monkeypatch, capsys):
+    """An exception nobody foresaw (a bug) still ends in one line and exit 1; --debug adds the traceback."""
+    from builder.commands import list as list_command
+
+    def broken(args):
+        raise ValueError("unbalanced parenthesis at position 32")
+    monkeypatch.setattr(list_command, "run", broken)
+    assert cli.main(["list"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "internal error: ValueError: unbalanced parenthesis at position 32" in err and "--debug" in err
+    assert cli.main(["list", "--debug"]) == 1
+    assert "Traceback" in capsys.readouterr().err
