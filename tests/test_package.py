@@ -263,7 +263,8 @@ def test_matrix_covers_every_recipe_and_hip_target():
     recipes = all_recipes()
     for r in recipes:
         mine = [e for e in entries if e.recipe == r.name]
-        assert len(mine) == (len(r.hip.targets) if "hip" in r.backends else 1), r.name
+        units = len(r.units) - 1 if matrix.split_units(r) else 0   # one --only-unit job per unit after the first
+        assert len(mine) == (len(r.hip.targets) if "hip" in r.backends else 1) + units, r.name
     by = {e.name: e for e in entries}
     assert by["cpu"].needs.summary == "C/C++ compiler only" and by["cpu"].gpu_arch == "none"
     assert by["cuda-vulkan"].needs.cuda_toolkit == ">=12.8" and by["cuda-vulkan"].needs.vulkan_sdk  # sm_120
@@ -283,10 +284,32 @@ def test_matrix_hip_targets_and_github_format():
     assert include[1]["artifact"] == f"runtime-rocm-gfx942-{load_recipe('rocm').pin.sha[:12]}-linux-x86_64"
 
 
+def test_matrix_splits_a_recipe_whose_units_need_different_toolkits():
+    """rocm-cuda-units: the CUDA unit on a CUDA runner, once; per gfx target a ROCm runner merges it."""
+    entries = matrix.entries([load_recipe("rocm-cuda-units")], hip_targets=("gfx1100", "gfx942"))
+    unit, *merges = entries
+    assert unit.unit == "cuda" and unit.args == "--recipe rocm-cuda-units --only-unit cuda"
+    assert unit.needs.cuda_toolkit and unit.needs.rocm is None and unit.artifact.startswith("unit-rocm-cuda-units-cuda-")
+    assert [m.name for m in merges] == ["rocm-cuda-units-gfx1100", "rocm-cuda-units-gfx942"]
+    for m, gfx in zip(merges, ("gfx1100", "gfx942")):
+        assert m.after == (unit.name,) and m.unit is None and m.gpu_arch == gfx
+        assert m.args == f"--recipe rocm-cuda-units --hip-target {gfx} --unit-from cuda={unit.artifact}"
+        assert m.needs.rocm == ">=6.1" and m.needs.cuda_toolkit is None and "cuBLAS" in m.needs.summary
+    # a container unit keeps the recipe on one runner
+    assert not matrix.split_units(load_recipe("rocm-cuda128")) and not matrix.split_units(load_recipe("rocm-cuda"))
+
+
 def test_matrix_args_are_accepted_by_assemble():
-    """Every entry's arguments plan cleanly (show parses exactly what build parses)."""
+    """Every entry's arguments plan cleanly (show parses exactly what build parses); unit and merge
+    jobs' --only-unit / --unit-from are build options, parsed by build's own parser."""
+    from builder import cli
     for e in matrix.entries():
         args = e.args.split()
+        if e.unit or e.after:
+            parsed = cli.parser().parse_args(["build", *args])
+            assert parsed.only_unit == e.unit and len(parsed.unit_from) == len(e.after), e.name
+            args = [a for a in args if not a.startswith("--only-unit") and not a.startswith("--unit-from")
+                    and a not in (e.unit,) and "=unit-" not in a]
         proc = assemble("show", args[1], *args[2:], "--json", "--container", "none")
         assert proc.returncode == 0, (e.name, proc.stderr)
         if e.gpu_arch.startswith("gfx"):
@@ -418,3 +441,11 @@ def test_real_cpu_runtime_packages_reproducibly(cpu_runtime, tmp_path):
     vendor = [f for f in data["files"] if f["role"] == "vendor"]
     listed = {c["bom-ref"] for c in bom["components"]}
     assert all(f"file:{f['path']}" in listed for f in vendor)
+
+
+def test_matrix_stages_put_unit_jobs_first():
+    units = json.loads(assemble("matrix", "--stage", "units", check=True).stdout)
+    rest = json.loads(assemble("matrix", "--stage", "runtimes", check=True).stdout)
+    assert units and all(e["unit"] for e in units) and not any(e["unit"] for e in rest)
+    assert {n for e in rest for n in e["after"]} <= {e["name"] for e in units}
+    assert len(units) + len(rest) == len(json.loads(assemble("matrix", check=True).stdout))

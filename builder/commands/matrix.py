@@ -24,6 +24,9 @@ def register(sub, common) -> None:
                    help="only this recipe (name, alias or .toml path); repeatable (default: every shipped recipe)")
     p.add_argument("--hip-targets", metavar="LIST", help="gfx targets to build every HIP recipe for, replacing "
                    "each recipe's own (e.g. gfx1100,gfx942)")
+    p.add_argument("--stage", choices=("all", "units", "runtimes"), default="all",
+                   help="units: only the --only-unit jobs of split recipes (run them first); runtimes: every "
+                        "other job (default: all)")
     p.set_defaults(func=run)
 
 
@@ -34,5 +37,8 @@ def run(args) -> int:
         targets = tuple(t.strip() for t in args.hip_targets.split(",") if t.strip())
         if not targets:
             raise AssembleError("--hip-targets is empty", fix="write e.g. --hip-targets gfx1100,gfx942")
-    print(render(entries(recipes, targets), args.format))
+    items = entries(recipes, targets)
+    if args.stage != "all":
+        items = [e for e in items if (e.unit is not None) == (args.stage == "units")]
+    print(render(items, args.format))
     return 0
