@@ -32,22 +32,13 @@ cache=${ASSEMBLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/assemble}
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd -P)
 
-# a leftover rw bind of the cache would make `rm -rf CHROOT` delete it: undo every mount
-mounted=()
-cleanup() { for ((i=${#mounted[@]}-1; i>=0; i--)); do umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}"; done; }
-trap cleanup EXIT
-bind() {  # bind SRC at the same path inside the chroot; ro as 2nd arg
-  mkdir -p "$dir$1"
-  mountpoint -q "$dir$1" && return 0
-  mount --bind "$1" "$dir$1"; mounted+=("$dir$1")
-  [ "${2:-}" = ro ] && mount -o remount,bind,ro "$dir$1"
-  return 0
-}
-if ! mountpoint -q "$dir/proc"; then mount -t proc proc "$dir/proc"; mounted+=("$dir/proc"); fi  # hipconfig reads /proc/self/exe
-if ! mountpoint -q "$dir/dev"; then mount --bind /dev "$dir/dev"; mounted+=("$dir/dev"); fi    # /dev/null, /dev/kfd if any
-bind "$repo" ro
-bind "$cache"
-for b in "${binds[@]}"; do mkdir -p "$b"; bind "$(cd "$b" && pwd -P)"; done
+# mounts at the same paths inside, undone on every exit path
+# shellcheck source=scripts/chroot-mounts.sh
+. "$repo/scripts/chroot-mounts.sh"
+chroot_system_mounts
+chroot_bind "$repo" ro
+chroot_bind "$cache"
+for b in "${binds[@]}"; do mkdir -p "$b"; chroot_bind "$(cd "$b" && pwd -P)"; done
 
 set +e
 chroot "$dir" env -i PATH=/opt/assemble-venv/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \

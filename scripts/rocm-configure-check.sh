@@ -51,21 +51,12 @@ print(json.dumps({"tree": str(prepared.path), "sha": tree.sha,
 PY
 )
 
-# 2. mounts, undone on every exit path (a leftover rw bind of the cache would make
-#    `rm -rf CHROOT` delete the cache)
-mounted=()
-cleanup() { for ((i=${#mounted[@]}-1; i>=0; i--)); do umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}"; done; }
-trap cleanup EXIT
-bind() {  # bind SRC at the same path inside the chroot; ro as 2nd arg
-  mkdir -p "$dir$1"
-  mountpoint -q "$dir$1" && return 0
-  mount --bind "$1" "$dir$1"; mounted+=("$dir$1")
-  [ "${2:-}" = ro ] && mount -o remount,bind,ro "$dir$1"
-  return 0
-}
-if ! mountpoint -q "$dir/proc"; then mount -t proc proc "$dir/proc"; mounted+=("$dir/proc"); fi  # hipconfig reads /proc/self/exe
-bind "$repo" ro
-bind "$cache"
+# mounts at the same paths inside, undone on every exit path
+# shellcheck source=scripts/chroot-mounts.sh
+. "$repo/scripts/chroot-mounts.sh"
+chroot_system_mounts
+chroot_bind "$repo" ro
+chroot_bind "$cache"
 
 # 3. chroot: policy, plan, configure
 report=$(chroot "$dir" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
