@@ -676,12 +676,30 @@ class Verdict:
         return {"state": self.state, "line": self.line}
 
 
+# Which recipe checks belong to which GPU toolkit (by check name), for units built elsewhere.
+_TOOLKIT_CHECKS = {"cuda": ("CUDA", "cuBLAS"), "hip": ("ROCm", "rocBLAS", "hip")}
+
+
+def _elsewhere_hint(recipe: Recipe, missing: list[Check]) -> str:
+    """A split recipe (matrix.split_units) whose only gaps are a later unit's toolkit can take that
+    unit from another machine."""
+    from builder.matrix import split_units
+    if not split_units(recipe):
+        return ""
+    for unit in recipe.units[1:]:
+        prefixes = tuple(p for b in unit.backends for p in _TOOLKIT_CHECKS.get(b, ()))
+        if prefixes and all(c.name.startswith(prefixes) for c in missing):
+            return (f"; or build its {unit.name} unit on a machine that has them (--only-unit {unit.name}) "
+                    f"and merge it here with --unit-from {unit.name}=DIR")
+    return ""
+
+
 def verdict(recipe: Recipe, checks: list[Check]) -> Verdict:
     mine = [c for c in checks if c.section == "recipe"]
     missing = [c for c in mine if c.status == MISSING]
     if missing:
         return Verdict(MISSING, f"{recipe.name}: not buildable here: missing " +
-                       "; ".join(f"{c.name} ({c.found})" for c in missing))
+                       "; ".join(f"{c.name} ({c.found})" for c in missing) + _elsewhere_hint(recipe, missing))
     slower = [c for c in mine if c.status == WARN]
     if slower:
         return Verdict("slower", f"{recipe.name}: will work but slower: " +

@@ -702,3 +702,15 @@ def test_real_machine(monkeypatch):
         assert report.facts.glslc.extensions["GL_KHR_cooperative_matrix"] is expected
     text = render(report, width=120)
     assert "this host" in text and report.verdict.line in text
+
+
+def test_a_split_recipe_missing_only_a_later_units_toolkit_can_take_that_unit_from_elsewhere():
+    from builder.doctor import MISSING, Check, verdict
+    from builder.recipe import load_recipe
+    cuda_gone = [Check("CUDA toolkit", MISSING, "no nvcc", section="recipe"),
+                 Check("cuBLAS", MISSING, "absent", section="recipe")]
+    line = verdict(load_recipe("rocm-cuda-units"), cuda_gone).line
+    assert "not buildable here" in line and "--only-unit cuda" in line and "--unit-from cuda=DIR" in line
+    rocm_gone = [Check("ROCm", MISSING, "none found", section="recipe")]     # the merging unit itself
+    assert "--only-unit" not in verdict(load_recipe("rocm-cuda-units"), rocm_gone).line
+    assert "--only-unit" not in verdict(load_recipe("rocm-cuda"), cuda_gone).line    # one configure: no way round
