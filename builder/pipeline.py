@@ -114,7 +114,10 @@ def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides, only
     tree = local_tree(source, recipe) if source else pinned_tree(with_mirrors(recipe, overrides.mirrors))
     report = features.require(tree.path, recipe)
     ui.info(f"features present: {', '.join(sorted(report.present)) or '(none required)'}")
-    cuda, cuda_container = _cuda_toolkit_for(recipe, overrides, adopted)
+    # only a CUDA unit built or merged here needs its toolkit probed (an --only-unit hip build of
+    # rocm-cuda128 must not need the container engine of the CUDA unit)
+    cuda, cuda_container = (_cuda_toolkit_for(recipe, overrides, adopted)
+                            if any("cuda" in u.backends for u in wanted) else (None, None))
     ctx = _patch_context(recipe, overrides, cuda, adopted)
     archs = ctx.cuda_archs
     prepared_tree = patches.prepare(tree, recipe, ctx)  # says what it applied

@@ -155,3 +155,11 @@ def test_a_unit_built_alone_and_carried_elsewhere_merges_and_serves(tmp_path):
                        "--out", str(tmp_path / "second"), cwd=tmp_path)
     assert refused.returncode == 2 and "disagree on ggml ABI flags: LLAMA_OPENSSL=ON vs OFF" in refused.stderr
     assert not (tmp_path / "second").exists()
+
+
+def test_only_unit_needs_only_that_units_toolkit(llama_tree, tmp_path):
+    """--only-unit hip of rocm-cuda128 must not probe the CUDA unit's container (no engine here)."""
+    proc = assemble("build", "--recipe", "rocm-cuda128", "--only-unit", "hip", "--rocm-path", str(tmp_path / "none"),
+                    cwd=tmp_path, env={"ASSEMBLE_CONTAINER_ENGINE": str(tmp_path / "no-engine")})
+    assert proc.returncode == 2, proc.stderr
+    assert "unit hip: no ROCm found" in proc.stderr and "engine" not in proc.stderr, proc.stderr
