@@ -29,6 +29,7 @@ class BuildRequest:
     overrides: cmake.Overrides = field(default_factory=cmake.Overrides)
     check_env: tuple[tuple[str, str], ...] = ()   # extra variables for the device checks only
     verify: bool = True
+    verify_static: bool = False                 # only the checks that read files (a runtime for another host)
     keep: int | None = None
     wait: bool = True
     lib_paths: tuple[str, ...] = ()             # extra folders the bundler searches (e.g. cuBLAS from a wheel)
@@ -210,7 +211,8 @@ def build(req: BuildRequest) -> Path:
             manifest.write(staging, _manifest_body(recipe, prepared, result))
             if req.verify:
                 from builder import verify  # the checks import the bundle reader; keep start-up light
-                report = verify.verify_runtime(staging, recipe=recipe, extra_env=dict(req.check_env))
+                report = verify.verify_runtime(staging, recipe=recipe, extra_env=dict(req.check_env),
+                                               static=req.verify_static)
                 verify.render(report)
                 if not report.passed:
                     raise AssembleError("the new runtime failed verification; the previous runtime is untouched",

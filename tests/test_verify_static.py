@@ -72,3 +72,15 @@ def test_static_verify_runs_nothing_and_reads_the_glibc_floor(cpu_runtime, tmp_p
     for bad in (["--static", "--smoke"], ["--hip-target", "gfx11"]):
         proc = assemble("verify", str(rt), *bad)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
+def test_build_can_verify_statically(cpu_runtime, tmp_path):
+    """--verify-static: the runtime is checked by reading files only (built for another host)."""
+    out = tmp_path / "runtime-cpu"
+    proc = assemble("build", "--recipe", "cpu", "--out", str(out), "--verify-static")
+    assert proc.returncode == 0, proc.stderr
+    assert "devices, loader and smoke  SKIP  not run: --static reads files only" in proc.stderr
+    assert "glibc floor" in proc.stderr and "--list-devices" not in proc.stderr
+    both = assemble("build", "--recipe", "cpu", "--out", str(tmp_path / "x"), "--verify-static", "--no-verify")
+    assert both.returncode == 2 and "contradict" in both.stderr and not (tmp_path / "x").exists()

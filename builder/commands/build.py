@@ -23,6 +23,8 @@ def register(sub, common) -> None:
     p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
                    help="variable for the device checks' otherwise empty environment; repeatable")
     p.add_argument("--no-verify", action="store_true", help="skip the checks after bundling (not recommended)")
+    p.add_argument("--verify-static", action="store_true", help="after bundling, run only the checks that read "
+                   "files (for a runtime meant for another host, e.g. one needing a newer glibc than this one)")
     p.add_argument("--keep", type=int, metavar="N", help="keep only the newest N moved-aside runtimes "
                    "(default: keep all; nothing is deleted)")
     p.add_argument("--no-wait", action="store_true", help="fail instead of waiting when another run holds the output")
@@ -43,13 +45,15 @@ def run(args) -> int:
     recipe = load_recipe(args.recipe)
     if args.keep is not None and args.keep < 0:
         raise AssembleError("--keep must be 0 or more", fix="write e.g. --keep 3")
+    if args.no_verify and args.verify_static:
+        raise AssembleError("--no-verify and --verify-static contradict each other", fix="pick one")
     if args.only_unit and args.out:
         raise AssembleError("--only-unit builds no runtime, so --out has nothing to receive", where="--out",
                             fix="drop --out; the unit's folder is printed at the end")
     out = Path(args.out) if args.out else Path.cwd() / f"runtime-{recipe.name}"
     plan_overrides = dataclasses.replace(overrides(args), unit_from=unitfolder.parse_specs(args.unit_from))
     req = BuildRequest(recipe=recipe, out=out, source=args.source, overrides=plan_overrides,
-                       check_env=tuple(env_pairs(args.check_env).items()), verify=not args.no_verify,
+                       check_env=tuple(env_pairs(args.check_env).items()), verify=not args.no_verify, verify_static=args.verify_static,
                        keep=args.keep, wait=not args.no_wait, lib_paths=tuple(args.lib_path),
                        only_unit=args.only_unit)
     if args.only_unit:
