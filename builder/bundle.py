@@ -532,53 +532,6 @@ def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe, pru
     return tuple(plans), warnings
 
 
-def data_layout_problems(runtime: Path) -> list[str]:
-    """What is wrong with the vendor data folders of a placed runtime (empty list: nothing).
-
-    Catches the `cp -r SRC DST/` traps: the folder's contents one level too high
-    (flattened), one level too deep (nested), or a stray folder the library
-    probes before the right one (shadowing).
-    """
-    runtime = Path(runtime)
-    lib = runtime / LIB_DIR
-    problems: list[str] = []
-    if not lib.is_dir():
-        return problems
-    for entry in sorted(lib.iterdir()):
-        if entry.is_symlink() or not entry.is_file():
-            continue
-        for rule in data_rules_for(entry.name):
-            places = expected_places(entry, rule)
-            want = lib / places[0]
-            if want.is_dir() and _has_marker(want, rule.marker):
-                nested = want / PurePosixPath(places[0]).name
-                if nested.is_dir():
-                    problems.append(f"{nested.relative_to(runtime)}: nested copy (cp -r into an existing folder); "
-                                    f"{entry.name} reads {want.relative_to(runtime)}")
-            else:
-                inside = [a for a in want.parents if a == lib or lib in a.parents]   # nearest first, up to lib/
-                where = next((a for a in inside if any(fnmatchcase(e.name, rule.marker) for e in _files(a))), None)
-                if where is not None:
-                    problems.append(f"{where.relative_to(runtime)}: holds {rule.marker} files but {entry.name} reads "
-                                    f"{want.relative_to(runtime)} (flattened copy: cp -r into a missing folder)")
-                elif rule.required:
-                    problems.append(f"{want.relative_to(runtime)}: missing; {entry.name} aborts at its first call "
-                                    f"without it ({rule.reason})")
-            for shadow in rule.shadows:
-                s = Path(os.path.normpath(lib / shadow))
-                if (s == runtime or runtime in s.parents) and s.is_dir():
-                    problems.append(f"{s.relative_to(runtime)}: a stray folder {entry.name} reads before "
-                                    f"{want.relative_to(runtime)}")
-    return problems
-
-
-def _files(folder: Path) -> list[os.DirEntry]:
-    try:
-        return [e for e in os.scandir(folder) if e.is_file()]
-    except OSError:
-        return []
-
-
 # --- placing -----------------------------------------------------------------
 
 def patchelf_tool() -> str:
@@ -761,6 +714,7 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
         records.append(FileRecord(dest, role, origin, digest, size, mode))
     by_role = {r: sum(f.size for f in records if f.role == r) for r in (OWN, VENDOR, DATA)}
 
+    from builder.staticcheck import data_layout_problems  # the verifier's own placement check (it imports us)
     problems = data_layout_problems(staging)
     if problems:
         raise BuildFailed(f"data folders misplaced: {'; '.join(problems)}", where=str(staging),

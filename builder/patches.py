@@ -64,10 +64,6 @@ class Patch:
     opt_in: bool = False               # applied only when a recipe or --patch asks for it
 
 
-def sha256_of(path: Path) -> str:
-    return sha256_file(path)
-
-
 @dataclass(frozen=True)
 class AppliedPatch:
     name: str
@@ -308,7 +304,7 @@ def _borrow_git(src: Path, dest: Path, sha: str | None) -> None:
 
 
 def patch_set_id(variants: list[Path]) -> str:
-    h = hashlib.sha256("".join(f"{v.name}:{sha256_of(v)}\n" for v in variants).encode())
+    h = hashlib.sha256("".join(f"{v.name}:{sha256_file(v)}\n" for v in variants).encode())
     return h.hexdigest()[:12]
 
 
@@ -351,7 +347,7 @@ def plan_tree(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
     if not chosen and not _fixed(source):
         return TreePlan(None, (), (), (), tuple(skipped))
     variants = tuple(check(source.path, p, source.sha) for p in chosen)
-    applied = tuple(AppliedPatch(p.name, v.name, sha256_of(v), p.fixes) for p, v in zip(chosen, variants))
+    applied = tuple(AppliedPatch(p.name, v.name, sha256_file(v), p.fixes) for p, v in zip(chosen, variants))
     key = source.sha if _fixed(source) else "local-" + hashlib.sha256(str(source.path.resolve()).encode()).hexdigest()[:12]
     dest = cache_dir() / "trees" / f"{key}-{patch_set_id(list(variants)) if variants else 'pristine'}" / "src"
     return TreePlan(dest, tuple(chosen), variants, applied, tuple(skipped))

@@ -31,7 +31,8 @@ from builder.bundle import LIB_DIR, arch_tokens, expected_places
 from builder.collect import module_backend
 from builder.elf import ElfInfo, Lookup, lookup, read_elf
 from builder.errors import AssembleError
-from builder.policy import BUNDLE, NEVER, DataRule, classify, load_policy
+from builder.policy import BUNDLE, NEVER, DataRule, classify, data_rules_for
+from builder.toolchain import version_tuple
 from builder.verify import FAIL, PASS, SKIP, WARN, Check
 
 # A directory that never exists: lookups see LD_LIBRARY_PATH's place in the search order
@@ -73,16 +74,12 @@ def host_glibc() -> str | None:
     return version if libc == "glibc" and version else None
 
 
-def _vt(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v))
-
-
 def glibc_check(need: str | None, have: str | None, here: bool) -> Check:
     if not need:
         return Check("glibc floor", PASS, "the manifest records no GLIBC_ symbol versions")
     if not have:
         return Check("glibc floor", SKIP, f"not run: this host's C library is not glibc (the runtime needs {need})")
-    if _vt(have) >= _vt(need):
+    if version_tuple(have) >= version_tuple(need):
         return Check("glibc floor", PASS, f"needs glibc {need}, this host has {have}")
     return Check("glibc floor", FAIL if here else WARN,
                  f"needs glibc {need}, this host has {have}: its binaries will not start here",
@@ -388,20 +385,37 @@ def _never_check(runtime: Path, files: dict[str, ElfInfo], manifest: dict | None
 
 # --- vendor data folders -----------------------------------------------------
 
-def data_checks(runtime: Path, hip_targets: tuple[str, ...]) -> list[Check]:
-    """For each vendor library with a data rule: the folder it reads, then its files per GPU target."""
-    runtime = Path(runtime)
+def _data_libraries(runtime: Path):
+    """(library, rule) for every vendor library in lib/ that reads a data folder."""
     lib = runtime / LIB_DIR
-    checks: list[Check] = []
     if not lib.is_dir():
-        return checks
+        return
     for entry in sorted(lib.iterdir()):
         if entry.is_symlink() or not entry.is_file():
             continue
-        for rule in load_policy().data:
-            if fnmatchcase(entry.name, rule.library):
-                checks += _data_rule_checks(runtime, entry, rule, hip_targets)
+        for rule in data_rules_for(entry.name):
+            yield entry, rule
+
+
+def data_checks(runtime: Path, hip_targets: tuple[str, ...]) -> list[Check]:
+    """For each vendor library with a data rule: the folder it reads, then its files per GPU target."""
+    runtime = Path(runtime)
+    checks: list[Check] = []
+    for library, rule in _data_libraries(runtime):
+        checks += _data_rule_checks(runtime, library, rule, hip_targets)
     return checks
+
+
+def data_layout_problems(runtime: Path) -> list[str]:
+    """Where a data folder sits wrongly, one line each (the bundler checks what it just placed with
+    this): flattened, nested, shadowed; missing only for a library that cannot work without it."""
+    runtime = Path(runtime)
+    out = []
+    for library, rule in _data_libraries(runtime):
+        want, problems, missing = _layout(runtime, library, rule)
+        for problem in problems + ([missing] if missing and rule.required else []):
+            out.append(f"{library.name} reads {want.relative_to(runtime)}: {problem}")
+    return out
 
 
 def _label(rule: DataRule) -> str:
@@ -409,16 +423,14 @@ def _label(rule: DataRule) -> str:
     return _VENDOR_NAMES.get(top, top)
 
 
-def _data_rule_checks(runtime: Path, library: Path, rule: DataRule, targets: tuple[str, ...]) -> list[Check]:
-    label = _label(rule)
-    bad = FAIL if rule.required else WARN
-    consequence = ("it aborts at the first GEMM (after /health already said ok)" if rule.required
-                   else "it falls back to slower kernels")
+def _layout(runtime: Path, library: Path, rule: DataRule) -> tuple[Path, list[str], str | None]:
+    """The folder `library` reads, what is wrong with where its data sits, and a line if it is
+    simply missing (kept apart: for an optional folder that is only a slower runtime)."""
     lib = library.parent
     places = expected_places(library, rule)   # the library's own strings first (Debian's versioned path)
     want = lib / places[0]
     rel_want = want.relative_to(runtime)
-    problems = []
+    problems, missing = [], None
     for shadow in rule.shadows:
         s = Path(os.path.normpath(lib / shadow))
         if (s == runtime or runtime in s.parents) and s.is_dir():
@@ -433,9 +445,20 @@ def _data_rule_checks(runtime: Path, library: Path, rule: DataRule, targets: tup
         if misplaced:
             problems.append(misplaced)
         else:
-            problems.append(f"{rel_want}/ is missing or holds no {rule.marker} files")
+            missing = f"{rel_want}/ is missing or holds no {rule.marker} files"
     elif (want / want.name).is_dir():
         problems.append(f"{rel_want}/{want.name}/: a nested copy (cp -r into an existing folder)")
+    return want, problems, missing
+
+
+def _data_rule_checks(runtime: Path, library: Path, rule: DataRule, targets: tuple[str, ...]) -> list[Check]:
+    label = _label(rule)
+    bad = FAIL if rule.required else WARN
+    consequence = ("it aborts at the first GEMM (after /health already said ok)" if rule.required
+                   else "it falls back to slower kernels")
+    want, problems, missing = _layout(runtime, library, rule)
+    problems += [missing] if missing else []
+    rel_want = want.relative_to(runtime)
     hint = (f"rebuild with assemble build, or copy the vendor folder with its structure: mkdir -p "
             f"{rel_want} && cp -a SRC/. {rel_want}/; {label} reads {rel_want} ({rule.reason})")
     if rule.env:
@@ -443,7 +466,7 @@ def _data_rule_checks(runtime: Path, library: Path, rule: DataRule, targets: tup
     if problems:
         return [Check(f"{label} data", bad, f"{library.name} reads {rel_want}: " + _join(problems)
                       + f"; {consequence}", hint)]
-    source = "read from the library's strings" if places[0] != rule.place else "upstream layout"
+    source = "read from the library's strings" if want != library.parent / rule.place else "upstream layout"
     checks = [Check(f"{label} data", PASS, f"{rel_want} ({source}), {sum(1 for _ in want.rglob('*'))} entries")]
     for target in targets:
         gfx = target.split(":", 1)[0]          # "gfx90a:xnack-": the feature suffix names no other files

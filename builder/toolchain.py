@@ -242,6 +242,12 @@ class CudaToolkit:
         return {"root": self.root, "nvcc": self.nvcc, "version": self.version,
                 "archs": list(self.archs), "cublas": self.has_cublas}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> CudaToolkit:
+        """The inverse of as_dict: a toolkit recorded in a unit folder on another machine."""
+        return cls(root=str(d.get("root", "")), nvcc=str(d.get("nvcc", "")), version=str(d.get("version", "")),
+                   archs=tuple(d.get("archs") or ()), has_cublas=bool(d.get("cublas")))
+
 
 def _nvcc_top(nvcc: str, timeout: float) -> str | None:
     """The toolkit root nvcc itself uses; survives a wrapper script on PATH (/usr/local/bin/nvcc)."""

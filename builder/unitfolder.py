@@ -27,7 +27,7 @@ def describe(plan: UnitPlan, container: str | None) -> dict:
     """What a finished unit was built from: enough to refuse it in the wrong runtime."""
     libc, version = platform.libc_ver()
     return {"format": FORMAT, "recipe": plan.recipe, "unit": plan.unit.name, "backends": list(plan.unit.backends),
-            "sha": plan.sha, "tree": plan.tree, "defines": dict(plan.defines), "abi": plan.abi(),
+            "sha": plan.sha, "tree": plan.tree, "defines": dict(plan.defines),
             "targets": list(plan.targets), "configure": list(plan.configure), "build": list(plan.build),
             "env": dict(plan.env), "toolchain": plan.toolchain, "key": plan.key, "container": container,
             "built_on": {"machine": platform.machine(), "libc": f"{libc} {version}".strip()}}
@@ -93,11 +93,8 @@ def recorded_cuda(desc: dict):
     """The CUDA toolkit a unit folder was compiled with, and its architectures."""
     from builder.toolchain import CudaToolkit
     tk = (desc.get("toolchain") or {}).get("cuda")
-    if not tk:
-        return None, ()
     archs = tuple(a for a in str((desc.get("defines") or {}).get("CMAKE_CUDA_ARCHITECTURES", "")).split(";") if a)
-    return CudaToolkit(root=tk.get("root", ""), nvcc=tk.get("nvcc", ""), version=str(tk.get("version", "")),
-                       archs=tuple(tk.get("archs") or ()), has_cublas=bool(tk.get("cublas"))), archs
+    return (CudaToolkit.from_dict(tk) if tk else None), archs
 
 
 def recorded_hip_targets(desc: dict) -> tuple[str, ...]:
@@ -124,7 +121,7 @@ def adopt(desc: dict, recipe: Recipe, unit_name: str, sha: str | None, tree: str
     if mismatch:
         raise AssembleError(f"that unit does not belong in this build: {'; '.join(mismatch)}", where=where,
                             fix=rebuild)
-    defines = desc.get("defines") or {}
+    defines = desc.get("defines") if isinstance(desc.get("defines"), dict) else {}
     missing = [k for k in ("GGML_BACKEND_DL", "BUILD_SHARED_LIBS") if k not in defines]
     if missing or not isinstance(desc.get("targets"), list):
         raise AssembleError(f"{UNIT_FILE} lacks {', '.join(missing) or 'targets'}", where=where, fix=rebuild)

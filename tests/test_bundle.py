@@ -11,7 +11,6 @@ Downloads go through tests/vendorlibs.py (cached per machine).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -22,26 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from builder.bundle import (BundlePlan, OwnFile, arch_tokens, copy_tree, data_layout_problems, expected_places,
+from builder.bundle import (BundlePlan, OwnFile, arch_tokens, copy_tree, expected_places,
                             place_bundle, plan_bundle)
 from builder.elf import read_elf, section_strings
 from builder.errors import AssembleError, BuildFailed
+from builder.manifest import sha256_file
 from builder.policy import classify, data_rules_for, load_policy
 from builder.recipe import parse_recipe
+from builder.staticcheck import data_layout_problems
 
-from vendorlibs import (SID, compile_c, cuda_libs, extract_deb, fetch_deb, get_or_skip, rocm_libs)
-
-PROBE_MAIN = r"""
-#define _GNU_SOURCE
-#include <link.h>
-#include <stdio.h>
-const char *llama_probe(void);
-static int cb(struct dl_phdr_info *i, size_t s, void *d) {
-    if (i->dlpi_name && i->dlpi_name[0]) printf("LOADED %s\n", i->dlpi_name);
-    return 0;
-}
-int main(void) { printf("probe=%s\n", llama_probe()); dl_iterate_phdr(cb, 0); return 0; }
-"""
+from vendorlibs import (SID, compile_c, cuda_libs, extract_deb, fetch_deb, get_or_skip, loaded_probe,
+                        rocm_libs)
 
 LLAMA_OMP = r"""
 #include <omp.h>
@@ -55,14 +45,6 @@ DECOY = r"""
 __attribute__((constructor)) static void decoy(void) { fputs("DECOY %(name)s loaded\n", stdout); fflush(stdout); }
 %(body)s
 """
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def readelf_dynamic(path: Path) -> dict[str, list[str]]:
@@ -150,7 +132,7 @@ def omp_build(tmp_path):
     build.mkdir()
     lib = compile_c(LLAMA_OMP, build / "libllama.so.0.0.1", "-shared", "-fopenmp", "-Wl,-soname,libllama.so.0")
     (build / "libllama.so.0").symlink_to("libllama.so.0.0.1")
-    exe = compile_c(PROBE_MAIN, build / "probe", f"-L{build}", "-l:libllama.so.0",
+    exe = compile_c(loaded_probe("llama_probe"), build / "probe", f"-L{build}", "-l:libllama.so.0",
                     f"-Wl,--enable-new-dtags,-rpath,{build}")
     return build, exe, lib
 
@@ -174,11 +156,11 @@ def test_host_closure_placement_and_relocation(tmp_path, omp_build):
         assert facts.get("RPATH") == [rpath] and "RUNPATH" not in facts
     # vendor bytes untouched, symlink chain as at the source, manifest facts true
     real = Path(os.path.realpath(gomp.source))
-    assert sha256(runtime / "lib" / real.name) == sha256(real)
+    assert sha256_file(runtime / "lib" / real.name) == sha256_file(real)
     assert os.readlink(runtime / "lib" / "libgomp.so.1") == os.readlink(gomp.source)
     records = {f.path: f for f in result.files}
     for f in result.files:
-        assert sha256(runtime / f.path) == f.sha256 and (runtime / f.path).stat().st_size == f.size
+        assert sha256_file(runtime / f.path) == f.sha256 and (runtime / f.path).stat().st_size == f.size
     assert records["lib/" + real.name].role == "vendor" and records["lib/" + real.name].origin == str(real)
     assert records["bin/probe"].role == "own" and records["bin/probe"].mode & 0o111
     assert result.size_by_role["vendor"] == real.stat().st_size
@@ -349,7 +331,7 @@ def test_cuda_closure_bytes_and_decoys(tmp_path, cuda):
     runtime, result = place(plan, tmp_path / "runtime")
     for v in plan.vendor:
         rec = next(f for f in result.files if f.path == v.dest)
-        assert rec.role == "vendor" and rec.sha256 == sha256(v.real), "vendor bytes must be untouched"
+        assert rec.role == "vendor" and rec.sha256 == sha256_file(v.real), "vendor bytes must be untouched"
     decoys = cuda_decoys(tmp_path / "decoys")
     proc, loaded = run(runtime / "bin" / "app", str(decoys))
     assert proc.returncode == 0, proc.stderr
@@ -460,7 +442,7 @@ def test_rocm_symlinks_bytes_and_rpaths(rocm, rocm_bundle):
     chains = 0
     for v in plan.vendor:
         real = Path(os.path.realpath(v.source))
-        assert records[v.dest].sha256 == sha256(real) and records[v.dest].origin == str(real)
+        assert records[v.dest].sha256 == sha256_file(real) and records[v.dest].origin == str(real)
         if v.source.is_symlink():                   # the chain as Debian ships it, relative
             link = runtime / "lib" / v.source.name
             assert link.is_symlink() and os.readlink(link) == os.readlink(v.source)
@@ -503,7 +485,7 @@ def test_rocm_data_folders_at_the_depth_the_library_reads(rocm, rocm_bundle):
     assert fallback and fallback <= dst_files, "arch-less fallback files survive pruning"
     assert any("gfx1010" in f for f in src_files) and not any("gfx1010" in f for f in dst_files)
     for f in dst_files:
-        assert sha256(dst / f) == sha256(src / f)
+        assert sha256_file(dst / f) == sha256_file(src / f)
     assert all(r.role == "data" for r in result.files if r.path.startswith(f"lib/{versioned[0]}/"))
     assert result.size_by_role["data"] == sum((dst / f).stat().st_size for f in dst_files) + \
         sum(r.size for r in result.files if r.role == "data" and r.path.startswith("lib/hipblaslt/"))

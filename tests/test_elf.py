@@ -15,21 +15,11 @@ from builder.elf import (ElfInfo, ldconfig_dirs, lookup, max_version, read_elf, 
                          symlink_chain)
 from builder.errors import AssembleError
 
-from vendorlibs import compile_c, cuda_libs, get_or_skip
+from vendorlibs import compile_c, cuda_libs, get_or_skip, loaded_probe
 
 pytestmark = pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf as the oracle")
 
-PROBE = r"""
-#define _GNU_SOURCE
-#include <link.h>
-#include <stdio.h>
-const char *foo(void);
-static int cb(struct dl_phdr_info *i, size_t s, void *d) {
-    if (i->dlpi_name && i->dlpi_name[0]) printf("LOADED %s\n", i->dlpi_name);
-    return 0;
-}
-int main(void) { printf("foo=%s\n", foo()); dl_iterate_phdr(cb, 0); return 0; }
-"""
+PROBE = loaded_probe("foo")
 
 
 def libfoo(folder: Path, tag: str, *args: str) -> Path:
@@ -159,7 +149,7 @@ def test_indirect_lookup_agrees_with_ld_so(tmp_path, three_foos, dtags, env):
                     three_foos["C"] / "libbar.so.1", "-shared", "-Wl,-soname,libbar.so.1",
                     f"-L{three_foos['C']}", "-l:libfoo.so.1", "-Wl,--disable-new-dtags")
     assert not read_elf(bar).rpath and not read_elf(bar).runpath
-    exe = compile_c(PROBE.replace("foo()", "bar()").replace("const char *foo(void);", "const char *bar(void);"),
+    exe = compile_c(loaded_probe("bar"),
                     tmp_path / "probe", f"-L{three_foos['C']}", "-l:libbar.so.1",
                     f"-Wl,{dtags},-rpath,{three_foos['C']}:{three_foos['A']}")
     ld_path = str(three_foos[env]) if env else None

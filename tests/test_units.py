@@ -120,7 +120,7 @@ def test_a_unit_built_alone_and_carried_elsewhere_merges_and_serves(tmp_path):
     built = assemble("build", "--recipe", str(RECIPE), "--only-unit", "vulkan", check=True)
     unit_dir = Path(built.stdout.strip().splitlines()[-1])
     desc = json.loads((unit_dir / unitfolder.UNIT_FILE).read_text())
-    assert desc["unit"] == "vulkan" and desc["sha"] == SHA and desc["abi"]["GGML_BACKEND_DL"] == "ON"
+    assert desc["unit"] == "vulkan" and desc["sha"] == SHA and desc["defines"]["GGML_BACKEND_DL"] == "ON"
     assert base_units() == before, "--only-unit touched another unit"
 
     carried = tmp_path / "carried unit"          # what a release job would upload and download

@@ -38,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
 from builder.bundle import arch_tokens
+from builder.manifest import sha256_file
 
 MIRROR = os.environ.get("ASSEMBLE_DEBIAN_MIRROR", "https://deb.debian.org/debian").rstrip("/")
 MULTIARCH = "usr/lib/x86_64-linux-gnu"
@@ -76,14 +77,6 @@ def _locked(name: str) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(4 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # --- Debian ------------------------------------------------------------------
@@ -183,7 +176,7 @@ def fetch_deb(deb: Deb) -> Path:
         return final
     except urllib.error.URLError as exc:
         raise Unavailable(f"cannot reach {MIRROR} ({exc.reason})") from None
-    if _sha256(dest) != deb.sha256:
+    if sha256_file(dest) != deb.sha256:
         dest.unlink()
         raise RuntimeError(f"{deb.filename}: sha256 mismatch (corrupt download or a changed mirror)")
     return dest
@@ -387,6 +380,22 @@ def cc() -> str:
         if name and shutil.which(name):
             return shutil.which(name)
     raise Unavailable("no C compiler (cc/gcc/clang) to build the test programs")
+
+
+def loaded_probe(symbol: str) -> str:
+    """C source of a program that calls `const char *symbol(void)` from a library it links, prints
+    "<symbol>=<its answer>", then "LOADED <path>" for every object ld.so mapped."""
+    return r"""
+#define _GNU_SOURCE
+#include <link.h>
+#include <stdio.h>
+const char *SYM(void);
+static int cb(struct dl_phdr_info *i, size_t s, void *d) {
+    if (i->dlpi_name && i->dlpi_name[0]) printf("LOADED %s\n", i->dlpi_name);
+    return 0;
+}
+int main(void) { printf("SYM=%s\n", SYM()); dl_iterate_phdr(cb, 0); return 0; }
+""".replace("SYM", symbol)
 
 
 def compile_c(source: str, out: Path, *args: str) -> Path:

@@ -53,8 +53,8 @@ def run(args) -> int:
     out = Path(args.out) if args.out else Path.cwd() / f"runtime-{recipe.name}"
     plan_overrides = dataclasses.replace(overrides(args), unit_from=unitfolder.parse_specs(args.unit_from))
     req = BuildRequest(recipe=recipe, out=out, source=args.source, overrides=plan_overrides,
-                       check_env=tuple(env_pairs(args.check_env).items()), verify=not args.no_verify, verify_static=args.verify_static,
-                       keep=args.keep, wait=not args.no_wait, lib_paths=tuple(args.lib_path),
+                       check_env=tuple(env_pairs(args.check_env).items()), verify=not args.no_verify,
+                       verify_static=args.verify_static, keep=args.keep, wait=not args.no_wait, lib_paths=tuple(args.lib_path),
                        only_unit=args.only_unit)
     if args.only_unit:
         print(build_unit(req))
