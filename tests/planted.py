@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.devices import PLANT_NAME, build_plant
+from builder.check.dynamic import PLANT_NAME, build_plant
 
 
 def build_planted_module(dest_dir: Path, marker: Path, name: str = PLANT_NAME) -> Path:

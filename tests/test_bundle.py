@@ -21,14 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from builder.bundle import (BundlePlan, OwnFile, arch_tokens, copy_tree, expected_places,
-                            place_bundle, plan_bundle)
-from builder.elf import read_elf, section_strings
+from builder.runtime.bundle import (BundlePlan, OwnFile, arch_tokens, copy_tree, expected_places, place_bundle, plan_bundle)
+from builder.runtime.elf import read_elf, section_strings
 from builder.errors import AssembleError, BuildFailed
-from builder.manifest import sha256_file
-from builder.policy import classify, data_rules_for, load_policy
-from builder.recipe import parse_recipe
-from builder.staticcheck import data_layout_problems
+from builder.runtime.manifest import sha256_file
+from builder.runtime.policy import classify, data_rules_for, load_policy
+from builder.config.recipe import parse_recipe
+from builder.check.static import data_layout_problems
 
 from vendorlibs import (SID, compile_c, cuda_libs, extract_deb, fetch_deb, get_or_skip, loaded_probe,
                         rocm_libs)
@@ -105,7 +104,7 @@ def test_policy_decisions(soname, decision):
 
 def test_every_policy_entry_has_a_reason_and_ships_in_the_package():
     import builder
-    from builder.policy import POLICY_FILE
+    from builder.runtime.policy import POLICY_FILE
     policy = load_policy()
     assert POLICY_FILE.is_file() and Path(builder.__file__).resolve().parent in POLICY_FILE.parents
     assert all(r.reason.strip() for r in policy.rules)
@@ -223,8 +222,8 @@ def test_bad_inputs(tmp_path, omp_build):
 
 
 def test_patchelf_version_gate():
-    from builder.bundle import MIN_PATCHELF, patchelf_tool
-    from builder.toolchain import find_tool, version_tuple
+    from builder.runtime.bundle import MIN_PATCHELF, patchelf_tool
+    from builder.toolchain.detect import find_tool, version_tuple
     tool = find_tool("patchelf")
     assert version_tuple(tool.version) >= MIN_PATCHELF and patchelf_tool() == tool.path
     assert version_tuple("0.18.0") < MIN_PATCHELF and version_tuple("0.17.2") < MIN_PATCHELF

@@ -25,10 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from builder import cmake, collect, container
-from builder.cudapolicy import check_cuda_unit
+from builder.build import cmake
+from builder.build import collect
+from builder.toolchain import container
+from builder.toolchain.cudapolicy import check_cuda_unit
 from builder.errors import AssembleError, BuildFailed
-from builder.recipe import Unit, load_recipe
+from builder.config.recipe import Unit, load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -298,7 +300,7 @@ def test_run_unit_builds_the_image_once_and_brings_the_tree_out(standin, source,
     assert calls[0] == ["image", "inspect", run.image]
     built = standin.images()[run.image]
     # the image context is the Containerfile plus the project itself
-    assert "Containerfile" in built["context_files"] and "builder/container.py" in built["context_files"]
+    assert "Containerfile" in built["context_files"] and "builder/toolchain/container.py" in built["context_files"]
     assert "recipes/cuda128-vulkan.toml" in built["context_files"]
     assert not any("__pycache__" in f for f in built["context_files"])
     assert built["containerfile"] == container.containerfile("cuda12.8-build").read_text()

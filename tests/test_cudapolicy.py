@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from builder import cudapolicy, patches
-from builder.cudapolicy import check_cuda_unit
+from builder.toolchain import cudapolicy
+from builder.source import patches
+from builder.toolchain.cudapolicy import check_cuda_unit
 from builder.errors import AssembleError
 
-from builder.toolchain import cuda_toolkit
+from builder.toolchain.detect import cuda_toolkit
 
 REPO = Path(__file__).resolve().parent.parent
 PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"

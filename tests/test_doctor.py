@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from builder import cli, doctor, toolchain as tc
-from builder.commands.doctor import render
-from builder.recipe import load_recipe
+from builder.cli import main as cli
+from builder.check import doctor
+from builder.toolchain import detect as tc
+from builder.cli.commands.doctor import render
+from builder.config.recipe import load_recipe
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPE_CUDA = (REPO / "recipes" / "cuda.toml").read_text()
@@ -705,8 +707,8 @@ def test_real_machine(monkeypatch):
 
 
 def test_a_split_recipe_missing_only_a_later_units_toolkit_can_take_that_unit_from_elsewhere():
-    from builder.doctor import MISSING, Check, verdict
-    from builder.recipe import load_recipe
+    from builder.check.doctor import MISSING, Check, verdict
+    from builder.config.recipe import load_recipe
     cuda_gone = [Check("CUDA toolkit", MISSING, "no nvcc", section="recipe"),
                  Check("cuBLAS", MISSING, "absent", section="recipe")]
     line = verdict(load_recipe("rocm-cuda-units"), cuda_gone).line

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.tinymodel import write_tiny_llama
+from builder.check.tinymodel import write_tiny_llama
 from tests.conftest import assemble
 from tests.runtime_helpers import complete, server
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.elf import (ElfInfo, ldconfig_dirs, lookup, max_version, read_elf, resolve, section_strings,
-                         symlink_chain)
+from builder.runtime.elf import (ElfInfo, ldconfig_dirs, lookup, max_version, read_elf, resolve, section_strings, symlink_chain)
 from builder.errors import AssembleError
 
 from vendorlibs import compile_c, cuda_libs, get_or_skip, loaded_probe

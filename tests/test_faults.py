@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import manifest, outdir, package
+from builder import outdir
+from builder.runtime import manifest
+from builder.release import package
 from builder.errors import AssembleError, BuildFailed
 from tests.conftest import REPO, TEST_CACHE, assemble
 

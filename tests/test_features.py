@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from builder import features as F
+from builder.source import features as F
 from builder.errors import AssembleError
-from builder.gitobjects import GitRepo
-from builder.recipe import all_recipes, parse_recipe
+from builder.source.gitobjects import GitRepo
+from builder.config.recipe import all_recipes, parse_recipe
 
 PINNED = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builder.errors import AssembleError
-from builder.recipe import Recipe, parse_recipe, recipe_dir
+from builder.config.recipe import Recipe, parse_recipe, recipe_dir
 
 SHIPPED = {p.name: p.read_text() for p in sorted(recipe_dir().glob("*.toml"))}
 KEYS = ["name", "description", "aliases", "backends", "targets", "pin", "sha", "features", "mirrors", "kind",

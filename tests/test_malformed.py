@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import cli
+from builder.cli import main as cli
 from builder.errors import AssembleError
-from builder.patches import load_patch
+from builder.source.patches import load_patch
 from tests.conftest import SHA, assemble
 
 GOOD = f'''
@@ -216,7 +216,7 @@ def test_subprocess_errors_are_one_line_and_debug_shows_traceback(tmp_path):
 
 def test_a_bug_in_assemble_is_one_line_too(monkeypatch, capsys):
     """An exception nobody foresaw (a bug) still ends in one line and exit 1; --debug adds the traceback."""
-    from builder.commands import list as list_command
+    from builder.cli.commands import list as list_command
 
     def broken(args):
         raise ValueError("unbalanced parenthesis at position 32")

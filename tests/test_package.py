@@ -17,10 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from builder import cmake, manifest, matrix, package, sbom
+from builder.build import cmake
+from builder.runtime import manifest
+from builder.release import matrix
+from builder.release import package
+from builder.release import sbom
 from builder.errors import AssembleError
 from builder.paths import data_dir
-from builder.recipe import all_recipes, load_recipe, parse_recipe
+from builder.config.recipe import all_recipes, load_recipe, parse_recipe
 from tests.conftest import SHA, assemble
 
 COMMIT_TIME = 1761900000
@@ -302,7 +306,7 @@ def test_matrix_splits_a_recipe_whose_units_need_different_toolkits():
 def test_matrix_args_are_accepted_by_assemble():
     """Every entry's arguments plan cleanly (show parses exactly what build parses); unit and merge
     jobs' --only-unit / --unit-from are build options, parsed by build's own parser."""
-    from builder import cli
+    from builder.cli import main as cli
     for e in matrix.entries():
         args = e.args.split()
         if e.unit or e.after:

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from builder import patches as PT
+from builder.source import patches as PT
 from builder.errors import AssembleError, BuildFailed
-from builder.features import check_tree
+from builder.source.features import check_tree
 from builder.paths import data_dir
-from builder.recipe import parse_recipe
-from builder.source import SourceTree
+from builder.config.recipe import parse_recipe
+from builder.source.fetch import SourceTree
 from tests.planted import build_planted_module
 from tests.test_features import PINNED
 
@@ -366,7 +366,7 @@ def test_loader_patch_covers_every_upstream_form_since_2025_03(tmp_path):
     """Every version of ggml-backend-reg.cpp on upstream's first-parent history whose loader
     searches the working directory either takes exactly one variant, after which it no
     longer does, or (the 2024 forms only) is refused."""
-    from builder.gitobjects import GitRepo
+    from builder.source.gitobjects import GitRepo
     repo = llama_repo()
     if repo is None:
         pytest.skip("no llama.cpp clone with history (set ASSEMBLE_TEST_LLAMA_REPO)")

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from builder import features as F
-from builder import pin as P
-from builder.commands import pin as pin_cmd
+from builder.source import features as F
+from builder.source import pin as P
+from builder.cli.commands import pin as pin_cmd
 from builder.errors import AssembleError
-from builder.gitobjects import GitRepo
-from builder.recipe import parse_recipe
+from builder.source.gitobjects import GitRepo
+from builder.config.recipe import parse_recipe
 
 # The strings the real registry's detectors look for (see builder/data/features.toml).
 TEXT = {

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from builder import cmake
-from builder.recipe import all_recipes, load_recipe
+from builder.build import cmake
+from builder.config.recipe import all_recipes, load_recipe
 
 TREE = Path("/nonexistent/llama.cpp")
 

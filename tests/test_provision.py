@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from builder import provision
-from builder.cudapolicy import check_cuda_unit
+from builder.toolchain import provision
+from builder.toolchain.cudapolicy import check_cuda_unit
 from builder.errors import AssembleError, BuildFailed
-from builder.toolchain import cuda_toolkit
+from builder.toolchain.detect import cuda_toolkit
 
 REPO = Path(__file__).resolve().parent.parent
 PLAT = "linux-x86_64"

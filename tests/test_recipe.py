@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from builder.errors import AssembleError
-from builder.recipe import all_recipes, load_recipe, parse_recipe
+from builder.config.recipe import all_recipes, load_recipe, parse_recipe
 from tests.conftest import assemble
 
 GOOD = '''

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from builder import rocmpolicy
+from builder.toolchain import rocmpolicy
 from builder.errors import AssembleError
-from builder.rocmpolicy import check_hip_unit, kernel_archs
-from builder.toolchain import _multiarch, rocm
+from builder.toolchain.rocmpolicy import check_hip_unit, kernel_archs
+from builder.toolchain.detect import _multiarch, rocm
 
 SID_ROCBLAS = ("gfx803", "gfx900", "gfx906", "gfx908", "gfx90a", "gfx1010", "gfx1030", "gfx1100", "gfx1101",
                "gfx1102")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import source
+from builder.source import fetch as source
 from builder.errors import AssembleError, BuildFailed
-from builder.recipe import parse_recipe
+from builder.config.recipe import parse_recipe
 
 
 def git(*args, cwd):

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import unitfolder
+from builder.build import unitfolder
 from builder.errors import AssembleError
-from builder.recipe import load_recipe
+from builder.config.recipe import load_recipe
 from tests.conftest import REPO, SHA, TEST_CACHE, assemble
 
 RECIPE = REPO / "tests" / "data" / "vulkan-units.toml"
@@ -109,7 +109,7 @@ def test_cli_refusals_come_before_any_work(tmp_path):
 @pytest.mark.slow
 def test_a_unit_built_alone_and_carried_elsewhere_merges_and_serves(tmp_path):
     """--only-unit vulkan, carry bin/ + assemble-unit.json, merge with --unit-from, serve on lavapipe."""
-    from builder.tinymodel import write_tiny_llama
+    from builder.check.tinymodel import write_tiny_llama
     from tests.runtime_helpers import complete, server
 
     def base_units():   # the other unit's build folders, and when each last changed

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from builder import devices, manifest, staticcheck
-from builder.bundle import OwnFile, arch_tokens, place_bundle, plan_bundle
-from builder.elf import read_elf, section_strings
-from builder.recipe import parse_recipe
-from builder.verify import FAIL, PASS, WARN, Report, verify_runtime
+from builder.check import dynamic as devices
+from builder.runtime import manifest
+from builder.check import static as staticcheck
+from builder.runtime.bundle import OwnFile, arch_tokens, place_bundle, plan_bundle
+from builder.runtime.elf import read_elf, section_strings
+from builder.config.recipe import parse_recipe
+from builder.check.verify import FAIL, PASS, WARN, Report, verify_runtime
 
 from tests.conftest import assemble
 from vendorlibs import compile_c, cuda_libs, get_or_skip, rocm_libs

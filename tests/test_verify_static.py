@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from builder import staticcheck
-from builder.verify import FAIL, PASS, SKIP, WARN
+from builder.check import static as staticcheck
+from builder.check.verify import FAIL, PASS, SKIP, WARN
 from tests.conftest import assemble
 
 

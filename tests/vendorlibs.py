@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
-from builder.bundle import arch_tokens
-from builder.manifest import sha256_file
+from builder.runtime.bundle import arch_tokens
+from builder.runtime.manifest import sha256_file
 
 MIRROR = os.environ.get("ASSEMBLE_DEBIAN_MIRROR", "https://deb.debian.org/debian").rstrip("/")
 MULTIARCH = "usr/lib/x86_64-linux-gnu"

@@ -1,0 +1,380 @@
+"""Run a runtime's own code to see what it can do on this host.
+
+Every run uses an empty environment (plus variables the user names explicitly,
+such as GGML_VK_VISIBLE_DEVICES for a CPU Vulkan driver) and a scratch working
+directory, the way a service manager would start it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from builder.build.collect import module_backend
+
+RUN_TIMEOUT = 120
+
+# Probe one backend module in a clean process: load it as ggml would (RTLD_NOW),
+# initialise its registry and list its devices through libggml-base's C API.
+_PROBE = r"""
+import ctypes, json, sys
+runtime, module = sys.argv[1], sys.argv[2]
+try:
+    base = ctypes.CDLL(runtime + "/lib/libggml-base.so.0", mode=ctypes.RTLD_GLOBAL)
+    mod = ctypes.CDLL(module, mode=ctypes.RTLD_LOCAL | 2)
+except OSError as exc:
+    print(json.dumps({"error": str(exc)})); sys.exit(0)
+init = getattr(mod, "ggml_backend_init", None)
+if init is None:
+    print(json.dumps({"error": "no ggml_backend_init symbol"})); sys.exit(0)
+init.restype = ctypes.c_void_p
+reg = init()
+if not reg:
+    print(json.dumps({"devices": []})); sys.exit(0)
+base.ggml_backend_reg_dev_count.argtypes = [ctypes.c_void_p]; base.ggml_backend_reg_dev_count.restype = ctypes.c_size_t
+base.ggml_backend_reg_dev_get.argtypes = [ctypes.c_void_p, ctypes.c_size_t]; base.ggml_backend_reg_dev_get.restype = ctypes.c_void_p
+base.ggml_backend_dev_name.argtypes = [ctypes.c_void_p]; base.ggml_backend_dev_name.restype = ctypes.c_char_p
+base.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]; base.ggml_backend_dev_type.restype = ctypes.c_int
+names = []
+for i in range(base.ggml_backend_reg_dev_count(reg)):
+    dev = base.ggml_backend_reg_dev_get(reg, i)
+    if base.ggml_backend_dev_type(dev) != 0:  # GGML_BACKEND_DEVICE_TYPE_CPU
+        names.append(base.ggml_backend_dev_name(dev).decode())
+print(json.dumps({"devices": names}))
+"""
+
+
+@dataclass(frozen=True)
+class Probe:
+    devices: tuple[str, ...] = ()
+    error: str | None = None
+
+
+def module_files(runtime: Path, backend: str) -> list[Path]:
+    bindir = runtime / "bin"
+    if not bindir.is_dir():
+        return []
+    return sorted(p for p in bindir.iterdir() if p.is_file() and module_backend(p.name) == backend)
+
+
+def _run(argv: list[str], env: dict, cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, errors="replace", timeout=timeout)
+
+
+def probe_module(runtime: Path, module: Path, env: dict) -> Probe:
+    with tempfile.TemporaryDirectory(prefix="assemble-probe-") as cwd:
+        try:
+            proc = _run([sys.executable, "-c", _PROBE, str(runtime), str(module)], env, Path(cwd))
+        except subprocess.TimeoutExpired:
+            return Probe(error=f"loading {module.name} hung for {RUN_TIMEOUT}s")
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return Probe(error=f"loading {module.name} crashed (exit {proc.returncode}): {tail}")
+    data = json.loads(lines[-1])
+    if "error" in data:
+        return Probe(error=data["error"])
+    return Probe(devices=tuple(data["devices"]))
+
+
+@dataclass(frozen=True)
+class Listed:
+    devices: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+_DEVICE_LINE = re.compile(r"^\s+([A-Za-z]+\d+): ")
+
+
+def list_devices(runtime: Path, env: dict) -> Listed:
+    with tempfile.TemporaryDirectory(prefix="assemble-neutral-") as cwd:
+        try:
+            proc = _run([str(runtime / "bin" / "llama-server"), "--list-devices"], env, Path(cwd))
+        except subprocess.TimeoutExpired:
+            return Listed(error=f"--list-devices hung for {RUN_TIMEOUT}s")
+        except OSError as exc:
+            return Listed(error=f"cannot start llama-server: {exc}")
+    if proc.returncode != 0 or "Available devices" not in proc.stdout:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return Listed(error=f"llama-server --list-devices exited {proc.returncode}: {tail}")
+    return Listed([m.group(1) for ln in proc.stdout.splitlines() if (m := _DEVICE_LINE.match(ln))])
+
+
+# A module that looks like a CPU backend variant to ggml's loader (libggml-cpu-*.so exporting
+# ggml_backend_score above any real variant) and whose constructor writes a marker at dlopen().
+_PLANT_SOURCE = r"""
+#include <stdio.h>
+__attribute__((constructor)) static void planted_loaded(void) {
+    FILE *f = fopen(%(marker)s, "w");
+    if (f) { fputs("planted module loaded\n", f); fclose(f); }
+}
+__attribute__((visibility("default"))) int ggml_backend_score(void) { return 1 << 30; }
+__attribute__((visibility("default"))) void *ggml_backend_init(void) { return (void *) 0; }
+"""
+PLANT_NAME = "libggml-cpu-planted.so"
+
+
+def build_plant(folder: Path, marker: Path) -> Path | None:
+    """Compile the marker module into folder/PLANT_NAME; None without a C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        return None
+    out = folder / PLANT_NAME
+    with tempfile.TemporaryDirectory(prefix="assemble-plant-src-") as tmp:
+        src = Path(tmp) / "planted.c"
+        src.write_text(_PLANT_SOURCE % {"marker": json.dumps(str(marker))})   # a valid C string literal
+        proc = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(src)], capture_output=True)
+    return out if proc.returncode == 0 else None
+
+
+@dataclass(frozen=True)
+class Planted:
+    loaded: bool | None               # None: could not tell
+    how: str                          # which proof was used, or why none
+
+
+def planted_module_loaded(runtime: Path, env: dict) -> Planted:
+    """Start llama-server from a scratch folder holding a planted libggml-cpu-*.so: was it loaded?
+
+    With a C compiler the plant's constructor leaves a marker (proof that its code ran);
+    without one the plant is a copy of the runtime's CPU module and ld.so's own trace
+    (LD_DEBUG=files) shows whether dlopen() mapped it.
+    """
+    with tempfile.TemporaryDirectory(prefix="assemble-planted-") as cwd, \
+            tempfile.TemporaryDirectory(prefix="assemble-marker-") as markdir:
+        marker = Path(markdir) / "planted-module-ran"
+        plant = build_plant(Path(cwd), marker)
+        compiled = plant is not None
+        if plant is None:
+            cpu = module_files(runtime, "cpu")
+            if not cpu:
+                return Planted(None, "no C compiler and no CPU module to plant")
+            plant = Path(cwd) / PLANT_NAME
+            shutil.copyfile(cpu[0], plant)
+        try:
+            proc = _run([str(runtime / "bin" / "llama-server"), "--list-devices"], {**env, "LD_DEBUG": "files"},
+                        Path(cwd))
+        except (subprocess.TimeoutExpired, OSError) as exc:
+            return Planted(None, f"llama-server did not run ({exc.__class__.__name__})")
+        if marker.exists():
+            return Planted(True, f"the constructor of {plant} ran")
+        if str(plant) in proc.stderr:
+            return Planted(True, f"ld.so mapped {plant}")
+        if compiled:
+            return Planted(False, "a planted libggml-cpu-*.so in the working directory was ignored "
+                           "(its constructor never ran)")
+        if "file=" not in proc.stderr:
+            return Planted(None, "no C compiler for a marker module, and no ld.so trace (secure-execution mode)")
+        return Planted(False, "a planted libggml-cpu-*.so in the working directory was ignored "
+                       "(absent from ld.so's trace)")
+
+
+def loads_from_cwd(runtime: Path, env: dict) -> str | None | bool:
+    """The planted path if llama-server loaded it from its working directory, False if not, None if untestable."""
+    result = planted_module_loaded(runtime, env)
+    if result.loaded is None:
+        return None
+    return result.how if result.loaded else False
+
+
+def ld_library_path_searched(runtime: Path, env: dict) -> list[tuple[str, str]] | None:
+    """(library, requester) for each carried library ld.so looked for on LD_LIBRARY_PATH before finding it.
+
+    llama-server --list-devices runs with LD_LIBRARY_PATH naming an empty folder and
+    ld.so's search trace on (LD_DEBUG=libs,files): a good runtime finds every carried
+    library through DT_RPATH first, so the folder is never tried for one of them.
+    Empty folder: nothing there can break the run. None: no trace (cannot tell).
+    """
+    carried = carried_names(runtime)
+    with tempfile.TemporaryDirectory(prefix="assemble-ldlp-") as tmp:
+        decoy, cwd = Path(tmp) / "decoy", Path(tmp) / "cwd"
+        decoy.mkdir()
+        cwd.mkdir()
+        try:
+            proc = _run([str(runtime / "bin" / "llama-server"), "--list-devices"],
+                        {**env, "LD_LIBRARY_PATH": str(decoy), "LD_DEBUG": "libs,files"}, cwd)
+        except (subprocess.TimeoutExpired, OSError):
+            return None
+    if "find library=" not in proc.stderr:
+        return None
+    root, found, requester = str(runtime) + os.sep, [], {}
+    current = None
+    for line in proc.stderr.splitlines():
+        text = line.split(":", 1)[-1].strip()
+        if m := _NEEDED_BY.match(text):
+            requester[m.group(1)] = m.group(2)
+        elif m := _FIND.match(text):
+            current = m.group(1)
+        elif text.startswith("trying file=") and current in carried:
+            tried = text[len("trying file="):]
+            who = os.path.normpath(requester.get(current, "?"))
+            if who.startswith(root):
+                who = who[len(root):]
+            elif who != "?":
+                continue              # a host library's own lookup: not the runtime's doing
+            if tried.startswith(str(decoy) + os.sep) and (current, who) not in found:
+                found.append((current, who))
+    return found
+
+
+_NEEDED_BY = re.compile(r"^file=(\S+) \[\d+\];\s+(?:needed|dynamically loaded) by (.+?) \[\d+\]$")  # paths may hold spaces
+_FIND = re.compile(r"^find library=(\S+) \[\d+\]; searching")
+
+
+def carried_names(runtime: Path) -> set[str]:
+    """Every library name the runtime answers for: its files and links, what its manifest lists,
+    and each NEEDED name of its files that the policy carries (a deleted copy is still ours)."""
+    from builder.runtime import manifest
+    from builder.runtime.elf import read_elf
+    from builder.runtime.policy import BUNDLE, classify
+
+    names: set[str] = set()
+    for folder in ("bin", "lib"):
+        d = runtime / folder
+        if d.is_dir():
+            names |= {p.name for p in d.iterdir()}
+    try:
+        data = manifest.read(runtime)
+    except (OSError, ValueError):
+        data = {}
+    names |= {Path(r["path"]).name for r in data.get("files", []) if r.get("role") != "data"}
+    names |= {Path(r["path"]).name for r in data.get("symlinks", [])}
+    host = {s["soname"] for s in data.get("system_libs", [])}
+    for folder in ("bin", "lib"):
+        d = runtime / folder
+        for p in (sorted(d.iterdir()) if d.is_dir() else ()):
+            if p.is_symlink() or not p.is_file():
+                continue
+            try:
+                info = read_elf(p)
+            except Exception:
+                continue
+            for n in (info.needed if info else ()):
+                if n not in host and classify(n)[0] == BUNDLE:
+                    names.add(n)
+    return names
+
+
+@dataclass(frozen=True)
+class Smoke:
+    error: str | None = None
+    predicted: int = 0
+    prompt_tokens: int = 0
+    seconds: float = 0.0
+    foreign: tuple[str, ...] = ()
+    log: str | None = None
+    observed: dict = field(default_factory=dict)   # what while_loaded saw
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SMOKE_PROMPT = " ".join(["the quick brown fox jumps over the lazy dog"] * 15)  # several hundred tokens
+
+
+def foreign_libraries(pid: int, runtime: Path, owned_names: set[str]) -> tuple[str, ...]:
+    """Mapped libraries that the runtime carries a copy of (by file name or SONAME), but that came from elsewhere."""
+    from builder.runtime.elf import read_elf
+
+    found = set()
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return ()
+    root = str(runtime) + os.sep
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or ".so" not in parts[5]:
+            continue
+        path = parts[5].strip()
+        if path.startswith(root) or path in found:
+            continue
+        names = {Path(path).name}
+        try:
+            info = read_elf(path)      # maps shows the real file (libgomp.so.1.0.0); its SONAME is the name asked for
+            if info is not None and info.soname:
+                names.add(info.soname)
+        except Exception:
+            pass
+        if names & owned_names:
+            found.add(path)
+    return tuple(sorted(found))
+
+
+def smoke(runtime: Path, model: Path, device_args: list[str], env: dict, timeout: float = 240,
+          while_loaded=None) -> Smoke:
+    """Start llama-server, wait for /health, send a real completion with a long prompt.
+
+    `while_loaded(pid) -> dict`, if given, runs once the model is loaded (e.g. to sample GPU memory).
+    """
+    port = _free_port()
+    owned = carried_names(runtime)
+    with tempfile.TemporaryDirectory(prefix="assemble-smoke-run-") as cwd:
+        log_path = Path(cwd) / "server.log"
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen([str(runtime / "bin" / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
+                                     "--port", str(port), "-c", "2048", "-np", "1", *device_args],
+                                    env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            start = time.monotonic()
+            base = f"http://127.0.0.1:{port}"
+            while True:
+                if proc.poll() is not None:
+                    return Smoke(error=f"llama-server exited {proc.returncode} before /health: "
+                                 + _tail(log_path), log=None)
+                try:
+                    if requests.get(base + "/health", timeout=2).status_code == 200:
+                        break
+                except requests.RequestException:
+                    pass
+                if time.monotonic() - start > timeout:
+                    return Smoke(error=f"/health not ok after {timeout:.0f}s: " + _tail(log_path))
+                time.sleep(0.3)
+            observed = while_loaded(proc.pid) if while_loaded else {}
+            t0 = time.monotonic()
+            try:
+                resp = requests.post(base + "/completion", json={"prompt": SMOKE_PROMPT, "n_predict": 8,
+                                                                  "temperature": 0, "cache_prompt": False},
+                                     timeout=timeout)
+            except requests.RequestException as exc:
+                return Smoke(error=f"the first request failed ({exc.__class__.__name__}): " + _tail(log_path))
+            seconds = time.monotonic() - t0
+            if resp.status_code != 200:
+                return Smoke(error=f"/completion answered {resp.status_code}: {resp.text[:200]}")
+            body = resp.json()
+            predicted = int(body.get("tokens_predicted", 0))
+            prompt_tokens = int(body.get("tokens_evaluated", 0))
+            if predicted < 1:
+                return Smoke(error=f"no tokens generated: {json.dumps(body)[:200]}")
+            foreign = foreign_libraries(proc.pid, runtime, owned)
+            return Smoke(predicted=predicted, prompt_tokens=prompt_tokens, seconds=seconds, foreign=foreign,
+                         observed=observed)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _tail(log: Path, n: int = 3) -> str:
+    try:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])

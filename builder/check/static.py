@@ -1,0 +1,540 @@
+"""Static checks of a runtime: what ld.so would do with its files, and where its vendor data sits.
+
+Nothing here runs the runtime's code. Every answer comes from ELF headers
+(builder.elf), the bundling policy (builder.policy) and the folder itself:
+  libraries resolve        every DT_NEEDED, walked as ld.so loads a process with an empty
+                           environment, lands inside the runtime or is left to the host on purpose
+  RPATH of own files       DT_RPATH relative to $ORIGIN, inside the runtime; never DT_RUNPATH
+  LD_LIBRARY_PATH lookups  no lookup of a carried library passes LD_LIBRARY_PATH first
+  never-bundled libraries  no driver, loader or link-time stub was copied in
+  <vendor> data            rocBLAS/hipBLASLt data folders where the library itself reads them,
+                           with files for every GPU target the runtime was built for
+  hip code objects         libggml-hip.so carries code for each of those targets (a sibling arch
+                           loads, then faults)
+  glibc floor              this host's glibc is at least the newest version the runtime's files ask for
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import struct
+from collections import deque
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from elftools.elf.elffile import ELFFile
+
+from builder.runtime.bundle import LIB_DIR, arch_tokens, expected_places
+from builder.build.collect import module_backend
+from builder.runtime.elf import ElfInfo, Lookup, lookup, read_elf
+from builder.errors import AssembleError
+from builder.runtime.policy import BUNDLE, NEVER, DataRule, classify, data_rules_for
+from builder.toolchain.detect import version_tuple
+from builder.check.verify import FAIL, PASS, SKIP, WARN, Check
+
+# A directory that never exists: lookups see LD_LIBRARY_PATH's place in the search order
+# without anything being found there, so the answer is the empty environment's.
+_PROBE_LDLP = "/nonexistent/assemble-ld-library-path-probe"
+# Display names for the vendor data checks; other libraries are named by their folder.
+_VENDOR_NAMES = {"rocblas": "rocBLAS", "hipblaslt": "hipBLASLt"}
+_KERNEL_SUFFIXES = (".co", ".hsaco")
+
+
+def run(runtime: Path, manifest: dict | None, backends: tuple[str, ...], recipe=None,
+        extra_hip_targets: tuple[str, ...] = (), here: bool = True) -> list[Check]:
+    """here=False: the runtime is checked for another host (verify --static), so this host's glibc
+    being older is a warning, not a failure."""
+    runtime = Path(runtime).resolve()
+    unreadable: list[str] = []
+    files = _elf_files(runtime, manifest, unreadable)
+    own = _own_files(files, manifest)
+    resolved = _walk(runtime, files, own)
+    allowed = {s["soname"] for s in (manifest or {}).get("system_libs", [])}
+    checks = [
+        _closure_check(runtime, resolved, allowed, recipe, unreadable),
+        _rpath_check(runtime, files, own),
+        _hijack_check(runtime, resolved),
+        _never_check(runtime, files, manifest, recipe),
+    ]
+    hip_targets = tuple(((manifest or {}).get("gpu_targets") or {}).get("hip") or ())
+    hip_targets += tuple(t for t in extra_hip_targets if t not in hip_targets)
+    checks += data_checks(runtime, hip_targets)
+    checks += hip_code_checks(runtime, hip_targets)
+    checks.append(glibc_check((manifest or {}).get("glibc_min"), host_glibc(), here))
+    return checks
+
+
+# --- what this host can run ----------------------------------------------------
+
+def host_glibc() -> str | None:
+    libc, version = platform.libc_ver()
+    return version if libc == "glibc" and version else None
+
+
+def glibc_check(need: str | None, have: str | None, here: bool) -> Check:
+    if not need:
+        return Check("glibc floor", PASS, "the manifest records no GLIBC_ symbol versions")
+    if not have:
+        return Check("glibc floor", SKIP, f"not run: this host's C library is not glibc (the runtime needs {need})")
+    if version_tuple(have) >= version_tuple(need):
+        return Check("glibc floor", PASS, f"needs glibc {need}, this host has {have}")
+    return Check("glibc floor", FAIL if here else WARN,
+                 f"needs glibc {need}, this host has {have}: its binaries will not start here",
+                 "run it on a host (or image) with that glibc or newer, or build on an older distribution "
+                 "(a container unit) to lower the floor")
+
+
+# --- HIP code objects ------------------------------------------------------------
+
+# Offload bundle entry ids, e.g. "hipv4-amdgcn-amd-amdhsa--gfx1100" or "...--gfx90a:xnack-".
+_HIP_ENTRY = re.compile(rb"(?:hip|hipv4|openmp)-amdgcn-amd-amdhsa-[a-z0-9]*-(gfx[0-9a-f]+)")
+_COMPRESSED_BUNDLE = b"CCOB"
+
+
+def hip_archs(module: Path) -> tuple[set[str], bool]:
+    """The gfx archs libggml-hip.so carries code for, and whether some bundles were compressed
+    (their entry ids are then inside the compressed data and cannot be read here)."""
+    data = module.read_bytes()
+    return {m.decode() for m in _HIP_ENTRY.findall(data)}, _COMPRESSED_BUNDLE in data
+
+
+def hip_code_checks(runtime: Path, targets: tuple[str, ...]) -> list[Check]:
+    module = runtime / "bin" / "libggml-hip.so"
+    if not module.is_file() or not targets:
+        return []
+    archs, compressed = hip_archs(module)
+    wanted = sorted({t.split(":", 1)[0] for t in targets})
+    missing = [t for t in wanted if t not in archs]
+    if not archs:
+        reason = ("its offload bundles are compressed" if compressed else "no amdgcn offload bundle found")
+        return [Check("hip code objects", SKIP, f"not run: {reason}, so the archs it carries are unknown")]
+    if missing:
+        return [Check("hip code objects", FAIL, f"bin/{module.name} has code for {', '.join(sorted(archs))}, not for "
+                      f"{', '.join(missing)}: on such a card it loads, then faults (a sibling arch is no substitute)",
+                      f"build the rocm unit for that arch: --hip-target {missing[0]}")]
+    return [Check("hip code objects", PASS, f"bin/{module.name} carries {', '.join(sorted(archs))}")]
+
+
+# --- the files ---------------------------------------------------------------
+
+def _elf_files(runtime: Path, manifest: dict | None, unreadable: list[str]) -> dict[str, ElfInfo]:
+    """ELF files directly in bin/ and lib/ (data folders hold GPU code objects: not ours to load).
+
+    A file that starts like ELF but cannot be parsed (a truncated copy) goes to `unreadable`.
+    """
+    data = _data_paths(manifest)
+    out: dict[str, ElfInfo] = {}
+    for folder in ("bin", LIB_DIR):
+        d = runtime / folder
+        if not d.is_dir():
+            continue
+        for p in sorted(d.iterdir()):
+            rel = f"{folder}/{p.name}"
+            if p.is_symlink() or not p.is_file() or rel in data:
+                continue
+            try:
+                info = read_elf(p)
+            except AssembleError as exc:
+                unreadable.append(f"{rel}: {exc.what}")
+                continue
+            if info is None:
+                continue
+            short = _truncated(p, info.size)
+            if short:
+                unreadable.append(f"{rel}: {short}")
+                continue
+            out[rel] = info
+    return out
+
+
+def _truncated(path: Path, size: int) -> str | None:
+    """A partial copy keeps the ELF header but loses what it points to: compare the furthest
+    segment and the section header table with the file's size."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 52:
+            return f"a truncated ELF file ({size} bytes)"
+        is64, endian = head[4] == 2, "<" if head[5] == 1 else ">"
+        fmt = endian + ("QQ" if is64 else "II")
+        phoff, shoff = struct.unpack_from(fmt, head, 0x20 if is64 else 0x1C)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from(endian + "HHHH", head, 0x36 if is64 else 0x2A)
+        if shoff + shentsize * shnum > size:
+            return f"truncated: its section headers end at byte {shoff + shentsize * shnum}, the file has {size}"
+        if phoff + phentsize * phnum > size:
+            return f"truncated: its program headers end at byte {phoff + phentsize * phnum}, the file has {size}"
+        try:
+            segments = list(ELFFile(f).iter_segments())
+        except Exception as exc:   # pyelftools raises many types on a corrupt file
+            return f"a corrupt ELF file ({type(exc).__name__})"
+    end = max((seg["p_offset"] + seg["p_filesz"] for seg in segments), default=0)
+    return f"truncated: its segments end at byte {end}, the file has {size}" if end > size else None
+
+
+def _data_paths(manifest: dict | None) -> set[str]:
+    return {f["path"] for f in (manifest or {}).get("files", []) if f.get("role") == "data"}
+
+
+def _own_files(files: dict[str, ElfInfo], manifest: dict | None) -> list[str]:
+    """Files the build produced: the manifest says so; without one, bin/ is ours."""
+    if manifest and manifest.get("files"):
+        roles = {f["path"]: f.get("role") for f in manifest["files"]}
+        return [rel for rel in files if roles.get(rel) == "own"]
+    return [rel for rel in files if rel.startswith("bin/")]
+
+
+def _inside(runtime: Path, path: Path) -> bool:
+    real = Path(os.path.realpath(path))
+    return real == runtime or runtime in real.parents
+
+
+# --- ld.so's walk ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Resolution:
+    requester: str            # runtime-relative path of the object whose DT_NEEDED this is
+    name: str
+    found: Lookup
+
+
+def _walk(runtime: Path, files: dict[str, ElfInfo], own: list[str]) -> list[Resolution]:
+    """Every DT_NEEDED lookup ld.so makes, breadth first as it loads, with an empty environment.
+
+    Roots: each program in bin/ (its own process), then each backend module
+    dlopen()ed into llama-server's process. An object already loaded under a
+    name answers later lookups of that name, as in ld.so: pinned NEEDED
+    entries work that way. Our own libraries nothing reaches come next, and
+    last the vendor libraries nothing reaches by DT_NEEDED (those a vendor
+    library dlopen()s, such as HIP's comgr), into the same process.
+    """
+    programs = [rel for rel, i in files.items() if rel.startswith("bin/") and i.is_program]
+    modules = [rel for rel in files if rel.startswith("bin/") and module_backend(Path(rel).name)]
+    host = "bin/llama-server" if "bin/llama-server" in programs else (programs[0] if programs else None)
+    host_chain = (files[host],) if host else ()
+    out: list[Resolution] = []
+    reached: set[str] = set()
+
+    def load(rel: str, loaders: tuple[ElfInfo, ...], loaded: dict[str, Path]) -> None:
+        reached.add(rel)
+        queue = deque([(rel, files[rel], loaders)])
+        while queue:
+            label, obj, chain = queue.popleft()
+            for name in obj.needed:
+                if name in loaded:
+                    continue
+                found = lookup(name, obj, loaders=chain, ld_library_path=_PROBE_LDLP)
+                out.append(Resolution(label, name, found))
+                if found.path is None:
+                    continue
+                real = Path(os.path.realpath(found.path))
+                loaded[name] = real
+                if not _inside(runtime, real):
+                    continue          # the host's libraries and their dependencies are the host's business
+                dep_label = str(real.relative_to(runtime))
+                try:
+                    dep = read_elf(found.path)
+                except AssembleError:
+                    continue
+                if dep is None:
+                    continue
+                if dep.soname:
+                    loaded.setdefault(dep.soname, real)
+                if dep_label not in reached:
+                    reached.add(dep_label)
+                    queue.append((dep_label, dep, (obj, *chain)))
+
+    process: dict[str, Path] = {}
+    for rel in programs:
+        loaded: dict[str, Path] = {}
+        load(rel, (), loaded)
+        if rel == host:
+            process = loaded
+    for rel in modules:
+        load(rel, host_chain, process)
+    for rel in [*own, *files]:
+        if rel not in reached:
+            load(rel, host_chain, process)
+    return out
+
+
+def _decision(name: str, allowed: set[str], recipe) -> tuple[str, str]:
+    if name in allowed:
+        return "system", "left to the host by the manifest"
+    try:
+        return classify(name, recipe)
+    except AssembleError as exc:
+        return NEVER, exc.what
+
+
+def _closure_check(runtime: Path, resolved: list[Resolution], allowed: set[str], recipe,
+                   unreadable: list[str]) -> Check:
+    problems, host_libs, absent = list(unreadable), set(), set()
+    inside = 0
+    for r in resolved:
+        decision, reason = _decision(r.name, allowed, recipe)
+        path = r.found.path
+        if path is not None and _inside(runtime, path):
+            inside += 1
+            continue
+        if decision != BUNDLE:
+            (host_libs if path is not None else absent).add(r.name)
+            continue
+        if path is None:
+            passed = f"; passed over {', '.join(f'{p} ({why})' for p, why in r.found.rejected)}" \
+                if r.found.rejected else ""
+            problems.append(f"{r.name} (needed by {r.requester}) is not found{passed}")
+        else:
+            problems.append(f"{r.name} (needed by {r.requester}) resolves to {path}, outside the runtime, "
+                            f"though the policy carries it ({reason})")
+    if problems:
+        return Check("libraries resolve", FAIL, _join(problems),
+                     "a library the runtime must carry is missing from lib/: rebuild, or copy the whole "
+                     "runtime again (a partial copy loses files)")
+    note = f"; absent on this host: {', '.join(sorted(absent))}" if absent else ""
+    return Check("libraries resolve", PASS, f"{inside} lookups land inside the runtime; "
+                 f"{len(host_libs | absent)} libraries left to the host on purpose{note}")
+
+
+def _hijack_check(runtime: Path, resolved: list[Resolution]) -> Check:
+    """A carried library found after LD_LIBRARY_PATH was searched: any copy there would win."""
+    problems = []
+    for r in resolved:
+        f = r.found
+        if f.path is None or not _inside(runtime, f.path) or f.via in ("rpath", "direct"):
+            continue
+        if any(step == "ld_library_path" for step, _ in f.searched):
+            problems.append(f"{r.name} (needed by {r.requester}) is found through its {f.via}, "
+                            "after LD_LIBRARY_PATH")
+    if problems:
+        return Check("LD_LIBRARY_PATH lookups", FAIL, _join(problems) + ": a copy of that name on LD_LIBRARY_PATH "
+                     "would be loaded instead", "give our own files DT_RPATH (patchelf --force-rpath), and pin a "
+                     "vendor library's RUNPATH dependencies as NEEDED of our file: rebuild with assemble build")
+    return Check("LD_LIBRARY_PATH lookups", PASS, "every carried library is found through DT_RPATH before LD_LIBRARY_PATH")
+
+
+# --- RPATH of our own files --------------------------------------------------
+
+def _rpath_check(runtime: Path, files: dict[str, ElfInfo], own: list[str]) -> Check:
+    problems = []
+    lib = runtime / LIB_DIR
+    for rel in own:
+        info = files[rel]
+        if info.runpath:
+            problems.append(f"{rel} has DT_RUNPATH {':'.join(info.runpath)} (LD_LIBRARY_PATH is searched "
+                            "before it and it is not inherited)")
+            continue
+        if not info.needed:
+            continue
+        if not info.rpath:
+            problems.append(f"{rel} has no DT_RPATH: it finds its libraries only on the host")
+            continue
+        dirs = []
+        for entry in info.rpath:
+            where = _origin_entry(runtime, rel, entry)
+            if where is None:
+                problems.append(f"{rel} has RPATH entry {entry!r}, "
+                                + ("the working directory" if not entry else "not relative to $ORIGIN"))
+            elif not (where == runtime or runtime in where.parents):
+                problems.append(f"{rel} has RPATH entry {entry!r}, which leaves the runtime")
+            dirs.append(where)
+        if lib not in dirs:
+            problems.append(f"{rel} has RPATH {':'.join(info.rpath)}, which does not name {LIB_DIR}/")
+    if problems:
+        return Check("RPATH of own files", FAIL, _join(problems),
+                     "rebuild with assemble build (it sets DT_RPATH=$ORIGIN/../lib with patchelf --force-rpath); "
+                     "never patch a runtime by hand without regenerating its manifest")
+    return Check("RPATH of own files", PASS, f"{len(own)} files use DT_RPATH relative to $ORIGIN, no DT_RUNPATH")
+
+
+def _origin_entry(runtime: Path, rel: str, entry: str) -> Path | None:
+    for token in ("${ORIGIN}", "$ORIGIN"):
+        if entry.startswith(token):
+            rest = entry[len(token):].lstrip("/")
+            return Path(os.path.normpath(runtime / Path(rel).parent / rest))
+    return None
+
+
+# --- never-bundled -----------------------------------------------------------
+
+def _never_check(runtime: Path, files: dict[str, ElfInfo], manifest: dict | None, recipe) -> Check:
+    problems = []
+    names: dict[str, str] = {}            # name -> runtime path that answers to it
+    data = _data_paths(manifest)
+    for p in sorted(runtime.rglob("*.so*")):
+        rel = p.relative_to(runtime).as_posix()
+        if rel not in data and (p.is_symlink() or p.is_file()):
+            names.setdefault(p.name, rel)
+    for rel, info in files.items():
+        if info.soname:
+            names.setdefault(info.soname, rel)
+    for name, rel in sorted(names.items()):
+        decision, reason = _decision(name, set(), recipe)
+        if decision == NEVER:
+            problems.append(f"{rel} ({name}) must never be bundled: {reason}")
+    for rec in (manifest or {}).get("files", []):
+        if "stubs" in Path(rec.get("origin", "")).parts:
+            problems.append(f"{rec['path']} was copied from a stubs/ folder ({rec['origin']}): a link-time stub "
+                            "fails at run time")
+    if problems:
+        return Check("never-bundled libraries", FAIL, _join(problems),
+                     "delete them and rebuild; the host must provide these (the bundling policy says why)")
+    return Check("never-bundled libraries", PASS, "no driver, loader, glibc or stub library inside")
+
+
+# --- vendor data folders -----------------------------------------------------
+
+def _data_libraries(runtime: Path):
+    """(library, rule) for every vendor library in lib/ that reads a data folder."""
+    lib = runtime / LIB_DIR
+    if not lib.is_dir():
+        return
+    for entry in sorted(lib.iterdir()):
+        if entry.is_symlink() or not entry.is_file():
+            continue
+        for rule in data_rules_for(entry.name):
+            yield entry, rule
+
+
+def data_checks(runtime: Path, hip_targets: tuple[str, ...]) -> list[Check]:
+    """For each vendor library with a data rule: the folder it reads, then its files per GPU target."""
+    runtime = Path(runtime)
+    checks: list[Check] = []
+    for library, rule in _data_libraries(runtime):
+        checks += _data_rule_checks(runtime, library, rule, hip_targets)
+    return checks
+
+
+def data_layout_problems(runtime: Path) -> list[str]:
+    """Where a data folder sits wrongly, one line each (the bundler checks what it just placed with
+    this): flattened, nested, shadowed; missing only for a library that cannot work without it."""
+    runtime = Path(runtime)
+    out = []
+    for library, rule in _data_libraries(runtime):
+        want, problems, missing = _layout(runtime, library, rule)
+        for problem in problems + ([missing] if missing and rule.required else []):
+            out.append(f"{library.name} reads {want.relative_to(runtime)}: {problem}")
+    return out
+
+
+def _label(rule: DataRule) -> str:
+    top = rule.place.split("/", 1)[0]
+    return _VENDOR_NAMES.get(top, top)
+
+
+def _layout(runtime: Path, library: Path, rule: DataRule) -> tuple[Path, list[str], str | None]:
+    """The folder `library` reads, what is wrong with where its data sits, and a line if it is
+    simply missing (kept apart: for an optional folder that is only a slower runtime)."""
+    lib = library.parent
+    places = expected_places(library, rule)   # the library's own strings first (Debian's versioned path)
+    want = lib / places[0]
+    rel_want = want.relative_to(runtime)
+    problems, missing = [], None
+    for shadow in rule.shadows:
+        s = Path(os.path.normpath(lib / shadow))
+        if (s == runtime or runtime in s.parents) and s.is_dir():
+            problems.append(f"stray folder {s.relative_to(runtime)}/: {library.name} probes it before "
+                            f"{rel_want} and would read it instead")
+    strays = sorted(p.name for p in lib.iterdir() if fnmatchcase(p.name, rule.marker) and not p.is_dir())
+    if strays:
+        problems.append(f"stray {rule.marker} files directly in {LIB_DIR}/ ({', '.join(strays[:3])}"
+                        f"{' ...' if len(strays) > 3 else ''}): a flattened copy of the data folder")
+    if not _holds(want, rule.marker):
+        misplaced = _misplaced(runtime, lib, want, places, rule.marker)
+        if misplaced:
+            problems.append(misplaced)
+        else:
+            missing = f"{rel_want}/ is missing or holds no {rule.marker} files"
+    elif (want / want.name).is_dir():
+        problems.append(f"{rel_want}/{want.name}/: a nested copy (cp -r into an existing folder)")
+    return want, problems, missing
+
+
+def _data_rule_checks(runtime: Path, library: Path, rule: DataRule, targets: tuple[str, ...]) -> list[Check]:
+    label = _label(rule)
+    bad = FAIL if rule.required else WARN
+    consequence = ("it aborts at the first GEMM (after /health already said ok)" if rule.required
+                   else "it falls back to slower kernels")
+    want, problems, missing = _layout(runtime, library, rule)
+    problems += [missing] if missing else []
+    rel_want = want.relative_to(runtime)
+    hint = (f"rebuild with assemble build, or copy the vendor folder with its structure: mkdir -p "
+            f"{rel_want} && cp -a SRC/. {rel_want}/; {label} reads {rel_want} ({rule.reason})")
+    if rule.env:
+        hint += f"; {rule.env} overrides it"
+    if problems:
+        return [Check(f"{label} data", bad, f"{library.name} reads {rel_want}: " + _join(problems)
+                      + f"; {consequence}", hint)]
+    source = "read from the library's strings" if want != library.parent / rule.place else "upstream layout"
+    checks = [Check(f"{label} data", PASS, f"{rel_want} ({source}), {sum(1 for _ in want.rglob('*'))} entries")]
+    for target in targets:
+        gfx = target.split(":", 1)[0]          # "gfx90a:xnack-": the feature suffix names no other files
+        checks.append(_arch_check(runtime, want, gfx, label, bad, consequence))
+    if not targets:
+        checks.append(Check(f"{label} kernels", SKIP, "not run: the manifest names no hip GPU targets"))
+    return checks
+
+
+def _holds(folder: Path, marker: str) -> bool:
+    try:
+        return folder.is_dir() and any(fnmatchcase(p.name, marker) for p in folder.rglob("*"))
+    except OSError:
+        return False
+
+
+def _misplaced(runtime: Path, lib: Path, want: Path, places: tuple[str, ...], marker: str) -> str | None:
+    """Where the data went instead of `want`: one level up (flattened), or another known place."""
+    for parent in want.parents:
+        if parent == lib.parent:
+            break
+        if parent.is_dir() and any(fnmatchcase(p.name, marker) for p in parent.iterdir() if p.is_file()):
+            return (f"its files sit in {parent.relative_to(runtime)}/ instead: a flattened copy "
+                    "(cp -r into a folder that did not exist)")
+    for other in places[1:]:
+        if _holds(lib / other, marker):
+            return (f"the data sits in {(lib / other).relative_to(runtime)}/ (the upstream layout), but this "
+                    f"build of the library reads {want.relative_to(runtime)}")
+    return None
+
+
+def _arch_check(runtime: Path, folder: Path, gfx: str, label: str, bad: str, consequence: str) -> Check:
+    """rocBLAS/hipBLASLt look in <gfx>-<xnack>/, <gfx>/, then the folder: an index and code objects for gfx."""
+    subdirs = [d for d in sorted(folder.glob(f"{gfx}*")) if d.is_dir() and (d.name == gfx or d.name.startswith(gfx + "-"))]
+    index_names = (f"TensileLibrary_lazy_{gfx}.dat", f"TensileLibrary_{gfx}.dat", "TensileLibrary.dat")
+    index = next((d / n for d in (*subdirs, folder) for n in index_names if (d / n).is_file()), None)
+    kernels = [p for d in (*subdirs, folder) for p in d.iterdir()
+               if p.is_file() and p.suffix in _KERNEL_SUFFIXES and gfx in arch_tokens(p.name)]
+    name = f"{label} {gfx}"
+    where = folder.relative_to(runtime)
+    if index is None:
+        lazy = ", ".join(index_names)
+        others = sorted({t for p in folder.iterdir() for t in arch_tokens(p.name)})
+        return Check(name, bad, f"no {lazy} in {where} (archs present: {', '.join(others) or 'none'}); "
+                     f"{consequence} on a {gfx} card",
+                     f"use a {label} build that covers {gfx}, or target an arch it covers")
+    if not kernels:
+        return Check(name, bad, f"{index.name} is there but no {gfx} code objects (*.co, *.hsaco) in {where}; "
+                     f"{consequence}", "the data folder was pruned or copied partially: rebuild")
+    orphans = _missing_fallback_indexes(folder, gfx)
+    if orphans:
+        return Check(name, bad, f"{len(orphans)} {gfx} fallback kernels lack their arch-less index "
+                     f"({orphans[0]} ...); {consequence}",
+                     "arch pruning must keep the arch-less *_fallback.dat files: rebuild")
+    return Check(name, PASS, f"{index.name} and {len(kernels)} code objects")
+
+
+def _missing_fallback_indexes(folder: Path, gfx: str) -> list[str]:
+    """X_fallback_<gfx>.hsaco is described by the arch-less X_fallback.dat: losing it loses the kernels."""
+    out = []
+    suffix = f"_fallback_{gfx}.hsaco"
+    for p in sorted(folder.glob(f"*{suffix}")):
+        dat = p.name[: -len(suffix)] + "_fallback.dat"
+        if not (folder / dat).is_file():
+            out.append(dat)
+    return out
+
+
+def _join(problems: list[str], limit: int = 4) -> str:
+    more = f" (+{len(problems) - limit} more)" if len(problems) > limit else ""
+    return "; ".join(problems[:limit]) + more

@@ -1,0 +1,199 @@
+"""Prove a runtime works before anyone ships it.
+
+Static checks read files only; dynamic checks run the runtime's own binaries with
+an empty environment from a neutral working directory. A check that cannot run
+on this host says "not run: ..." (status skip), it never passes silently.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from builder import ui
+from builder.check import dynamic as devices
+from builder.runtime import manifest
+from builder.config.recipe import DEVICE_PREFIX, Recipe
+
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    reason: str
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    runtime: str
+    checks: tuple[Check, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.status != FAIL for c in self.checks)
+
+    def as_dict(self) -> dict:
+        return {"runtime": self.runtime, "passed": self.passed, "checks": [asdict(c) for c in self.checks]}
+
+
+def _manifest_checks(runtime: Path, data: dict | None) -> list[Check]:
+    if data is None:
+        return [Check("manifest", FAIL, "manifest.json is missing or unreadable",
+                      "rebuild the runtime with assemble build; a runtime without a manifest cannot be verified")]
+    problems = manifest.check_files(runtime, data)
+    if problems:
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        return [Check("manifest hashes", FAIL, "; ".join(problems[:3]) + more,
+                      "a file was changed, removed or added after the build: rebuild, or copy the whole runtime again")]
+    return [Check("manifest hashes", PASS, f"{len(data.get('files', []))} files match their sha256")]
+
+
+def _module_checks(runtime: Path, backends: tuple[str, ...]) -> list[Check]:
+    checks = []
+    for backend in backends:
+        found = devices.module_files(runtime, backend)
+        if found:
+            checks.append(Check(f"module {backend}", PASS, ", ".join(f"bin/{p.name}" for p in found)))
+            continue
+        elsewhere = sorted(p.relative_to(runtime).as_posix() for p in runtime.rglob(f"libggml-{backend}*.so")
+                           if p.parent != runtime / "bin")
+        where = f"; found {', '.join(elsewhere)}, where it is never looked for" if elsewhere else ""
+        checks.append(Check(f"module {backend}", FAIL, f"no libggml-{backend}*.so in bin/ (ggml's loader looks "
+                            f"next to the executable){where}: its devices would silently vanish",
+                            "rebuild, or copy the whole runtime again; never move backend modules out of bin/"))
+    return checks
+
+
+def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict) -> tuple[list[Check], list[str]]:
+    """Each backend module must load; every device it reports must appear in --list-devices."""
+    checks, expected = [], []
+    for backend in backends:
+        for module in devices.module_files(runtime, backend):
+            probe = devices.probe_module(runtime, module, env)
+            if probe.error:
+                checks.append(Check(f"load {module.name}", FAIL, probe.error,
+                                    "a library it needs is missing or the wrong version: see the static checks"))
+            elif backend == "cpu":
+                checks.append(Check(f"load {module.name}", PASS, "loads with an empty environment"))
+            elif not probe.devices:
+                checks.append(Check(f"load {module.name}", SKIP, f"not run: no {backend} device on this host "
+                                    "(the module loads and reports none)"))
+            else:
+                checks.append(Check(f"load {module.name}", PASS, f"reports {', '.join(probe.devices)}"))
+                expected += probe.devices
+    listed = devices.list_devices(runtime, env)
+    if listed.error:
+        checks.append(Check("--list-devices", FAIL, listed.error, "run bin/llama-server --list-devices to see why"))
+        return checks, []
+    missing = [d for d in expected if d not in listed.devices]
+    if missing:
+        checks.append(Check("--list-devices", FAIL, f"{', '.join(missing)} missing from llama-server --list-devices "
+                            f"(listed: {', '.join(listed.devices) or 'none'})",
+                            "the backend module failed to load inside llama-server: check its dependencies"))
+    else:
+        checks.append(Check("--list-devices", PASS, ", ".join(listed.devices) or "(no GPU devices on this host)"))
+    return checks, listed.devices
+
+
+def _planted_check(runtime: Path, env: dict) -> Check:
+    result = devices.planted_module_loaded(runtime, env)
+    if result.loaded is None:
+        return Check("working-directory modules", SKIP, f"not run: {result.how}")
+    if result.loaded:
+        return Check("working-directory modules", FAIL, f"llama-server loaded a planted libggml-cpu-*.so from its "
+                     f"working directory ({result.how}): anyone who can write there runs code in it",
+                     "build with the loader patch (backend-loader-no-cwd), which is on by default")
+    return Check("working-directory modules", PASS, result.how)
+
+
+def _ld_library_path_check(runtime: Path, env: dict) -> Check:
+    searched = devices.ld_library_path_searched(runtime, env)
+    if searched is None:
+        return Check("LD_LIBRARY_PATH decoys", SKIP, "not run: no ld.so search trace (LD_DEBUG) on this host")
+    if searched:
+        items = "; ".join(f"{name} (needed by {who})" for name, who in searched[:4])
+        return Check("LD_LIBRARY_PATH decoys", FAIL, f"ld.so searched LD_LIBRARY_PATH for {items} before the "
+                     "runtime's own copy: a library of that name there would be loaded instead",
+                     "our files need DT_RPATH, not DT_RUNPATH (see 'RPATH of own files'): rebuild")
+    return Check("LD_LIBRARY_PATH decoys", PASS, "with LD_LIBRARY_PATH set, ld.so never looked there for a "
+                 "library the runtime carries")
+
+
+def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict, model: Path | None) -> list[Check]:
+    checks = []
+    with tempfile.TemporaryDirectory(prefix="assemble-smoke-") as tmp:
+        if model is None:
+            from builder.check.tinymodel import write_tiny_llama
+            model = write_tiny_llama(Path(tmp) / "tiny-random-llama.gguf")
+        configs = [("CPU", ["--device", "none"])] + [(d, ["--device", d, "-ngl", "99"]) for d in devices_listed]
+        if len(devices_listed) >= 2:
+            pair = ",".join(devices_listed[:2])
+            configs.append((f"{pair} layer split", ["--device", pair, "-ngl", "99", "--split-mode", "layer"]))
+        for label, args in configs:
+            result = devices.smoke(runtime, model, args, env)
+            if result.error:
+                checks.append(Check(f"smoke {label}", FAIL, result.error, f"log: {result.log}" if result.log else ""))
+            elif result.foreign:
+                checks.append(Check(f"smoke {label}", FAIL, "libraries loaded from outside the runtime: "
+                                    + ", ".join(result.foreign), "bundle them, or fix the RPATH of our files"))
+            else:
+                checks.append(Check(f"smoke {label}", PASS, f"{result.prompt_tokens}-token prompt, "
+                                    f"{result.predicted} tokens back in {result.seconds:.1f}s"))
+    return checks
+
+
+def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = False, model: Path | None = None,
+                   extra_env: dict | None = None, static: bool = False, hip_targets: tuple[str, ...] = ()) -> Report:
+    """static: read files only (for a runtime meant for another host); hip_targets: also check
+    the AMD data and code for these cards."""
+    runtime = Path(runtime).resolve()
+    env = dict(extra_env or {})
+    try:
+        data = manifest.read(runtime)
+    except (OSError, ValueError):
+        data = None
+    backends = recipe.backends if recipe else tuple((data or {}).get("recipe", {}).get("backends", ["cpu"]))
+    checks = _manifest_checks(runtime, data)
+    from builder.check import static as staticcheck
+    checks += staticcheck.run(runtime, data, backends, recipe=recipe, extra_hip_targets=hip_targets, here=not static)
+    checks += _module_checks(runtime, backends)
+    if static:
+        checks.append(Check("devices, loader and smoke", SKIP, "not run: --static reads files only"))
+    elif (runtime / "bin" / "llama-server").is_file():
+        device_checks, listed = _device_checks(runtime, backends, env)
+        checks += device_checks
+        checks.append(_planted_check(runtime, env))
+        checks.append(_ld_library_path_check(runtime, env))
+        if smoke:
+            gpu_listed = [d for d in listed if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
+            checks += _smoke_checks(runtime, gpu_listed, env, model)
+            for b in backends:   # a GPU backend with nothing to run on is reported, never passed silently
+                if b in DEVICE_PREFIX and not any(d.startswith(DEVICE_PREFIX[b]) for d in gpu_listed):
+                    checks.append(Check(f"smoke {DEVICE_PREFIX[b]}", SKIP, f"not run: no {b} device on this host"))
+    else:
+        checks.append(Check("llama-server", FAIL, "bin/llama-server is missing", "rebuild the runtime"))
+    return Report(str(runtime), tuple(checks))
+
+
+def render(report: Report, as_json: bool = False) -> None:
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return
+    if ui.level() < ui.NORMAL and report.passed:
+        return
+    width = max(len(c.name) for c in report.checks) if report.checks else 10
+    colour = {PASS: ui.ok, FAIL: ui.bad, WARN: lambda s: s, SKIP: lambda s: s}
+    for c in report.checks:
+        line = f"  {c.name.ljust(width)}  {colour[c.status](c.status.upper().ljust(4))}  {c.reason}"
+        if c.hint and c.status in (FAIL, WARN):
+            line += f"\n  {' ' * width}        hint: {c.hint}"
+        print(line, file=sys.stderr)
+    verdict = ui.ok("all checks passed") if report.passed else ui.bad("verification FAILED")
+    print(f"  {verdict} ({sum(c.status == FAIL for c in report.checks)} failed, "
+          f"{sum(c.status == SKIP for c in report.checks)} not run)", file=sys.stderr)

