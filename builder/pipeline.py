@@ -24,7 +24,8 @@ from builder.source import patches
 from builder.toolchain import rocmpolicy
 from builder.toolchain import detect as toolchain
 from builder.build import unitfolder
-from builder.runtime.bundle import place_bundle, plan_bundle
+from builder.runtime.bundle import plan_bundle
+from builder.runtime.place import place_bundle
 from builder.errors import AssembleError
 from builder.config.recipe import Mirror, Recipe
 from builder.source.fetch import SourceTree, cached_tree, local_tree, pinned_tree

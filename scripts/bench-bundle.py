@@ -28,7 +28,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from builder import ui
 from builder.runtime import elf
-from builder.runtime.bundle import OwnFile, place_bundle, plan_bundle
+from builder.runtime.bundle import plan_bundle
+from builder.runtime.layout import OwnFile
+from builder.runtime.place import place_bundle
 from builder.config.recipe import parse_recipe
 
 import vendorlibs                                               # noqa: E402

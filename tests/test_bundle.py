@@ -21,13 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from builder.runtime.bundle import (BundlePlan, OwnFile, arch_tokens, copy_tree, expected_places, place_bundle, plan_bundle)
+from builder.runtime.bundle import BundlePlan, plan_bundle
+from builder.runtime.layout import OwnFile, arch_tokens, data_layout_problems, expected_places
+from builder.runtime.place import copy_tree, place_bundle
 from builder.runtime.elf import read_elf, section_strings
 from builder.errors import AssembleError, BuildFailed
 from builder.runtime.manifest import sha256_file
 from builder.runtime.policy import classify, data_rules_for, load_policy
 from builder.config.recipe import parse_recipe
-from builder.check.static import data_layout_problems
 
 from vendorlibs import (SID, compile_c, cuda_libs, extract_deb, fetch_deb, get_or_skip, loaded_probe,
                         rocm_libs)
@@ -222,7 +223,7 @@ def test_bad_inputs(tmp_path, omp_build):
 
 
 def test_patchelf_version_gate():
-    from builder.runtime.bundle import MIN_PATCHELF, patchelf_tool
+    from builder.runtime.place import MIN_PATCHELF, patchelf_tool
     from builder.toolchain.detect import find_tool, version_tuple
     tool = find_tool("patchelf")
     assert version_tuple(tool.version) >= MIN_PATCHELF and patchelf_tool() == tool.path

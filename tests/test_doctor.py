@@ -273,7 +273,7 @@ def test_cuda13_blackwell_is_patched_at_this_pin(fakes, tmp_path):
     assert report.facts.cuda.root == str(root)  # through the wrapper on PATH, as nvcc itself says
     assert report.facts.cuda.archs[-2:] == ("120", "121")
     bw = by_name(report, "Blackwell", "recipe")
-    assert bw.status == doctor.WARN and "cuda-fa-blackwell-exempt" in bw.found and "12.8" in bw.hint
+    assert bw.status == doctor.WARN and "cuda-fa-blackwell-exempt" in bw.reason and "12.8" in bw.hint
     assert by_name(report, "cuBLAS", "recipe").status == doctor.OK
     assert report.verdict.state == "slower" and report.exit_code == 0
 
@@ -284,10 +284,10 @@ def test_cuda13_blackwell_refused_without_the_patch(fakes, tmp_path):
     report = doctor.diagnose(load_recipe(str(path)), timeout=5)
     bw = by_name(report, "Blackwell", "recipe")
     assert bw.status == doctor.MISSING and "refused by build policy" in bw.meaning
-    assert "disabled by the recipe" in bw.found
+    assert "disabled by the recipe" in bw.reason
     for way in ("12.8", "cuda-fa-blackwell-exempt", "Vulkan", "accept_blackwell_regression"):
         assert way in bw.hint
-    assert report.verdict.state == doctor.MISSING and report.exit_code == 1
+    assert report.verdict.state == "missing" and report.exit_code == 1
     assert "Blackwell" in report.verdict.line
 
 
@@ -314,7 +314,7 @@ def test_no_cublas_cannot_link(fakes, tmp_path):
     c = by_name(report, "cuBLAS", "recipe")
     assert c.status == doctor.MISSING and "cannot link" in c.meaning
     assert "pip install nvidia-cublas" in c.hint  # CUDA 13's wheel
-    assert report.verdict.state == doctor.MISSING and "cuBLAS" in report.verdict.line
+    assert report.verdict.state == "missing" and "cuBLAS" in report.verdict.line
 
 
 def test_cublas_hint_per_toolkit_and_distribution():
@@ -333,7 +333,7 @@ def test_old_nvcc_cannot_target_blackwell(fakes, tmp_path):
     fakes.cuda("12.4")
     report = doctor.diagnose(load_recipe(str(cuda_recipe(tmp_path))), timeout=5)
     c = by_name(report, "CUDA archs", "recipe")
-    assert c.status == doctor.MISSING and "sm_120" in c.found and "12.8" in c.meaning
+    assert c.status == doctor.MISSING and "sm_120" in c.reason and "12.8" in c.meaning
     assert report.exit_code == 1
 
 
@@ -359,9 +359,9 @@ def test_driver_older_than_toolkit(fakes, tmp_path):
         """)
     report = doctor.diagnose(None, timeout=5)
     d = by_name(report, "NVIDIA driver")
-    assert d.status == doctor.WARN and "12.4" in d.found and "will not start" in d.meaning
+    assert d.status == doctor.WARN and "12.4" in d.reason and "will not start" in d.meaning
     gpu = by_name(report, "GPU (nvidia-smi)")
-    assert "RTX 5090" in gpu.found and "12.0" in gpu.found
+    assert "RTX 5090" in gpu.reason and "12.0" in gpu.reason
 
 
 # --- Vulkan -------------------------------------------------------------------------
@@ -383,7 +383,7 @@ def test_glslc_without_coopmat_is_slower(fakes, tmp_path, monkeypatch):
     assert ext["GL_KHR_cooperative_matrix"] is False and ext["GL_NV_cooperative_matrix2"] is False
     assert ext["GL_EXT_integer_dot_product"] is True and ext["GL_EXT_bfloat16"] is True
     c = by_name(report, "glslc extensions", "recipe")
-    assert c.status == doctor.WARN and "coopmat no" in c.found and "int-dot yes" in c.found
+    assert c.status == doctor.WARN and "coopmat no" in c.reason and "int-dot yes" in c.reason
     assert "cooperative matrix" in c.meaning and "integer dot" not in c.meaning and c.hint
     assert report.verdict.state == "slower" and report.exit_code == 0
 
@@ -392,7 +392,7 @@ def test_old_vulkan_headers_are_missing(fakes, monkeypatch):
     monkeypatch.setenv("VULKAN_SDK", str(fakes.vulkan_sdk(header="1.3.239")))
     report = doctor.diagnose(load_recipe("vulkan"), timeout=5)
     c = by_name(report, "Vulkan headers", "recipe")
-    assert c.found == "1.3.239" and c.status == doctor.MISSING
+    assert c.reason == "1.3.239" and c.status == doctor.MISSING
     assert "VK_EXT_layer_settings" in c.meaning and "LayerSettingEXT" in c.meaning
     assert report.exit_code == 1
 
@@ -459,7 +459,7 @@ def test_rocblas_without_the_card_arch_aborts_at_first_gemm(fakes, monkeypatch, 
     monkeypatch.setenv("ROCM_PATH", str(fakes.rocm("6.4.1", rocblas_archs=("gfx1030",), hipblaslt_archs=("gfx1030",))))
     report = doctor.diagnose(load_recipe("rocm"), timeout=5)
     c = by_name(report, "rocBLAS gfx1100", "recipe")
-    assert c.status == doctor.MISSING and "gfx1030" in c.found and "first GEMM" in c.meaning
+    assert c.status == doctor.MISSING and "gfx1030" in c.reason and "first GEMM" in c.meaning
     assert by_name(report, "hipBLASLt gfx1100", "recipe").status == doctor.WARN
 
 
@@ -471,7 +471,7 @@ def test_rocm_version_file_debian_layout_and_missing_hipblas(fakes, monkeypatch)
     assert r.version == "6.1.2" and r.version_source.endswith(".info/version")
     assert r.rocblas_data.endswith("rocblas/4.4.1/library") and r.rocblas_archs == ("gfx1100",)
     c = by_name(report, "hipBLAS/rocBLAS", "recipe")
-    assert c.status == doctor.MISSING and "hipBLAS no" in c.found
+    assert c.status == doctor.MISSING and "hipBLAS no" in c.reason
 
 
 def test_rocm_hints_per_distribution():
@@ -524,7 +524,7 @@ def test_second_amd_card_without_atomics_means_layer_split_only(fakes, tmp_path)
     fakes.printer("lspci", LSPCI)
     report = doctor.diagnose(None, timeout=5)
     c = by_name(report, "PCIe 0000:0a:00.0")
-    assert c.status == doctor.WARN and "ReqEn-" in c.found
+    assert c.status == doctor.WARN and "ReqEn-" in c.reason
     assert "no cross-card collectives (RCCL)" in c.meaning and "layer split" in c.meaning
     assert by_name(report, "PCIe 0000:03:00.0").status == doctor.OK
     # a recipe that asks for RCCL hears it too
@@ -533,7 +533,7 @@ def test_second_amd_card_without_atomics_means_layer_split_only(fakes, tmp_path)
     facts = dataclasses.replace(report.facts, rocm=tc.RocmInstall("/opt/rocm", "6.4.1", "x", None, "a", "b", "c",
                                                                   "/d", ("gfx1100",), "/e", ("gfx1100",)))
     rccl = by_name(doctor.diagnose(load_recipe(str(path)), facts), "RCCL", "recipe")
-    assert rccl.status == doctor.WARN and "0000:0a:00.0" in rccl.found
+    assert rccl.status == doctor.WARN and "0000:0a:00.0" in rccl.reason
 
 
 def test_single_card_without_atomics_is_only_informative():
@@ -579,7 +579,7 @@ def test_gpus_from_rocminfo_and_vulkaninfo(fakes):
     assert [(g.name, g.arch) for g in rocm] == [("Radeon RX 7900 XTX", "gfx1100")]
     vk = report.facts.gpus["vulkaninfo"]
     assert [(g.vendor, g.arch) for g in vk] == [("amd", "discrete_gpu"), ("cpu", "cpu")]
-    lavapipe = [c for c in report.checks if "llvmpipe" in c.found][0]
+    lavapipe = [c for c in report.checks if "llvmpipe" in c.reason][0]
     assert "GGML_VK_VISIBLE_DEVICES" in lavapipe.meaning
 
 
@@ -640,7 +640,7 @@ def test_missing_compiler_gives_the_distribution_command():
     f = base_facts(cc=None, cxx=None, distro=tc.Distro("fedora", (), "41"))
     report = doctor.diagnose(load_recipe("cpu"), f)
     c = by_name(report, "build tools", "recipe")
-    assert c.status == doctor.MISSING and c.found == "no cc, c++" and c.hint == "dnf install gcc gcc-c++"
+    assert c.status == doctor.MISSING and c.reason == "no cc, c++" and c.hint == "dnf install gcc gcc-c++"
     assert "build tools (no cc, c++)" in report.verdict.line
     assert report.exit_code == 1
 

@@ -21,7 +21,9 @@ import pytest
 from builder.check import dynamic as devices
 from builder.runtime import manifest
 from builder.check import static as staticcheck
-from builder.runtime.bundle import OwnFile, arch_tokens, place_bundle, plan_bundle
+from builder.runtime.bundle import plan_bundle
+from builder.runtime.layout import OwnFile, arch_tokens
+from builder.runtime.place import place_bundle
 from builder.runtime.elf import read_elf, section_strings
 from builder.config.recipe import parse_recipe
 from builder.check.verify import FAIL, PASS, WARN, Report, verify_runtime

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator
 
-from builder.runtime.bundle import arch_tokens
+from builder.runtime.layout import arch_tokens
 from builder.runtime.manifest import sha256_file
 
 MIRROR = os.environ.get("ASSEMBLE_DEBIAN_MIRROR", "https://deb.debian.org/debian").rstrip("/")

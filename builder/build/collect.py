@@ -8,22 +8,15 @@ tree's bin/ is read and each ELF file is classified by its headers.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
-from builder.runtime.bundle import OwnFile
+from builder.runtime.layout import OwnFile, module_backend
 from builder.build.cmake import UnitPlan
 from builder.runtime.elf import read_elf
 from builder.errors import AssembleError, BuildFailed
 
-# ggml backend modules: libggml-<backend>[-<variant>].so, loaded by ggml at run time.
-MODULE_RE = re.compile(r"^libggml-(cpu|cuda|hip|vulkan|musa|sycl|opencl|rpc|blas|metal|cann|webgpu|zdnn|hexagon)"
-                       r"(-[A-Za-z0-9_]+)?\.so$")
 
 
-def module_backend(filename: str) -> str | None:
-    m = MODULE_RE.match(filename)
-    return m.group(1) if m else None
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder.check.report import FAIL, INFO, PASS, SKIP, WARN, Check
 from builder.toolchain import cudapolicy
 from builder.toolchain import detect as tc
 from builder.paths import cache_dir, data_dir
 from builder.config.recipe import Recipe
 from builder.toolchain.detect import version_tuple
 
-OK, WARN, MISSING, INFO = "ok", "warn", "missing", "info"
+OK, MISSING = PASS, FAIL            # what doctor calls them on screen and in JSON: DOCTOR_WORDS
+DOCTOR_WORDS = {PASS: "ok", FAIL: "missing", WARN: "warn", INFO: "info", SKIP: "skip"}
 
 ROCM_MIN = (6, 1)        # ggml-hip/CMakeLists.txt: FATAL_ERROR "At least ROCM/HIP V6.1 is required"
 CMAKE_MIN_HIP = (3, 21)  # ggml-hip/CMakeLists.txt: cmake_minimum_required(VERSION 3.21)
@@ -42,18 +44,6 @@ SHORT_EXT = {"GL_KHR_cooperative_matrix": "coopmat", "GL_NV_cooperative_matrix2"
              "GL_EXT_bfloat16": "bf16", "GL_EXT_float_e2m1": "fp4", "GL_EXT_float_e4m3": "fp8"}
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str                  # ok | warn | missing | info
-    found: str
-    meaning: str = ""
-    hint: str = ""
-    section: str = "host"        # host | recipe
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "status": self.status, "found": self.found, "meaning": self.meaning,
-                "hint": self.hint, "section": self.section}
 
 
 @dataclass(frozen=True)
@@ -234,8 +224,8 @@ def cublas_hint(tk: tc.CudaToolkit, distro: tc.Distro) -> str:
 
 def _tool_check(name: str, tool: tc.Tool | None, hint: str, meaning: str = "") -> Check:
     if tool is None:
-        return Check(name, MISSING, "not found", meaning or "every build needs it", hint)
-    return Check(name, OK, f"{tool.version} ({tool.path})", meaning)
+        return _row(name, MISSING, "not found", meaning or "every build needs it", hint)
+    return _row(name, OK, f"{tool.version} ({tool.path})", meaning)
 
 
 def _archs_text(archs: tuple[str, ...]) -> str:
@@ -245,37 +235,37 @@ def _archs_text(archs: tuple[str, ...]) -> str:
 def _cuda_checks(f: Facts) -> list[Check]:
     tk, out = f.cuda, []
     if tk is None:
-        out.append(Check("CUDA toolkit", INFO, "no nvcc (PATH, CUDAToolkit_ROOT, CUDA_PATH, /usr/local/cuda)",
+        out.append(_row("CUDA toolkit", INFO, "no nvcc (PATH, CUDAToolkit_ROOT, CUDA_PATH, /usr/local/cuda)",
                          "the CUDA backend cannot build here", install_hint("cuda", f.distro)))
     else:
-        out.append(Check("CUDA toolkit", OK, f"nvcc {tk.version} at {tk.root}", f"nvcc: {tk.nvcc}"))
+        out.append(_row("CUDA toolkit", OK, f"nvcc {tk.version} at {tk.root}", f"nvcc: {tk.nvcc}"))
         bw = [a for a in tk.archs if cudapolicy.arch_base(a) in cudapolicy.BLACKWELL_ARCHS]
         meaning = "can target Blackwell (sm_120/121)" if bw else "cannot target Blackwell (sm_120 needs CUDA >= 12.8)"
         if bw and cudapolicy.regression_applies(tk.version, bw):
             meaning += f"; CUDA {tk.version} Blackwell builds lose 50-80% generation past 8k context " \
                        f"(the build policy refuses them unless CUDA 12.8, the {cudapolicy.BLACKWELL_PATCH} patch, " \
                        "Vulkan, or an explicit acceptance)"
-        out.append(Check("CUDA archs", WARN if bw and cudapolicy.regression_applies(tk.version, bw) else OK,
+        out.append(_row("CUDA archs", WARN if bw and cudapolicy.regression_applies(tk.version, bw) else OK,
                          _archs_text(tk.archs), meaning))
         if tk.has_cublas:
-            out.append(Check("cuBLAS", OK, "libcublas.so + cublas_v2.h", "ggml-cuda links it"))
+            out.append(_row("cuBLAS", OK, "libcublas.so + cublas_v2.h", "ggml-cuda links it"))
         else:
             what = "runtime library only, no development files" if tk.cublas_runtime_only else "not in this toolkit"
-            out.append(Check("cuBLAS", MISSING, what, "the CUDA backend cannot link (ggml-cuda links CUDA::cublas)",
+            out.append(_row("cuBLAS", MISSING, what, "the CUDA backend cannot link (ggml-cuda links CUDA::cublas)",
                              cublas_hint(tk, f.distro)))
     for version, root in f.provisioned:
-        out.append(Check("CUDA (cache)", INFO, f"{version} at {root}", "laid out by `assemble toolchain`; "
+        out.append(_row("CUDA (cache)", INFO, f"{version} at {root}", "laid out by `assemble toolchain`; "
                          "use it with --cuda-root"))
     d = f.driver
     if d is None:
-        out.append(Check("NVIDIA driver", INFO, "none", "builds are unaffected; CUDA runtimes cannot be smoke-tested here"))
+        out.append(_row("NVIDIA driver", INFO, "none", "builds are unaffected; CUDA runtimes cannot be smoke-tested here"))
     elif tk and d.cuda and version_tuple(d.cuda)[:2] < version_tuple(tk.version)[:2]:
-        out.append(Check("NVIDIA driver", WARN, f"{d.version} (CUDA <= {d.cuda})",
+        out.append(_row("NVIDIA driver", WARN, f"{d.version} (CUDA <= {d.cuda})",
                          f"a runtime built with CUDA {tk.version} will not start CUDA on this host; "
                          "building is unaffected", "update the NVIDIA driver, or build with a CUDA <= "
                          f"{d.cuda} toolkit for this host"))
     else:
-        out.append(Check("NVIDIA driver", OK, f"{d.version}" + (f" (CUDA <= {d.cuda})" if d.cuda else ""),
+        out.append(_row("NVIDIA driver", OK, f"{d.version}" + (f" (CUDA <= {d.cuda})" if d.cuda else ""),
                          "runs CUDA runtimes built here" if tk else ""))
     return out
 
@@ -299,17 +289,17 @@ def _vulkan_checks(f: Facts) -> list[Check]:
     v, out = f.vulkan, []
     anything = v.header_version or v.glslc or v.loader_dev or v.spirv_headers
     if not anything:
-        return [Check("Vulkan SDK", INFO, "no headers, loader or glslc", "the Vulkan backend cannot build here",
+        return [_row("Vulkan SDK", INFO, "no headers, loader or glslc", "the Vulkan backend cannot build here",
                       "; ".join((install_hint("vulkan-headers", f.distro), install_hint("glslc", f.distro))))]
     status, meaning, _ = _vulkan_header_state(v)
     found = f"{v.header_version} ({v.header_dir})" if v.header_version else "not found"
-    out.append(Check("Vulkan headers", status, found, meaning,
+    out.append(_row("Vulkan headers", status, found, meaning,
                      install_hint("vulkan-headers", f.distro) if status != OK else ""))
-    out.append(Check("Vulkan loader", OK if v.loader_dev else MISSING,
+    out.append(_row("Vulkan loader", OK if v.loader_dev else MISSING,
                      ", ".join(x for x in (v.loader_dev, v.loader) if x) or "not found",
                      "links libvulkan.so" if v.loader_dev else "no libvulkan.so to link against",
                      "" if v.loader_dev else install_hint("vulkan-loader", f.distro)))
-    out.append(Check("SPIRV-Headers", OK if v.spirv_headers else MISSING, v.spirv_headers or "not found",
+    out.append(_row("SPIRV-Headers", OK if v.spirv_headers else MISSING, v.spirv_headers or "not found",
                      "find_package(SPIRV-Headers CONFIG) succeeds" if v.spirv_headers else
                      "ggml-vulkan's find_package(SPIRV-Headers CONFIG REQUIRED) fails",
                      "" if v.spirv_headers else install_hint("spirv-headers", f.distro)))
@@ -328,55 +318,55 @@ def _glslc_hint(f: Facts) -> str:
 def _glslc_checks(f: Facts) -> list[Check]:
     g, probe = f.vulkan.glslc, f.glslc
     if g is None:
-        return [Check("glslc", MISSING, "not found", "find_package(Vulkan COMPONENTS glslc) fails",
+        return [_row("glslc", MISSING, "not found", "find_package(Vulkan COMPONENTS glslc) fails",
                       install_hint("glslc", f.distro))]
     if probe is not None and not probe.works:
-        return [Check("glslc", MISSING, f"{g.version} ({g.path})", f"does not compile a plain shader: {probe.error}",
+        return [_row("glslc", MISSING, f"{g.version} ({g.path})", f"does not compile a plain shader: {probe.error}",
                       install_hint("glslc", f.distro) + " (one that runs on this system)")]
-    out = [Check("glslc", OK, f"{g.version} ({g.path})", "compiles shaders")]
+    out = [_row("glslc", OK, f"{g.version} ({g.path})", "compiles shaders")]
     if probe is not None:
         ext = probe.extensions
         found = ", ".join(f"{SHORT_EXT.get(e, e)} {'yes' if ok else 'no' if ok is False else '?'}" for e, ok in ext.items())
         lacking = [e for e, ok in ext.items() if ok is False]
         unknown = [e for e, ok in ext.items() if ok is None]
         if lacking:
-            out.append(Check("glslc extensions", WARN, found,
+            out.append(_row("glslc extensions", WARN, found,
                              "builds, but shaders are slower without: " + ", ".join(GLSLC_MEANING.get(e, e) for e in lacking),
                              _glslc_hint(f)))
         elif unknown:
-            out.append(Check("glslc extensions", WARN, found, "glslc did not answer in time for some probes"))
+            out.append(_row("glslc extensions", WARN, found, "glslc did not answer in time for some probes"))
         else:
-            out.append(Check("glslc extensions", OK, found, "every shader variant ggml probes for"))
+            out.append(_row("glslc extensions", OK, found, "every shader variant ggml probes for"))
     return out
 
 
 def _rocm_checks(f: Facts) -> list[Check]:
     r = f.rocm
     if r is None:
-        return [Check("ROCm", INFO, "none (ROCM_PATH, HIP_PATH, hipconfig, /opt/rocm, /usr)",
+        return [_row("ROCm", INFO, "none (ROCM_PATH, HIP_PATH, hipconfig, /opt/rocm, /usr)",
                       "the HIP backend cannot build here", install_hint("rocm", f.distro))]
     out = []
     old = r.version is not None and version_tuple(r.version)[:2] < ROCM_MIN
     found = f"{r.version or 'unknown version'} at {r.root}" + (f" (hipconfig {r.hipconfig})" if r.hipconfig else "")
     if r.version is None:
-        out.append(Check("ROCm", WARN, found, "version unknown (no hipconfig, .info/version or hip-config-version.cmake)"))
+        out.append(_row("ROCm", WARN, found, "version unknown (no hipconfig, .info/version or hip-config-version.cmake)"))
     elif old:
-        out.append(Check("ROCm", MISSING, found, "below 6.1: ggml-hip stops at configure "
+        out.append(_row("ROCm", MISSING, found, "below 6.1: ggml-hip stops at configure "
                          "(\"At least ROCM/HIP V6.1 is required\")", install_hint("rocm", f.distro)))
     else:
-        out.append(Check("ROCm", OK, found, f"version from {r.version_source}"))
+        out.append(_row("ROCm", OK, found, f"version from {r.version_source}"))
     libs = {"hipBLAS": r.hipblas, "rocBLAS": r.rocblas}
     lacking = [k for k, v in libs.items() if not v]
-    out.append(Check("hipBLAS/rocBLAS", MISSING if lacking else OK,
+    out.append(_row("hipBLAS/rocBLAS", MISSING if lacking else OK,
                      ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in libs.items()),
                      f"ggml-hip's find_package({'/'.join(k.lower() for k in lacking)}) fails" if lacking else "",
                      install_hint("hipblas", f.distro) if lacking else ""))
     if r.rocblas:
-        out.append(Check("rocBLAS data", OK if r.rocblas_archs else WARN,
+        out.append(_row("rocBLAS data", OK if r.rocblas_archs else WARN,
                          f"{' '.join(r.rocblas_archs)} ({r.rocblas_data})" if r.rocblas_archs else "no Tensile library found",
                          "the GPU archs rocBLAS has kernels for" if r.rocblas_archs else
                          "without it the first GEMM aborts (\"Cannot read ... TensileLibrary.dat\")"))
-    out.append(Check("hipBLASLt data", OK if r.hipblaslt_archs else INFO,
+    out.append(_row("hipBLASLt data", OK if r.hipblaslt_archs else INFO,
                      f"{' '.join(r.hipblaslt_archs)} ({r.hipblaslt_data})" if r.hipblaslt_archs else "none",
                      "archs with hipBLASLt kernels" if r.hipblaslt_archs else
                      "hipBLASLt only warns and falls back (slower) without it"))
@@ -385,15 +375,15 @@ def _rocm_checks(f: Facts) -> list[Check]:
 
 def _engine_checks(f: Facts) -> list[Check]:
     if not f.engines:
-        return [Check("container engine", INFO, "none (podman, docker)", "container build units (cuda12.8-build) "
+        return [_row("container engine", INFO, "none (podman, docker)", "container build units (cuda12.8-build) "
                       "cannot run here", install_hint("container", f.distro))]
     out = []
     for e in f.engines:
         if e.usable:
-            out.append(Check(f"container: {e.name}", OK, f"{e.version} ({e.path})", "can run container build units"))
+            out.append(_row(f"container: {e.name}", OK, f"{e.version} ({e.path})", "can run container build units"))
         else:
             why = "daemon not reachable" if e.name == "docker" else "`podman info` failed"
-            out.append(Check(f"container: {e.name}", WARN, f"{e.version} ({e.path}), {why}",
+            out.append(_row(f"container: {e.name}", WARN, f"{e.version} ({e.path}), {why}",
                              "container build units will fail until it answers",
                              "start the docker daemon (and join the docker group)" if e.name == "docker" else
                              "run `podman info` to see why"))
@@ -410,11 +400,11 @@ def _gpu_checks(f: Facts) -> list[Check]:
                 meaning = ""
                 if g.vendor == "cpu":
                     meaning = "a CPU Vulkan driver: ggml skips it unless GGML_VK_VISIBLE_DEVICES names it"
-                out.append(Check(f"GPU ({source})", INFO, f"{g.name}{arch}" + (f" [{g.pci}]" if g.pci else ""), meaning))
+                out.append(_row(f"GPU ({source})", INFO, f"{g.name}{arch}" + (f" [{g.pci}]" if g.pci else ""), meaning))
     if not out:
         tools = ", ".join(f"{'PCI display devices' if s == 'sysfs' else s}: {'none' if v is not None else 'absent'}"
                           for s, v in f.gpus.items())
-        out.append(Check("GPUs", INFO, f"none ({tools})", "builds work; GPU smoke tests (verify --smoke) need a GPU host"))
+        out.append(_row("GPUs", INFO, f"none ({tools})", "builds work; GPU smoke tests (verify --smoke) need a GPU host"))
     return out
 
 
@@ -422,7 +412,7 @@ def _pcie_checks(f: Facts) -> list[Check]:
     amd_seen = any(g.vendor == "amd" for gs in f.gpus.values() if gs for g in gs)
     if f.pcie is None:
         if amd_seen:
-            return [Check("PCIe (AMD)", INFO, "lspci not found", "cannot tell whether AMD cards have PCIe atomics",
+            return [_row("PCIe (AMD)", INFO, "lspci not found", "cannot tell whether AMD cards have PCIe atomics",
                           install_hint("pciutils", f.distro))]
         return []
     out = []
@@ -433,7 +423,7 @@ def _pcie_checks(f: Facts) -> list[Check]:
         if p.link_cap and p.link_status and p.link_cap != p.link_status:
             link += f" of {p.link_cap}"
         if p.access_denied or p.atomics_requester is None:
-            out.append(Check(name, INFO, f"{p.name}, link {link}, AtomicOps unreadable",
+            out.append(_row(name, INFO, f"{p.name}, link {link}, AtomicOps unreadable",
                              "lspci shows PCIe capabilities only to root", "run `sudo assemble doctor` to read them"))
             continue
         found = f"{p.name}, link {link}, AtomicOpsCtl ReqEn{'+' if p.atomics_requester else '-'}" + \
@@ -443,33 +433,33 @@ def _pcie_checks(f: Facts) -> list[Check]:
                        "must use layer split (-sm layer), not row/tensor split")
             if not several:
                 meaning += " (matters once a second AMD card is added)"
-            out.append(Check(name, WARN if several else INFO, found, meaning,
+            out.append(_row(name, WARN if several else INFO, found, meaning,
                              "move the card to a slot wired to the CPU root port, or enable PCIe atomics/"
                              "Above-4G in firmware; otherwise keep -sm layer"))
         elif p.downgraded:
-            out.append(Check(name, WARN, found, "link runs below its capability: slower model loading and "
+            out.append(_row(name, WARN, found, "link runs below its capability: slower model loading and "
                              "cross-device transfers", "reseat the card or move it to a full-width slot"))
         else:
-            out.append(Check(name, OK, found, "PCIe atomics on: cross-card collectives possible"))
+            out.append(_row(name, OK, found, "PCIe atomics on: cross-card collectives possible"))
     return out
 
 
 def host_checks(f: Facts) -> list[Check]:
     py = f.python
-    out = [Check("system", INFO, f.distro.pretty or f.distro.id or "unknown (no /etc/os-release)",
+    out = [_row("system", INFO, f.distro.pretty or f.distro.id or "unknown (no /etc/os-release)",
                  "install hints below use its package names"),
-           Check("python", OK if version_tuple(py.version) >= (3, 11) else MISSING, f"{py.version} ({py.path})",
+           _row("python", OK if version_tuple(py.version) >= (3, 11) else MISSING, f"{py.version} ({py.path})",
                  "", "" if version_tuple(py.version) >= (3, 11) else "use Python >= 3.11")]
     cmake_meaning = ""
     if f.cmake and version_tuple(f.cmake.version) < CMAKE_MIN_HIP:
         cmake_meaning = "older than 3.21: the HIP backend cannot configure"
     out.append(_tool_check("cmake", f.cmake, install_hint("cmake", f.distro), cmake_meaning))
     if cmake_meaning:
-        out[-1] = Check("cmake", WARN, out[-1].found, cmake_meaning, install_hint("cmake", f.distro))
+        out[-1] = _row("cmake", WARN, out[-1].reason, cmake_meaning, install_hint("cmake", f.distro))
     out.append(_tool_check("ninja", f.ninja, install_hint("ninja", f.distro)))
     pe = _tool_check("patchelf", f.patchelf, install_hint("patchelf", f.distro), "bundling sets RPATHs with it")
     if f.patchelf and f.patchelf.version != "unknown" and version_tuple(f.patchelf.version)[:2] < PATCHELF_GOOD:
-        pe = Check("patchelf", WARN, pe.found, "older than 0.19: 0.17/0.18 have corruption and alignment bugs",
+        pe = _row("patchelf", WARN, pe.reason, "older than 0.19: 0.17/0.18 have corruption and alignment bugs",
                    install_hint("patchelf", f.distro))
     out.append(pe)
     out.append(_tool_check("C compiler", f.cc, install_hint("compilers", f.distro)))
@@ -481,7 +471,7 @@ def host_checks(f: Facts) -> list[Check]:
 # --- recipe checks -----------------------------------------------------------------
 
 def _r(name: str, status: str, found: str, meaning: str = "", hint: str = "") -> Check:
-    return Check(name, status, found, meaning, hint, section="recipe")
+    return _row(name, status, found, meaning, hint, section="recipe")
 
 
 def _blackwell_patch_applies(recipe: Recipe, tk: tc.CudaToolkit) -> str | None:
@@ -603,7 +593,7 @@ def _recipe_vulkan(f: Facts) -> list[Check]:
         out.append(_r("SPIRV-Headers", MISSING, "not found", "find_package(SPIRV-Headers CONFIG REQUIRED) fails",
                       install_hint("spirv-headers", f.distro)))
     for c in _glslc_checks(f):
-        out.append(_r(c.name, c.status, c.found, c.meaning, c.hint))
+        out.append(_r(c.name, c.status, c.reason, c.meaning, c.hint))
     return out
 
 
@@ -699,17 +689,17 @@ def verdict(recipe: Recipe, checks: list[Check]) -> Verdict:
     mine = [c for c in checks if c.section == "recipe"]
     missing = [c for c in mine if c.status == MISSING]
     if missing:
-        return Verdict(MISSING, f"{recipe.name}: not buildable here: missing " +
-                       "; ".join(f"{c.name} ({c.found})" for c in missing) + _elsewhere_hint(recipe, missing))
+        return Verdict("missing", f"{recipe.name}: not buildable here: missing " +
+                       "; ".join(f"{c.name} ({c.reason})" for c in missing) + _elsewhere_hint(recipe, missing))
     slower = [c for c in mine if c.status == WARN]
     if slower:
         return Verdict("slower", f"{recipe.name}: will work but slower: " +
-                       "; ".join(f"{c.name} ({c.found})" for c in slower))
+                       "; ".join(f"{c.name} ({c.reason})" for c in slower))
     return Verdict("ready", f"{recipe.name}: ready to build here")
 
 
 @dataclass(frozen=True)
-class Report:
+class Diagnosis:
     facts: Facts
     checks: tuple[Check, ...]
     recipe: str | None = None
@@ -717,18 +707,27 @@ class Report:
 
     def as_dict(self) -> dict:
         return {"recipe": self.recipe, "verdict": self.verdict.as_dict() if self.verdict else None,
-                "checks": [c.as_dict() for c in self.checks], "facts": self.facts.as_dict()}
+                "checks": [row_json(c) for c in self.checks], "facts": self.facts.as_dict()}
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.verdict and self.verdict.state == MISSING else 0
+        return 1 if self.verdict and self.verdict.state == "missing" else 0
 
 
-def diagnose(recipe: Recipe | None = None, facts: Facts | None = None, **gather_kw) -> Report:
+def diagnose(recipe: Recipe | None = None, facts: Facts | None = None, **gather_kw) -> Diagnosis:
     f = facts or gather(**gather_kw)
     checks = host_checks(f)
     if recipe is None:
-        return Report(f, tuple(checks))
+        return Diagnosis(f, tuple(checks))
     checks += recipe_checks(recipe, f)
-    return Report(f, tuple(checks), recipe.name, verdict(recipe, checks))
+    return Diagnosis(f, tuple(checks), recipe.name, verdict(recipe, checks))
 
+
+
+def _row(name: str, status: str, found: str, meaning: str = "", hint: str = "", section: str = "host") -> Check:
+    return Check(name, status, found, hint=hint, meaning=meaning, section=section)
+
+
+def row_json(c: Check) -> dict:
+    return {"name": c.name, "status": DOCTOR_WORDS[c.status], "found": c.reason, "meaning": c.meaning,
+            "hint": c.hint, "section": c.section}

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import requests
 
-from builder.build.collect import module_backend
+from builder.runtime.layout import module_backend
 
 RUN_TIMEOUT = 120
 

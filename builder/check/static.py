@@ -22,18 +22,16 @@ import re
 import struct
 from collections import deque
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from builder.runtime.bundle import LIB_DIR, arch_tokens, expected_places
-from builder.build.collect import module_backend
+from builder.runtime.layout import LIB_DIR, arch_tokens, data_layout, data_libraries, module_backend
 from builder.runtime.elf import ElfInfo, Lookup, lookup, read_elf
 from builder.errors import AssembleError
-from builder.runtime.policy import BUNDLE, NEVER, DataRule, classify, data_rules_for
+from builder.runtime.policy import BUNDLE, NEVER, DataRule, classify
 from builder.toolchain.detect import version_tuple
-from builder.check.verify import FAIL, PASS, SKIP, WARN, Check
+from builder.check.report import FAIL, PASS, SKIP, WARN, Check
 
 # A directory that never exists: lookups see LD_LIBRARY_PATH's place in the search order
 # without anything being found there, so the answer is the empty environment's.
@@ -385,37 +383,17 @@ def _never_check(runtime: Path, files: dict[str, ElfInfo], manifest: dict | None
 
 # --- vendor data folders -----------------------------------------------------
 
-def _data_libraries(runtime: Path):
-    """(library, rule) for every vendor library in lib/ that reads a data folder."""
-    lib = runtime / LIB_DIR
-    if not lib.is_dir():
-        return
-    for entry in sorted(lib.iterdir()):
-        if entry.is_symlink() or not entry.is_file():
-            continue
-        for rule in data_rules_for(entry.name):
-            yield entry, rule
 
 
 def data_checks(runtime: Path, hip_targets: tuple[str, ...]) -> list[Check]:
     """For each vendor library with a data rule: the folder it reads, then its files per GPU target."""
     runtime = Path(runtime)
     checks: list[Check] = []
-    for library, rule in _data_libraries(runtime):
+    for library, rule in data_libraries(runtime):
         checks += _data_rule_checks(runtime, library, rule, hip_targets)
     return checks
 
 
-def data_layout_problems(runtime: Path) -> list[str]:
-    """Where a data folder sits wrongly, one line each (the bundler checks what it just placed with
-    this): flattened, nested, shadowed; missing only for a library that cannot work without it."""
-    runtime = Path(runtime)
-    out = []
-    for library, rule in _data_libraries(runtime):
-        want, problems, missing = _layout(runtime, library, rule)
-        for problem in problems + ([missing] if missing and rule.required else []):
-            out.append(f"{library.name} reads {want.relative_to(runtime)}: {problem}")
-    return out
 
 
 def _label(rule: DataRule) -> str:
@@ -423,32 +401,6 @@ def _label(rule: DataRule) -> str:
     return _VENDOR_NAMES.get(top, top)
 
 
-def _layout(runtime: Path, library: Path, rule: DataRule) -> tuple[Path, list[str], str | None]:
-    """The folder `library` reads, what is wrong with where its data sits, and a line if it is
-    simply missing (kept apart: for an optional folder that is only a slower runtime)."""
-    lib = library.parent
-    places = expected_places(library, rule)   # the library's own strings first (Debian's versioned path)
-    want = lib / places[0]
-    rel_want = want.relative_to(runtime)
-    problems, missing = [], None
-    for shadow in rule.shadows:
-        s = Path(os.path.normpath(lib / shadow))
-        if (s == runtime or runtime in s.parents) and s.is_dir():
-            problems.append(f"stray folder {s.relative_to(runtime)}/: {library.name} probes it before "
-                            f"{rel_want} and would read it instead")
-    strays = sorted(p.name for p in lib.iterdir() if fnmatchcase(p.name, rule.marker) and not p.is_dir())
-    if strays:
-        problems.append(f"stray {rule.marker} files directly in {LIB_DIR}/ ({', '.join(strays[:3])}"
-                        f"{' ...' if len(strays) > 3 else ''}): a flattened copy of the data folder")
-    if not _holds(want, rule.marker):
-        misplaced = _misplaced(runtime, lib, want, places, rule.marker)
-        if misplaced:
-            problems.append(misplaced)
-        else:
-            missing = f"{rel_want}/ is missing or holds no {rule.marker} files"
-    elif (want / want.name).is_dir():
-        problems.append(f"{rel_want}/{want.name}/: a nested copy (cp -r into an existing folder)")
-    return want, problems, missing
 
 
 def _data_rule_checks(runtime: Path, library: Path, rule: DataRule, targets: tuple[str, ...]) -> list[Check]:
@@ -456,7 +408,7 @@ def _data_rule_checks(runtime: Path, library: Path, rule: DataRule, targets: tup
     bad = FAIL if rule.required else WARN
     consequence = ("it aborts at the first GEMM (after /health already said ok)" if rule.required
                    else "it falls back to slower kernels")
-    want, problems, missing = _layout(runtime, library, rule)
+    want, problems, missing = data_layout(runtime, library, rule)
     problems += [missing] if missing else []
     rel_want = want.relative_to(runtime)
     hint = (f"rebuild with assemble build, or copy the vendor folder with its structure: mkdir -p "
@@ -476,26 +428,8 @@ def _data_rule_checks(runtime: Path, library: Path, rule: DataRule, targets: tup
     return checks
 
 
-def _holds(folder: Path, marker: str) -> bool:
-    try:
-        return folder.is_dir() and any(fnmatchcase(p.name, marker) for p in folder.rglob("*"))
-    except OSError:
-        return False
 
 
-def _misplaced(runtime: Path, lib: Path, want: Path, places: tuple[str, ...], marker: str) -> str | None:
-    """Where the data went instead of `want`: one level up (flattened), or another known place."""
-    for parent in want.parents:
-        if parent == lib.parent:
-            break
-        if parent.is_dir() and any(fnmatchcase(p.name, marker) for p in parent.iterdir() if p.is_file()):
-            return (f"its files sit in {parent.relative_to(runtime)}/ instead: a flattened copy "
-                    "(cp -r into a folder that did not exist)")
-    for other in places[1:]:
-        if _holds(lib / other, marker):
-            return (f"the data sits in {(lib / other).relative_to(runtime)}/ (the upstream layout), but this "
-                    f"build of the library reads {want.relative_to(runtime)}")
-    return None
 
 
 def _arch_check(runtime: Path, folder: Path, gfx: str, label: str, bad: str, consequence: str) -> Check:

@@ -10,36 +10,14 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from builder import ui
 from builder.check import dynamic as devices
 from builder.runtime import manifest
+from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
 from builder.config.recipe import DEVICE_PREFIX, Recipe
 
-PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: str
-    reason: str
-    hint: str = ""
-
-
-@dataclass(frozen=True)
-class Report:
-    runtime: str
-    checks: tuple[Check, ...]
-
-    @property
-    def passed(self) -> bool:
-        return all(c.status != FAIL for c in self.checks)
-
-    def as_dict(self) -> dict:
-        return {"runtime": self.runtime, "passed": self.passed, "checks": [asdict(c) for c in self.checks]}
 
 
 def _manifest_checks(runtime: Path, data: dict | None) -> list[Check]:

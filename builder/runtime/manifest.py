@@ -6,24 +6,17 @@ valid manifest.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
 from pathlib import Path
 
 from builder import __version__
+from builder.digest import sha256_file
 
 NAME = "manifest.json"
 SCHEMA = 1
 
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(4 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def write(runtime: Path, data: dict) -> Path:

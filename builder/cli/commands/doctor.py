@@ -53,7 +53,7 @@ def _paint(status: str, text: str) -> str:
     return text
 
 
-def render(report: doctor.Report, *, verbose: bool = False, quiet: bool = False, width: int | None = None) -> str:
+def render(report: doctor.Diagnosis, *, verbose: bool = False, quiet: bool = False, width: int | None = None) -> str:
     """The table: status, check, what was found; below a row, what it means and how to fix it.
     Quiet keeps only rows that need action; verbose also explains the rows that are fine."""
     width = width or max(60, min(shutil.get_terminal_size((100, 24)).columns, 140))
@@ -73,8 +73,9 @@ def render(report: doctor.Report, *, verbose: bool = False, quiet: bool = False,
             section = c.section
             title = "this host" if section == "host" else f"recipe {report.recipe}"
             lines += ([""] if lines else []) + [title]
-        row = wrap(c.found, f"  {c.status:<8} {c.name:<{name_w}}", lead)
-        row[0] = row[0].replace(f"{c.status:<8}", _paint(c.status, f"{c.status:<8}"), 1)
+        word = doctor.DOCTOR_WORDS[c.status]
+        row = wrap(c.reason, f"  {word:<8} {c.name:<{name_w}}", lead)
+        row[0] = row[0].replace(f"{word:<8}", _paint(c.status, f"{word:<8}"), 1)
         lines += row
         explain = c.meaning and (c.status in (doctor.WARN, doctor.MISSING) or verbose or c.status == doctor.INFO)
         if explain:

