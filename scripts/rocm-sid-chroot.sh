@@ -11,7 +11,8 @@
 # Idempotent: a finished chroot with the same package list is left alone; a finished
 # bootstrap is reused and apt only adds what is missing. Prints the chroot path last.
 # The mirror is the host's own (first stanza of /etc/apt/sources.list.d/debian.sources),
-# or $SID_MIRROR. Nothing is mounted when the script ends.
+# or $SID_MIRROR. apt and pip inside get the host's proxy variables and CA bundle
+# (scripts/chroot-mounts.sh). Nothing is mounted when the script ends.
 set -euo pipefail
 
 dir=${1:-/var/tmp/sid-rocm}
@@ -70,12 +71,12 @@ if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
 fi
 
 # dpkg maintainer scripts want /proc; unmount whatever we mounted on every exit path
-mounted=()
-cleanup() { for ((i=${#mounted[@]}-1; i>=0; i--)); do umount "${mounted[i]}" 2>/dev/null || umount -l "${mounted[i]}"; done; }
-trap cleanup EXIT
+# shellcheck source=scripts/chroot-mounts.sh
+. "$(dirname "$0")/chroot-mounts.sh"
 if ! mountpoint -q "$dir/proc"; then mount -t proc proc "$dir/proc"; mounted+=("$dir/proc"); fi
+chroot_host_network   # apt and pip inside: the host's proxies and CA bundle (env -i drops them)
 
-in_chroot() { chroot "$dir" env -i HOME=/root DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"; }
+in_chroot() { chroot "$dir" env -i HOME=/root DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 PATH=/usr/sbin:/usr/bin:/sbin:/bin "${chroot_host_env[@]}" "$@"; }
 echo "deb $mirror sid $components" > "$dir/etc/apt/sources.list"
 in_chroot apt-get "${apt_opts[@]}" -q update >&2
 in_chroot apt-get "${apt_opts[@]}" -q -y install "${packages[@]}" >&2

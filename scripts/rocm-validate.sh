@@ -5,37 +5,94 @@
 #
 #   sudo scripts/rocm-validate.sh STAGE...      (stages run in the order given)
 #     chroot    create or update the sid chroot (scripts/rocm-sid-chroot.sh)
+#     fetch     assemble fetch rocm, inside the chroot (its download: the host's CA bundle and
+#               proxies); then the host reads the same tree from the same cache
 #     build     assemble build --recipe rocm --hip-target gfx1100, inside the chroot (timed)
 #     verify    verify it inside the chroot (all checks) and here (--static); a flattened
 #               copy of its rocBLAS data; --hip-target gfx1201 (code and data it lacks)
 #     gfx1201   assemble build --recipe rocm --hip-target gfx1201: refused before CMake
 #     merge     assemble build --recipe rocm-cuda-units --unit-from cuda=$CUDA_UNIT, inside
 #               the chroot, cuBLAS from $CUDA_LIBS; verify inside and here (--static)
-#   CHROOT      default /var/tmp/sid-rocm
-#   WORK        runtimes, copies and results (default /var/tmp/rocm-validate)
-#   CUDA_UNIT   a folder made by `assemble build --recipe rocm-cuda-units --only-unit cuda`
-#               (scripts/h200-acceptance.sh setup cudaunit makes one on an NVIDIA host)
-#   CUDA_LIBS   a folder with libcudart.so.13, libcublas.so.13, libcublasLt.so.13 (NVIDIA's wheels)
-#   JOBS        compile jobs (default: all cores)
-# Every result (logs, JSON reports, times) lands in $WORK/results.
+#   CHROOT          default /var/tmp/sid-rocm
+#   WORK            runtimes, copies and results (default /var/tmp/rocm-validate)
+#   ASSEMBLE_CACHE  the one cache, here and in the chroot (default ${XDG_CACHE_HOME:-$HOME/.cache}/assemble,
+#                   the same as a plain `assemble` and scripts/assemble-in-chroot.sh use)
+#   PYTHON          the interpreter assemble is installed into, for the steps run here (default
+#                   python3; under sudo from a venv: sudo PYTHON="$(command -v python3)" ...);
+#                   it runs this checkout (PYTHONPATH), and is checked before any stage runs
+#   CUDA_UNIT       a folder made by `assemble build --recipe rocm-cuda-units --only-unit cuda`
+#                   (scripts/h200-acceptance.sh setup cudaunit makes one on an NVIDIA host)
+#   CUDA_LIBS       a folder with libcudart.so.13, libcublas.so.13, libcublasLt.so.13 (NVIDIA's wheels)
+#   JOBS            compile jobs (default: all cores)
+# Every result (logs, JSON reports, times) lands in $WORK/results. Exit status: 0 every stage
+# passed, 1 a stage failed, 2 a bad invocation (unknown stage, not root, unusable PYTHON).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+stages=(chroot fetch build verify gfx1201 merge)
+usage() { sed -n '2,29p' "$0"; }
+die() { echo "rocm-validate: $*" >&2; exit 2; }
+
+[ $# -gt 0 ] || { usage >&2; exit 2; }
+case "$1" in -h|--help) usage; exit 0 ;; esac
+for stage in "$@"; do
+  case " ${stages[*]} " in
+    *" $stage "*) ;;
+    *) die "unknown stage '$stage' -- fix: use one or more of: ${stages[*]} (see --help)" ;;
+  esac
+done
+[ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot, bind mounts) -- fix: run it with sudo"
+
 CHROOT=${CHROOT:-/var/tmp/sid-rocm}
 WORK=${WORK:-/var/tmp/rocm-validate}
 RESULTS=$WORK/results
 JOBS=${JOBS:-$(nproc)}
-export ASSEMBLE_CACHE=${ASSEMBLE_CACHE:-$WORK/cache}
-mkdir -p "$RESULTS" "$ASSEMBLE_CACHE"
+PYTHON=${PYTHON:-python3}
+export ASSEMBLE_CACHE=${ASSEMBLE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/assemble}
 RT=$WORK/runtime-rocm
 MERGED=$WORK/runtime-rocm-cuda-units
 
+# The host side runs this checkout with the interpreter assemble was installed into: checked
+# now, in one line, rather than an ImportError in the middle of a stage.
+command -v "$PYTHON" >/dev/null || die "no interpreter '$PYTHON' -- fix: PYTHON=/path/to/the/python/assemble/is/installed/into"
+"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+  || die "$PYTHON is older than Python 3.11 -- fix: PYTHON=/path/to/the/python/assemble/is/installed/into"
+problem=$(cd "$repo" && PYTHONPATH="$repo" "$PYTHON" - "$repo" <<'PY'
+import re, sys, tomllib
+from importlib import metadata
+from pathlib import Path
+repo = Path(sys.argv[1]).resolve()
+import builder
+where = Path(builder.__file__).resolve().parent
+if where != repo / "builder":
+    sys.exit(print(f"imports builder from {where}, not this checkout's {repo / 'builder'} (an install of "
+                   f"another checkout) -- fix: PYTHON=<an interpreter without it>, or pip install -e {repo} into it"))
+def nums(v):
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+bad = []
+for req in tomllib.loads((repo / "pyproject.toml").read_text())["project"]["dependencies"]:
+    name, floor = re.match(r"\s*([A-Za-z0-9._-]+)\s*(?:>=\s*([0-9.]+))?", req).groups()
+    try:
+        have = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        bad.append(f"{name} (missing)")
+        continue
+    if floor and nums(have) < nums(floor):
+        bad.append(f"{name} {have} (needs >= {floor})")
+if bad:
+    print(f"lacks {', '.join(bad)}, which assemble needs -- fix: PYTHON=<the interpreter assemble is "
+          f"installed into>, or: {sys.executable} -m pip install -e {repo}")
+PY
+) || problem=${problem:-"cannot import this checkout's builder -- fix: PYTHON=<the interpreter assemble is installed into>"}
+[ -z "$problem" ] || die "$PYTHON $problem"
+mkdir -p "$RESULTS" "$ASSEMBLE_CACHE"
+
 inside() { "$repo/scripts/assemble-in-chroot.sh" --chroot "$CHROOT" --bind "$WORK" "$@"; }
-here() { python3 -m builder "$@"; }
+here() { PYTHONPATH="$repo" "$PYTHON" -m builder "$@"; }
 log() { echo "== $*" | tee -a "$RESULTS/validate.log"; }
-expect_fail() {  # expect_fail NAME CMD...: the command must exit non-zero; its output is kept
+expect_fail() {  # expect_fail NAME CMD...: the command must exit non-zero; its exit status and output are kept
   local name=$1 rc=0; shift
   "$@" > "$RESULTS/$name.out" 2> "$RESULTS/$name.err" || rc=$?
-  if [ "$rc" = 0 ]; then log "UNEXPECTED: $name passed"; return 1; fi
+  if [ "$rc" -eq 0 ]; then log "UNEXPECTED: $name passed"; return 1; fi
   log "$name failed as it must (exit $rc): $(grep -m1 -E 'FAIL|error:' "$RESULTS/$name.err" || true)"
 }
 
@@ -44,6 +101,16 @@ stage_chroot() {
   local t0=$SECONDS
   "$repo/scripts/rocm-sid-chroot.sh" "$CHROOT" 2>&1 | tail -3 | tee -a "$RESULTS/validate.log"
   echo "chroot_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
+stage_fetch() {
+  log "fetch the rocm recipe's llama.cpp tree into $ASSEMBLE_CACHE, in the chroot"
+  local t0=$SECONDS inner outer
+  inner=$(inside -- fetch rocm 2> >(tee "$RESULTS/fetch-rocm.err" >&2))
+  echo "fetch_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  outer=$(here fetch rocm -q)
+  [ "$inner" = "$outer" ] || { log "UNEXPECTED: the chroot fetched $inner, the host reads $outer"; return 1; }
+  log "tree $inner (the same for the host and the chroot), $(du -sh "$inner" | cut -f1)"
 }
 
 stage_build() {
@@ -56,6 +123,7 @@ stage_build() {
 }
 
 stage_verify() {
+  [ -f "$RT/manifest.json" ] || { log "no runtime at $RT -- fix: run the build stage first"; return 1; }
   log "verify in the chroot (sid: the runtime's own glibc), every check"
   inside -- verify "$RT" --json > "$RESULTS/verify-rocm-chroot.json" || true
   inside -- verify "$RT" 2>&1 | tee "$RESULTS/verify-rocm-chroot.txt"
@@ -82,8 +150,9 @@ stage_gfx1201() {
 }
 
 stage_merge() {
-  [ -f "${CUDA_UNIT:?set CUDA_UNIT}/assemble-unit.json" ] || { echo "no unit folder at $CUDA_UNIT" >&2; return 2; }
-  [ -d "${CUDA_LIBS:?set CUDA_LIBS}" ] || { echo "no folder $CUDA_LIBS" >&2; return 2; }
+  [ -f "${CUDA_UNIT:?set CUDA_UNIT}/assemble-unit.json" ] \
+    || { log "no unit folder at $CUDA_UNIT (no assemble-unit.json) -- fix: CUDA_UNIT=<a folder from --only-unit cuda>"; return 1; }
+  [ -d "${CUDA_LIBS:?set CUDA_LIBS}" ] || { log "no folder $CUDA_LIBS -- fix: CUDA_LIBS=<folder with libcudart/libcublas .so.13>"; return 1; }
   log "merge: HIP unit built here in the chroot + CUDA unit from $CUDA_UNIT"
   local t0=$SECONDS
   inside --bind "$CUDA_UNIT" --bind "$CUDA_LIBS" -- build --recipe rocm-cuda-units --rocm-path /usr \
@@ -95,5 +164,5 @@ stage_merge() {
   du -sh "$MERGED" "$MERGED/lib" | tee -a "$RESULTS/times.txt"
 }
 
-[ $# -gt 0 ] || { sed -n '2,22p' "$0"; exit 2; }
-for stage in "$@"; do "stage_$stage"; done
+log "rocm-validate $* ($(date -u +%FT%TZ)): cache $ASSEMBLE_CACHE, chroot $CHROOT, host python $("$PYTHON" -c 'import sys; print(sys.executable)')"
+for stage in "$@"; do "stage_$stage" || { rc=$?; log "stage $stage failed (exit $rc)"; exit 1; }; done

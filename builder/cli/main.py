@@ -15,7 +15,7 @@ from pathlib import Path
 from builder import __version__, ui
 from builder.errors import AssembleError
 
-COMMANDS = ["build", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
+COMMANDS = ["build", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
 
 EPILOG = """examples:
   assemble list                         recipes shipped with this version
