@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import shutil
+import tempfile
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parent
@@ -34,3 +38,60 @@ def cache_dir() -> Path:
         return Path(explicit).expanduser().resolve()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return (Path(base) / "assemble").resolve()
+
+
+# --- scratch folders ------------------------------------------------------------------
+# Temporary folders live under the cache, named with the pid that made them, so a run
+# killed with SIGKILL leaves nothing in /tmp and the next run can prove what is stale:
+# a folder here whose pid is no longer alive. Nothing outside this folder is touched.
+
+SCRATCH = "tmp"
+_SCRATCH_NAME = re.compile(r"^(?P<prefix>[a-z-]+-)(?P<pid>\d+)-[A-Za-z0-9_]+$")
+
+
+def scratch_root() -> Path:
+    return cache_dir() / SCRATCH
+
+
+@contextlib.contextmanager
+def scratch(prefix: str):
+    """A fresh folder for this process (removed afterwards), under the cache when it is writable,
+    else under the system's temporary folder."""
+    if not re.fullmatch(r"[a-z-]+-", prefix):
+        raise ValueError(f"scratch prefix {prefix!r}: lower-case words ending in '-'")
+    try:
+        root = scratch_root()
+        root.mkdir(parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
+    except OSError:
+        path = Path(tempfile.mkdtemp(prefix=f"assemble-{prefix}{os.getpid()}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def clean_stale_scratch() -> list[Path]:
+    """Remove scratch folders of runs that are gone (killed before they could clean up)."""
+    root, removed = scratch_root(), []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _SCRATCH_NAME.match(entry.name)
+        if not m or not entry.is_dir(follow_symlinks=False) or _alive(int(m.group("pid"))):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:       # someone else's process: alive
+        return True
+    return True

@@ -218,7 +218,7 @@ def build(req: BuildRequest) -> Path:
             bundle_plan = plan_bundle(own, recipe=recipe,
                                       search_dirs=lib_dirs + _toolchain_lib_dirs(prepared.plans))
             result = place_bundle(bundle_plan, staging)
-            manifest.write(staging, _manifest_body(recipe, prepared, result))
+            _manifest(recipe, prepared, result).write(staging)
             if req.verify:
                 from builder.check import verify
                 report = verify.verify_runtime(staging, recipe=recipe, extra_env=dict(req.check_env),
@@ -266,32 +266,26 @@ def _commit_time(tree: Path, sha: str | None) -> int | None:
     return int(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def _manifest_body(recipe: Recipe, prepared: Prepared, result) -> dict:
+def _manifest(recipe: Recipe, prepared: Prepared, result) -> manifest.Manifest:
     tree = prepared.tree
-    return {
-        "recipe": {"name": recipe.name, "description": recipe.description, "backends": list(recipe.backends),
-                   "targets": list(recipe.targets), "file": recipe.path.name},
-        "llama_cpp": {
-            "sha": tree.sha, "commit_time": _commit_time(tree.path, tree.sha), "source": tree.provenance,
-            "features": dict(prepared.feature_report.present),
-            "patches": [{"name": p.name, "file": p.file, "sha256": p.sha256, "fixes": p.fixes}
-                        for p in prepared.build_tree.applied],
-        },
-        "gpu_targets": {"cuda": [a for p in prepared.plans
-                                 for a in dict(p.defines).get("CMAKE_CUDA_ARCHITECTURES", "").split(";") if a],
-                        "hip": [t for p in prepared.plans for t in dict(p.defines).get("GPU_TARGETS", "").split(";") if t]},
-        "units": [{"name": p.unit.name, "backends": list(p.unit.backends), "container": c,
-                   "cuda_policy": prepared.cuda_policy.get(p.unit.name),
-                   "hip_policy": prepared.hip_policy.get(p.unit.name),
-                   "built_elsewhere": (unitfolder.origin(prepared.adopted[p.unit.name])
-                                       if p.unit.name in prepared.adopted else None),
-                   "build_dir": str(p.build_dir), "configure": list(p.configure), "build": list(p.build),
-                   "defines": dict(p.defines), "toolchain": p.toolchain}
-                  for p, c in zip(prepared.plans, prepared.containers)],
-        "glibc_min": result.glibc_min,
-        "glibcxx_min": result.glibcxx_min,
-        "size_by_role": result.size_by_role,
-        "system_libs": [{"soname": s, "reason": r, "needed_by": n} for s, r, n in result.system_libs],
-        "files": [dataclasses.asdict(f) for f in result.files],
-        "symlinks": [{"path": p, "target": t} for p, t in result.symlinks],
-    }
+    plans = prepared.plans
+    return manifest.Manifest(
+        recipe=manifest.RecipeRecord(recipe.name, recipe.description, tuple(recipe.backends), tuple(recipe.targets),
+                                     recipe.path.name),
+        llama_cpp=manifest.SourceRecord(
+            sha=tree.sha, commit_time=_commit_time(tree.path, tree.sha),
+            source=manifest.Provenance.from_dict(tree.provenance),
+            features=dict(prepared.feature_report.present),
+            patches=tuple(manifest.PatchRecord(p.name, p.file, p.sha256, p.fixes) for p in prepared.build_tree.applied)),
+        gpu_targets=manifest.GpuTargets(
+            cuda=tuple(a for p in plans for a in dict(p.defines).get("CMAKE_CUDA_ARCHITECTURES", "").split(";") if a),
+            hip=tuple(t for p in plans for t in dict(p.defines).get("GPU_TARGETS", "").split(";") if t)),
+        units=tuple(manifest.UnitRecord(
+            name=p.unit.name, backends=tuple(p.unit.backends), container=c,
+            cuda_policy=prepared.cuda_policy.get(p.unit.name), hip_policy=prepared.hip_policy.get(p.unit.name),
+            built_elsewhere=(unitfolder.origin(prepared.adopted[p.unit.name]) if p.unit.name in prepared.adopted
+                             else None),
+            build_dir=str(p.build_dir), configure=tuple(p.configure), build=tuple(p.build), defines=dict(p.defines),
+            toolchain=p.toolchain) for p, c in zip(plans, prepared.containers)),
+        glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
+        system_libs=result.system_libs, files=result.files, symlinks=result.symlinks)

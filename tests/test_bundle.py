@@ -23,6 +23,7 @@ import pytest
 
 from builder.runtime.bundle import BundlePlan, plan_bundle
 from builder.runtime.layout import OwnFile, arch_tokens, data_layout_problems, expected_places
+from builder.runtime.manifest import LinkEntry
 from builder.runtime.place import copy_tree, place_bundle
 from builder.runtime.elf import read_elf, section_strings
 from builder.errors import AssembleError, BuildFailed
@@ -165,7 +166,7 @@ def test_host_closure_placement_and_relocation(tmp_path, omp_build):
     assert records["bin/probe"].role == "own" and records["bin/probe"].mode & 0o111
     assert result.size_by_role["vendor"] == real.stat().st_size
     assert result.size_by_role["own"] == sum(f.size for f in result.files if f.role == "own")
-    assert ("lib/libllama.so.0", "libllama.so.0.0.1") in result.symlinks
+    assert LinkEntry("lib/libllama.so.0", "libllama.so.0.0.1") in result.symlinks
     assert result.glibc_min and result.glibc_min == plan.glibc_min
 
     # relocatable: moved elsewhere and run with a decoy libllama.so.0 on LD_LIBRARY_PATH

@@ -27,10 +27,12 @@ import pytest
 
 from builder.build import cmake
 from builder.build import collect
+from builder.release import image
 from builder.toolchain import container
 from builder.toolchain.cudapolicy import check_cuda_unit
 from builder.errors import AssembleError, BuildFailed
 from builder.config.recipe import Unit, load_recipe
+from tests.manifests import read_raw, write_raw
 
 REPO = Path(__file__).resolve().parent.parent
 PIN = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
@@ -377,19 +379,20 @@ def runtime(tmp_path):
     _script(rt / "bin" / "llama-server", "#!/bin/sh\n")
     (rt / "bin" / "libggml-vulkan.so").write_bytes(b"\x7fELF")
     (rt / "lib").mkdir()
-    (rt / "manifest.json").write_text(json.dumps({"recipe": {"name": "cuda-vulkan"}, "llama_cpp": {"sha": PIN},
-                                                  "glibc_min": "2.35"}))
+    write_raw(rt, {"recipe": {"name": "cuda-vulkan", "backends": ["cuda", "vulkan", "cpu"]},
+                   "llama_cpp": {"sha": PIN, "source": {"kind": "local", "verified_by": "nothing (a test)"}},
+                   "glibc_min": "2.35", "files": []})
     return rt
 
 
 def test_image_plan_and_build(standin, runtime):
-    p = container.plan_image(runtime, engine=container.find_engine("docker"))
+    p = image.plan_image(runtime, engine=container.find_engine("docker"))
     assert p.tag == "llama-cuda-vulkan:0c1e57098bba"
     argv = list(p.argv)
     assert argv[1:3] == ["build", "-f"] and argv[3] == str(container.containerfile("runtime"))
     assert argv[-1] == str(runtime)  # the runtime folder is the build context
     assert "VULKAN=1" in argv and f"org.opencontainers.image.revision={PIN}" in argv
-    assert container.build_image(p) == p.tag
+    assert image.build_image(p) == p.tag
     built = standin.images()[p.tag]
     assert {"bin/llama-server", "manifest.json", "bin/libggml-vulkan.so"} <= set(built["context_files"])
     assert built["build_args"] == ["VULKAN=1"]
@@ -397,19 +400,18 @@ def test_image_plan_and_build(standin, runtime):
 
 def test_image_refusals(standin, runtime):
     engine = container.find_engine("docker")
-    manifest = json.loads((runtime / "manifest.json").read_text())
-    (runtime / "manifest.json").write_text(json.dumps({**manifest, "glibc_min": "2.41"}))
+    write_raw(runtime, {**read_raw(runtime), "glibc_min": "2.41"})
     with pytest.raises(AssembleError) as err:
-        container.plan_image(runtime, engine=engine)
+        image.plan_image(runtime, engine=engine)
     assert "glibc 2.41" in err.value.what and err.value.code == 2
-    p = container.plan_image(runtime, engine=engine, base="debian:trixie-slim", tag="x:y")
+    p = image.plan_image(runtime, engine=engine, base="debian:trixie-slim", tag="x:y")
     assert "BASE=debian:trixie-slim" in p.argv and p.tag == "x:y"
     (runtime / "manifest.json").unlink()
     with pytest.raises(AssembleError, match="manifest.json"):
-        container.plan_image(runtime, engine=engine)
+        image.plan_image(runtime, engine=engine)
     (runtime / "bin" / "llama-server").unlink()
     with pytest.raises(AssembleError, match="llama-server"):
-        container.plan_image(runtime, engine=engine)
+        image.plan_image(runtime, engine=engine)
 
 
 def test_image_cli(standin, runtime, isolated_cache):
@@ -495,7 +497,7 @@ def test_build_containerfile(tmp_path):
 def test_runtime_containerfile():
     instrs = lint(container.containerfile("runtime"))
     args = dict(a.split("=", 1) for n, a in instrs if n == "ARG" and "=" in a)
-    assert args["BASE"].endswith(container.RUNTIME_BASE)  # the glibc check assumes this base
+    assert args["BASE"].endswith(image.RUNTIME_BASE)  # the glibc check assumes this base
     assert ("COPY", ". /opt/runtime/") in instrs
     assert json.loads(dict(instrs)["ENTRYPOINT"]) == ["/opt/runtime/bin/llama-server"]
     assert dict(instrs)["USER"].split(":")[0] not in ("0", "root")

@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 
 from builder import outdir
-from builder.runtime import manifest
 from builder.release import package
 from builder.errors import AssembleError, BuildFailed
 from tests.conftest import REPO, TEST_CACHE, assemble
+from builder.digest import sha256_file
+from tests.manifests import whole, write_raw
 
 SEED = 20251129
 KILLS = 20
@@ -52,11 +53,6 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def whole(runtime: Path) -> bool:
-    try:
-        return manifest.check_files(runtime, manifest.read(runtime)) == []
-    except (OSError, ValueError):
-        return False
 
 
 def _siblings(out: Path, tag: str) -> list[Path]:
@@ -131,8 +127,10 @@ class Killed(BaseException):
 def _fake_runtime(path: Path, label: str) -> Path:
     (path / "bin").mkdir(parents=True)
     (path / "bin" / "tool").write_text(label)
-    manifest.write(path, {"recipe": {"name": "x"}, "files": [
-        {"path": "bin/tool", "sha256": manifest.sha256_file(path / "bin" / "tool"), "size": len(label)}]})
+    write_raw(path, {"recipe": {"name": "x", "backends": ["cpu"]},
+                     "llama_cpp": {"source": {"kind": "local", "verified_by": "nothing (a test)"}},
+                     "files": [{"path": "bin/tool", "role": "own", "sha256": sha256_file(path / "bin" / "tool"),
+                                "size": len(label), "mode": 0o644}]})
     return path
 
 
@@ -259,13 +257,13 @@ def test_full_disk_fails_clearly_and_keeps_the_previous_runtime(cpu_runtime, tmp
     disk = tmpfs(size * 3 // 2 + 256)   # room for one runtime, not two
     out = disk / "runtime-cpu"
     assemble("build", "--recipe", "cpu", "--out", str(out), check=True)
-    before = manifest.sha256_file(out / "manifest.json")
+    before = sha256_file(out / "manifest.json")
     proc = assemble("build", "--recipe", "cpu", "--out", str(out), "-q")
     assert proc.returncode == 1, proc.stderr
     line = _one_error_line(proc.stderr)
     # "no space left" (a write failed) or bundle's "short copy ... check free disk space" (a copy fell short)
     assert "space" in line and "fix:" in line and str(disk) in line
-    assert whole(out) and manifest.sha256_file(out / "manifest.json") == before
+    assert whole(out) and sha256_file(out / "manifest.json") == before
     assert not _siblings(out, outdir.STAGING_TAG) and not _siblings(out, outdir.OLD_TAG)
     free = shutil.disk_usage(disk).free // 1024
     assert free > size // 3, "the partial copy was not removed"
@@ -285,13 +283,13 @@ def test_read_only_output_folder_is_refused_clearly(cpu_runtime, tmpfs):
     subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
     with pytest.raises(OSError):   # as root, permission bits would not stop us: prove the mount does
         (disk / "probe").write_text("x")
-    before = manifest.sha256_file(out / "manifest.json")
+    before = sha256_file(out / "manifest.json")
     proc = assemble("build", "--recipe", "cpu", "--out", str(out), "-q")
     assert proc.returncode == 2, proc.stderr
     line = _one_error_line(proc.stderr)
     assert "Read-only file system" in line or "read-only" in line
     assert "--out" in line
-    assert whole(out) and manifest.sha256_file(out / "manifest.json") == before
+    assert whole(out) and sha256_file(out / "manifest.json") == before
     assert not _siblings(out, outdir.STAGING_TAG)
     pkg = assemble("package", str(cpu_runtime), "--out-dir", str(disk / "dist"))
     assert pkg.returncode == 2 and "Read-only file system" in _one_error_line(pkg.stderr)

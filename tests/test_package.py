@@ -26,6 +26,9 @@ from builder.errors import AssembleError
 from builder.paths import data_dir
 from builder.config.recipe import all_recipes, load_recipe, parse_recipe
 from tests.conftest import SHA, assemble
+from builder.digest import sha256_file
+from builder.runtime.manifest import Manifest
+from tests.manifests import read_raw, write_raw
 
 COMMIT_TIME = 1761900000
 PATCH = "backend-loader-no-cwd.patch"
@@ -33,7 +36,7 @@ PATCH = "backend-loader-no-cwd.patch"
 
 def _record(rt: Path, rel: str, role: str, origin: str) -> dict:
     p = rt / rel
-    return {"path": rel, "role": role, "origin": origin, "sha256": manifest.sha256_file(p),
+    return {"path": rel, "role": role, "origin": origin, "sha256": sha256_file(p),
             "size": p.stat().st_size, "mode": p.stat().st_mode & 0o777}
 
 
@@ -61,14 +64,14 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
     shutil.copyfile(copyright_, rt / "lib" / "data" / "zlib.txt")
     files.append(_record(rt, "lib/data/zlib.txt", "data", str(copyright_)))
     patch = data_dir("patches") / PATCH
-    manifest.write(rt, {
+    write_raw(rt, {
         "recipe": {"name": name, "description": "test runtime", "backends": ["cpu"], "targets": ["llama-server"],
                    "file": f"{name}.toml"},
         "llama_cpp": {"sha": SHA, "commit_time": commit_time,
                       "source": {"kind": "sdist", "package": "llama-cpp-python", "version": "0.3.36",
                                  "sha256": "8" * 64, "verified_by": "git"},
                       "features": {}, "patches": [{"name": "backend-loader-no-cwd", "file": PATCH,
-                                                   "sha256": manifest.sha256_file(patch), "fixes": "cwd loading"}]},
+                                                   "sha256": sha256_file(patch), "fixes": "cwd loading"}]},
         "gpu_targets": {"cuda": [], "hip": list(hip)},
         "units": [{"name": "main", "backends": ["cpu"], "container": None,
                    "toolchain": {"cmake": {"path": "/usr/bin/cmake", "version": "3.31.6"},
@@ -77,7 +80,7 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
         "glibc_min": "2.34", "glibcxx_min": None, "size_by_role": {},
         "files": files, "symlinks": [{"path": "lib/libz.so.1", "target": zlib.name}],
     })
-    assert manifest.check_files(rt, manifest.read(rt)) == []
+    assert manifest.check_files(rt, Manifest.load(rt)) == []
     return rt
 
 
@@ -136,7 +139,7 @@ def test_archive_entries_are_normalised(tmp_path):
     out = tmp_path / "unpacked"
     with tarfile.open(result.archive) as tar:
         tar.extractall(out, filter="tar")
-    assert manifest.check_files(out / "runtime-cpu", manifest.read(out / "runtime-cpu")) == []
+    assert manifest.check_files(out / "runtime-cpu", Manifest.load(out / "runtime-cpu")) == []
 
 
 def test_checksum_file_verifies_and_catches_a_change(tmp_path):
@@ -223,7 +226,7 @@ def test_sbom_lists_sources_packages_and_toolchains(tmp_path):
     assert patch["resolves"][0]["name"] == "backend-loader-no-cwd"
     assert patch["diff"]["text"]["content"] == (data_dir("patches") / PATCH).read_text()
 
-    data = manifest.read(rt)
+    data = read_raw(rt)
     files = {f["path"]: f for f in data["files"]}
     zlib = next(c for p, c in comps.items() if p.startswith("file:lib/libz.so"))
     assert zlib["hashes"] == [{"alg": "SHA-256", "content": files[zlib["bom-ref"][5:]]["sha256"]}]
@@ -430,7 +433,7 @@ def test_real_cpu_runtime_packages_reproducibly(cpu_runtime, tmp_path):
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     pa, pb = Path(json.loads(a.stdout)["archive"]), Path(json.loads(b.stdout)["archive"])
     assert pa.read_bytes() == pb.read_bytes()
-    data = manifest.read(cpu_runtime)
+    data = read_raw(cpu_runtime)
     assert pa.name == f"runtime-cpu-{data['llama_cpp']['sha'][:12]}-linux-x86_64.tar.gz"
     assert pa.name == next(e for e in matrix.entries() if e.name == "cpu").artifact + ".tar.gz"
     assert subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=pa.parent, capture_output=True).returncode == 0
@@ -438,7 +441,7 @@ def test_real_cpu_runtime_packages_reproducibly(cpu_runtime, tmp_path):
     with tarfile.open(pa) as tar:
         tar.extractall(out, filter="tar")
     rt = out / "runtime-cpu"
-    assert manifest.check_files(rt, manifest.read(rt)) == []
+    assert manifest.check_files(rt, Manifest.load(rt)) == []
     ran = subprocess.run([rt / "bin" / "llama-cli", "--version"], capture_output=True, text=True, env={}, timeout=60)
     assert ran.returncode == 0 and data["llama_cpp"]["sha"][:7] in (ran.stdout + ran.stderr)
     bom = json.loads((pa.parent / (pa.name[: -len(".tar.gz")] + ".cdx.json")).read_text())

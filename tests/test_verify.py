@@ -29,6 +29,9 @@ from builder.config.recipe import parse_recipe
 from builder.check.verify import FAIL, PASS, WARN, Report, verify_runtime
 
 from tests.conftest import assemble
+from builder.digest import sha256_file
+from builder.runtime.manifest import Manifest
+from tests.manifests import read_raw, write_raw
 from vendorlibs import compile_c, cuda_libs, get_or_skip, rocm_libs
 
 pytestmark = pytest.mark.slow
@@ -47,7 +50,7 @@ def reseal(runtime: Path, changed: tuple[str, ...] = (), origin: dict[str, str] 
 
     Files still listed keep their record unless named in `changed`; new or changed files are hashed.
     """
-    data = manifest.read(runtime)
+    data = read_raw(runtime)
     old = {f["path"]: f for f in data["files"]}
     files, links = [], []
     for p in sorted(runtime.rglob("*")):
@@ -61,12 +64,12 @@ def reseal(runtime: Path, changed: tuple[str, ...] = (), origin: dict[str, str] 
             if rec is None or rel in changed:
                 rec = {"path": rel, "role": (rec or {}).get("role", "vendor"),
                        "origin": (origin or {}).get(rel, (rec or {}).get("origin", str(p))),
-                       "sha256": manifest.sha256_file(p), "size": p.stat().st_size, "mode": p.stat().st_mode & 0o777}
+                       "sha256": sha256_file(p), "size": p.stat().st_size, "mode": p.stat().st_mode & 0o777}
             files.append(rec)
     data["files"], data["symlinks"] = files, links
     for key in ("schema", "created_by"):
         data.pop(key, None)
-    manifest.write(runtime, data)
+    write_raw(runtime, data)
 
 
 def checks_of(report_or_list) -> dict[str, object]:
@@ -75,8 +78,8 @@ def checks_of(report_or_list) -> dict[str, object]:
 
 
 def static(runtime: Path) -> dict[str, object]:
-    data = manifest.read(runtime)
-    return checks_of(staticcheck.run(runtime, data, tuple(data["recipe"]["backends"])))
+    m = Manifest.load(runtime)
+    return checks_of(staticcheck.run(runtime, m, m.recipe.backends))
 
 
 def assert_only_failures(report: Report, *names: str) -> None:
@@ -321,12 +324,12 @@ def rocm_runtime(cpu_runtime, tmp_path_factory) -> Path:
     runtime = copy_runtime(cpu_runtime, tmp / "runtime-rocm")
     for entry in (staging / "lib").iterdir():
         entry.rename(runtime / "lib" / entry.name)
-    data = manifest.read(runtime)
+    data = read_raw(runtime)
     data["files"] += [dataclasses.asdict(f) for f in result.files]
-    data["symlinks"] += [{"path": p, "target": t} for p, t in result.symlinks]
-    data["system_libs"] += [{"soname": s, "reason": r, "needed_by": list(n)} for s, r, n in result.system_libs]
+    data["symlinks"] += [dataclasses.asdict(s) for s in result.symlinks]
+    data["system_libs"] += [dataclasses.asdict(s) for s in result.system_libs]
     data["gpu_targets"] = {"cuda": [], "hip": ["gfx1100"]}
-    manifest.write(runtime, {k: v for k, v in data.items() if k not in ("schema", "created_by")})
+    write_raw(runtime, {k: v for k, v in data.items() if k not in ("schema", "created_by")})
     return runtime
 
 
@@ -393,9 +396,9 @@ def test_missing_gfx_kernels(rocm_copy):
 
 def test_target_the_data_does_not_cover(rocm_copy):
     """A runtime built for gfx1151 with Debian's rocBLAS (which has no gfx1151 kernels)."""
-    data = manifest.read(rocm_copy)
+    data = read_raw(rocm_copy)
     data["gpu_targets"]["hip"] = ["gfx1151"]
-    manifest.write(rocm_copy, {k: v for k, v in data.items() if k not in ("schema", "created_by")})
+    write_raw(rocm_copy, {k: v for k, v in data.items() if k not in ("schema", "created_by")})
     checks = static(rocm_copy)
     assert checks["rocBLAS gfx1151"].status == FAIL
     assert "no TensileLibrary_lazy_gfx1151.dat" in checks["rocBLAS gfx1151"].reason

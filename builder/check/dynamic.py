@@ -245,12 +245,13 @@ def carried_names(runtime: Path) -> set[str]:
         if d.is_dir():
             names |= {p.name for p in d.iterdir()}
     try:
-        data = manifest.read(runtime)
-    except (OSError, ValueError):
-        data = {}
-    names |= {Path(r["path"]).name for r in data.get("files", []) if r.get("role") != "data"}
-    names |= {Path(r["path"]).name for r in data.get("symlinks", [])}
-    host = {s["soname"] for s in data.get("system_libs", [])}
+        m = manifest.Manifest.load(runtime)
+    except manifest.ManifestInvalid:
+        m = None
+    if m is not None:
+        names |= {Path(r.path).name for r in m.files if r.role != "data"}
+        names |= {Path(r.path).name for r in m.symlinks}
+    host = m.host_sonames() if m else set()
     for folder in ("bin", "lib"):
         d = runtime / folder
         for p in (sorted(d.iterdir()) if d.is_dir() else ()):

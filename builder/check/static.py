@@ -28,6 +28,7 @@ from elftools.elf.elffile import ELFFile
 
 from builder.runtime.layout import LIB_DIR, arch_tokens, data_layout, data_libraries, module_backend
 from builder.runtime.elf import ElfInfo, Lookup, lookup, read_elf
+from builder.runtime.manifest import Manifest
 from builder.errors import AssembleError
 from builder.runtime.policy import BUNDLE, NEVER, DataRule, classify
 from builder.toolchain.detect import version_tuple
@@ -41,7 +42,7 @@ _VENDOR_NAMES = {"rocblas": "rocBLAS", "hipblaslt": "hipBLASLt"}
 _KERNEL_SUFFIXES = (".co", ".hsaco")
 
 
-def run(runtime: Path, manifest: dict | None, backends: tuple[str, ...], recipe=None,
+def run(runtime: Path, manifest: Manifest | None, backends: tuple[str, ...], recipe=None,
         extra_hip_targets: tuple[str, ...] = (), here: bool = True) -> list[Check]:
     """here=False: the runtime is checked for another host (verify --static), so this host's glibc
     being older is a warning, not a failure."""
@@ -50,18 +51,18 @@ def run(runtime: Path, manifest: dict | None, backends: tuple[str, ...], recipe=
     files = _elf_files(runtime, manifest, unreadable)
     own = _own_files(files, manifest)
     resolved = _walk(runtime, files, own)
-    allowed = {s["soname"] for s in (manifest or {}).get("system_libs", [])}
+    allowed = manifest.host_sonames() if manifest else set()
     checks = [
         _closure_check(runtime, resolved, allowed, recipe, unreadable),
         _rpath_check(runtime, files, own),
         _hijack_check(runtime, resolved),
         _never_check(runtime, files, manifest, recipe),
     ]
-    hip_targets = tuple(((manifest or {}).get("gpu_targets") or {}).get("hip") or ())
+    hip_targets = manifest.gpu_targets.hip if manifest else ()
     hip_targets += tuple(t for t in extra_hip_targets if t not in hip_targets)
     checks += data_checks(runtime, hip_targets)
     checks += hip_code_checks(runtime, hip_targets)
-    checks.append(glibc_check((manifest or {}).get("glibc_min"), host_glibc(), here))
+    checks.append(glibc_check(manifest.glibc_min if manifest else None, host_glibc(), here))
     return checks
 
 
@@ -118,7 +119,7 @@ def hip_code_checks(runtime: Path, targets: tuple[str, ...]) -> list[Check]:
 
 # --- the files ---------------------------------------------------------------
 
-def _elf_files(runtime: Path, manifest: dict | None, unreadable: list[str]) -> dict[str, ElfInfo]:
+def _elf_files(runtime: Path, manifest: Manifest | None, unreadable: list[str]) -> dict[str, ElfInfo]:
     """ELF files directly in bin/ and lib/ (data folders hold GPU code objects: not ours to load).
 
     A file that starts like ELF but cannot be parsed (a truncated copy) goes to `unreadable`.
@@ -171,14 +172,14 @@ def _truncated(path: Path, size: int) -> str | None:
     return f"truncated: its segments end at byte {end}, the file has {size}" if end > size else None
 
 
-def _data_paths(manifest: dict | None) -> set[str]:
-    return {f["path"] for f in (manifest or {}).get("files", []) if f.get("role") == "data"}
+def _data_paths(manifest: Manifest | None) -> set[str]:
+    return {f.path for f in manifest.files if f.role == "data"} if manifest else set()
 
 
-def _own_files(files: dict[str, ElfInfo], manifest: dict | None) -> list[str]:
+def _own_files(files: dict[str, ElfInfo], manifest: Manifest | None) -> list[str]:
     """Files the build produced: the manifest says so; without one, bin/ is ours."""
-    if manifest and manifest.get("files"):
-        roles = {f["path"]: f.get("role") for f in manifest["files"]}
+    if manifest and manifest.files:
+        roles = {f.path: f.role for f in manifest.files}
         return [rel for rel in files if roles.get(rel) == "own"]
     return [rel for rel in files if rel.startswith("bin/")]
 
@@ -356,7 +357,7 @@ def _origin_entry(runtime: Path, rel: str, entry: str) -> Path | None:
 
 # --- never-bundled -----------------------------------------------------------
 
-def _never_check(runtime: Path, files: dict[str, ElfInfo], manifest: dict | None, recipe) -> Check:
+def _never_check(runtime: Path, files: dict[str, ElfInfo], manifest: Manifest | None, recipe) -> Check:
     problems = []
     names: dict[str, str] = {}            # name -> runtime path that answers to it
     data = _data_paths(manifest)
@@ -371,9 +372,9 @@ def _never_check(runtime: Path, files: dict[str, ElfInfo], manifest: dict | None
         decision, reason = _decision(name, set(), recipe)
         if decision == NEVER:
             problems.append(f"{rel} ({name}) must never be bundled: {reason}")
-    for rec in (manifest or {}).get("files", []):
-        if "stubs" in Path(rec.get("origin", "")).parts:
-            problems.append(f"{rec['path']} was copied from a stubs/ folder ({rec['origin']}): a link-time stub "
+    for rec in manifest.files if manifest else ():
+        if "stubs" in Path(rec.origin).parts:
+            problems.append(f"{rec.path} was copied from a stubs/ folder ({rec.origin}): a link-time stub "
                             "fails at run time")
     if problems:
         return Check("never-bundled libraries", FAIL, _join(problems),

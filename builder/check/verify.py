@@ -14,22 +14,24 @@ from pathlib import Path
 
 from builder import ui
 from builder.check import dynamic as devices
+from builder.check import static as staticcheck
 from builder.runtime import manifest
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
 from builder.config.recipe import DEVICE_PREFIX, Recipe
+from builder.errors import AssembleError
 
 
 
-def _manifest_checks(runtime: Path, data: dict | None) -> list[Check]:
-    if data is None:
-        return [Check("manifest", FAIL, "manifest.json is missing or unreadable",
-                      "rebuild the runtime with assemble build; a runtime without a manifest cannot be verified")]
-    problems = manifest.check_files(runtime, data)
+def _manifest_checks(runtime: Path, m: manifest.Manifest | None, invalid: AssembleError | None) -> list[Check]:
+    if m is None:
+        return [Check("manifest", FAIL, invalid.what if invalid else "manifest.json is missing",
+                      "rebuild the runtime with assemble build; a runtime without a valid manifest cannot be verified")]
+    problems = manifest.check_files(runtime, m)
     if problems:
         more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
         return [Check("manifest hashes", FAIL, "; ".join(problems[:3]) + more,
                       "a file was changed, removed or added after the build: rebuild, or copy the whole runtime again")]
-    return [Check("manifest hashes", PASS, f"{len(data.get('files', []))} files match their sha256")]
+    return [Check("manifest hashes", PASS, f"{len(m.files)} files match their sha256")]
 
 
 def _module_checks(runtime: Path, backends: tuple[str, ...]) -> list[Check]:
@@ -132,14 +134,14 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     the AMD data and code for these cards."""
     runtime = Path(runtime).resolve()
     env = dict(extra_env or {})
+    m, invalid = None, None
     try:
-        data = manifest.read(runtime)
-    except (OSError, ValueError):
-        data = None
-    backends = recipe.backends if recipe else tuple((data or {}).get("recipe", {}).get("backends", ["cpu"]))
-    checks = _manifest_checks(runtime, data)
-    from builder.check import static as staticcheck
-    checks += staticcheck.run(runtime, data, backends, recipe=recipe, extra_hip_targets=hip_targets, here=not static)
+        m = manifest.Manifest.load(runtime)
+    except manifest.ManifestInvalid as exc:
+        invalid = exc
+    backends = recipe.backends if recipe else (m.recipe.backends if m else ("cpu",))
+    checks = _manifest_checks(runtime, m, invalid)
+    checks += staticcheck.run(runtime, m, backends, recipe=recipe, extra_hip_targets=hip_targets, here=not static)
     checks += _module_checks(runtime, backends)
     if static:
         checks.append(Check("devices, loader and smoke", SKIP, "not run: --static reads files only"))

@@ -12,7 +12,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from builder import __version__, ui
+from builder import __version__, paths, ui
 from builder.errors import AssembleError
 
 COMMANDS = ["build", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
@@ -46,9 +46,19 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# Python packages assemble needs (pyproject.toml) by the module name that fails to import.
+_DISTRIBUTIONS = {"elftools": "pyelftools", "requests": "requests", "gguf": "gguf", "numpy": "numpy",
+                  "zstandard": "zstandard", "urllib3": "requests", "charset_normalizer": "requests", "idna": "requests"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except ModuleNotFoundError as exc:   # the command modules import lazily, but a broken install shows here
+        ui.error(_missing_dependency(exc))
+        return 2
     ui.set_level(ui.QUIET if args.quiet or args.json else ui.VERBOSE if args.verbose else ui.NORMAL)
+    paths.clean_stale_scratch()   # scratch folders of runs killed before they could clean up
     try:
         return int(args.func(args) or 0)
     except AssembleError as exc:
@@ -58,12 +68,17 @@ def main(argv: list[str] | None = None) -> int:
         if exc.details:
             print(exc.details, file=sys.stderr)
         return exc.code
-    except KeyboardInterrupt:
-        ui.error("interrupted; the previous runtime, if any, is untouched")
+    except KeyboardInterrupt:   # a command whose state needs words (build's swap) says them itself
+        ui.error("interrupted")
         return 130
     except BrokenPipeError:  # e.g. `assemble matrix | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0
+    except ModuleNotFoundError as exc:
+        if args.debug:
+            traceback.print_exc()
+        ui.error(_missing_dependency(exc))
+        return 2
     except OSError as exc:  # the system refused something we did not foresee: still one line
         if args.debug:
             traceback.print_exc()
@@ -77,3 +92,13 @@ def main(argv: list[str] | None = None) -> int:
         ui.error(f"internal error: {type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno}) "
                  "-- fix: this is a bug in assemble; rerun with --debug and report the traceback")
         return 1
+
+
+def _missing_dependency(exc: ModuleNotFoundError) -> str:
+    module = (exc.name or "?").split(".")[0]
+    if module == "builder":
+        return (f"this installation of assemble is incomplete ({exc}) -- fix: reinstall it: pip install . "
+                "(from the checkout)")
+    dist = _DISTRIBUTIONS.get(module, module)
+    return (f"the Python package {dist} (module {module}) is not installed in {sys.executable} -- fix: "
+            f"pip install {dist}, or reinstall assemble with its dependencies (pip install .)")

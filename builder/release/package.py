@@ -25,8 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import locks, ui
+from builder.digest import sha256_file
 from builder.runtime import manifest
 from builder.errors import AssembleError, BuildFailed
+from builder.runtime.elf import read_elf
+from builder.runtime.layout import runtime_dir_name
+from builder.runtime.manifest import Manifest
 
 FORMATS = ("tar.gz", "tar.zst")
 SUMS = "SHA256SUMS"
@@ -47,10 +51,10 @@ class PackageResult:
     sums: Path
 
 
-def epoch_for(data: dict) -> int:
+def epoch_for(m: Manifest) -> int:
     """The archive's one mtime: the pinned commit's date, else SOURCE_DATE_EPOCH."""
-    t = (data.get("llama_cpp") or {}).get("commit_time")
-    if isinstance(t, int) and t >= 0:
+    t = m.llama_cpp.commit_time
+    if t is not None and t >= 0:
         return t
     env = os.environ.get("SOURCE_DATE_EPOCH")
     if env is None:
@@ -63,27 +67,24 @@ def epoch_for(data: dict) -> int:
     return int(env)
 
 
-def runtime_arch(runtime: Path, data: dict) -> str:
+def runtime_arch(runtime: Path, m: Manifest) -> str:
     """The CPU architecture of the runtime's own executables (not of the machine packaging it)."""
-    from builder.runtime.elf import read_elf
-    for rec in data.get("files", []):
-        if rec.get("role") == "own":
-            info = read_elf(runtime / rec["path"])
+    for rec in m.files:
+        if rec.role == "own":
+            info = read_elf(runtime / rec.path)
             if info is not None:
                 return _MACHINES.get(info.machine, info.machine.removeprefix("EM_").lower())
     return platform.machine()
 
 
-def label(data: dict) -> str:
+def label(m: Manifest) -> str:
     """<recipe>[-<gfx>]: a HIP runtime runs on exactly the card arch it was built for, so its name says it."""
-    name = data["recipe"]["name"]
-    hip = [t for t in (data.get("gpu_targets") or {}).get("hip", []) if t]
-    return "-".join([name, *hip])
+    return "-".join([m.recipe.name, *(t for t in m.gpu_targets.hip if t)])
 
 
-def archive_stem(runtime: Path, data: dict) -> str:
-    sha = (data.get("llama_cpp") or {}).get("sha") or "local"
-    return f"runtime-{label(data)}-{sha[:12]}-linux-{runtime_arch(runtime, data)}"
+def archive_stem(runtime: Path, m: Manifest) -> str:
+    sha = m.llama_cpp.sha or "local"
+    return f"{runtime_dir_name(label(m))}-{sha[:12]}-linux-{runtime_arch(runtime, m)}"
 
 
 def _entries(runtime: Path) -> list[tuple[str, Path]]:
@@ -200,7 +201,7 @@ def check_sums(folder: Path) -> list[str]:
         p = folder / name
         if not p.is_file():
             problems.append(f"{name}: missing")
-        elif manifest.sha256_file(p) != digest:
+        elif sha256_file(p) != digest:
             problems.append(f"{name}: sha256 differs from {SUMS}")
     return problems
 
@@ -251,15 +252,7 @@ def package(runtime: Path, dest: Path, fmt: str = "tar.gz") -> PackageResult:
     runtime = Path(runtime)
     if not runtime.is_dir():
         raise AssembleError("no such runtime folder", where=str(runtime), fix="give the path of a runtime-<recipe>/ folder")
-    try:
-        data = manifest.read(runtime)
-        data["recipe"]["name"]
-    except FileNotFoundError:
-        raise AssembleError("not a runtime folder (no manifest.json)", where=str(runtime),
-                            fix="package the folder `assemble build` made") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise AssembleError(f"manifest.json is unreadable ({exc.__class__.__name__}: {exc})", where=str(runtime),
-                            fix="rebuild the runtime with assemble build") from None
+    data = Manifest.load(runtime)          # ManifestInvalid: one line, exit 1
     problems = manifest.check_files(runtime, data)
     if problems:
         raise BuildFailed(f"the runtime differs from its manifest ({len(problems)} problem(s), e.g. {problems[0]})",
@@ -294,6 +287,6 @@ def package(runtime: Path, dest: Path, fmt: str = "tar.gz") -> PackageResult:
     return PackageResult(archive=archive, sha256=digest, size=size, sbom=bom_path, sums=dest / SUMS)
 
 
-def runtime_folder_name(data: dict) -> str:
+def runtime_folder_name(m: Manifest) -> str:
     """The folder an archive unpacks to: runtime-<recipe>/, as the build wrote it."""
-    return f"runtime-{data['recipe']['name']}"
+    return runtime_dir_name(m.recipe.name)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from builder import __version__, ui
 from builder.paths import data_dir
+from builder.runtime.layout import runtime_dir_name
+from builder.runtime.manifest import GpuTargets, Manifest, UnitRecord
 
 SPEC = "1.5"
 DPKG_TIMEOUT = 20.0
@@ -149,61 +151,56 @@ def _prop(name: str, value) -> dict:
     return {"name": f"assemble:{name}", "value": str(value)}
 
 
-def _toolchain_root(origin: str, units: list[dict]) -> str | None:
+def _toolchain_root(origin: str, units: tuple[UnitRecord, ...]) -> str | None:
     """'cuda 12.8' when a vendor file came out of a toolchain the build used."""
     for u in units:
-        tc = u.get("toolchain") or {}
-        for key, root_key in (("cuda", "root"), ("rocm", "path")):
-            root = (tc.get(key) or {}).get(root_key)
-            if root and origin.startswith(str(root).rstrip("/") + "/"):
-                return f"{key} {(tc.get(key) or {}).get('version') or ''}".strip()
+        for key, (root, version) in u.toolkit_roots().items():
+            if origin.startswith(root.rstrip("/") + "/"):
+                return f"{key} {version}".strip()
     return None
 
 
-def _llama(data: dict) -> dict:
-    ll = data.get("llama_cpp") or {}
-    sha = ll.get("sha")
-    src = ll.get("source") or {}
+def _llama(data: Manifest) -> dict:
+    ll = data.llama_cpp
+    sha = ll.sha
+    src = ll.source
     comp = {"type": "library", "bom-ref": "llama.cpp", "name": "llama.cpp", "version": sha or "unknown",
             "licenses": [{"license": {"id": "MIT"}}]}
     if sha:
         comp["purl"] = f"pkg:github/ggml-org/llama.cpp@{sha}"
     refs = [{"type": "vcs", "url": "https://github.com/ggml-org/llama.cpp"}]
-    if src.get("kind") == "sdist":
-        url = f"https://pypi.org/project/{src.get('package')}/{src.get('version')}/"
+    if src.kind == "sdist":
+        url = f"https://pypi.org/project/{src.package}/{src.version}/"
         refs.append({"type": "distribution", "url": url,
-                     "hashes": [{"alg": "SHA-256", "content": src.get("sha256")}] if src.get("sha256") else []})
+                     "hashes": [{"alg": "SHA-256", "content": src.sha256}] if src.sha256 else []})
     comp["externalReferences"] = refs
-    props = [_prop("source.kind", src.get("kind", "unknown")), _prop("source.verified_by", src.get("verified_by", ""))]
-    if ll.get("commit_time") is not None:
-        props.append(_prop("commit_time", ll["commit_time"]))
+    props = [_prop("source.kind", src.kind), _prop("source.verified_by", src.verified_by)]
+    if ll.commit_time is not None:
+        props.append(_prop("commit_time", ll.commit_time))
     patches = []
-    for p in ll.get("patches", []):
-        patch = {"type": "unofficial", "diff": {"url": f"patches/{p['file']}"},
-                 "resolves": [{"type": "defect", "name": p["name"], "description": p.get("fixes", "")}]}
-        shipped = data_dir("patches") / p["file"]
+    for p in ll.patches:
+        patch = {"type": "unofficial", "diff": {"url": f"patches/{p.file}"},
+                 "resolves": [{"type": "defect", "name": p.name, "description": p.fixes}]}
+        shipped = data_dir("patches") / p.file
         if shipped.is_file():
             text = shipped.read_bytes()
-            if hashlib.sha256(text).hexdigest() == p.get("sha256"):   # only the exact diff that was applied
+            if hashlib.sha256(text).hexdigest() == p.sha256:   # only the exact diff that was applied
                 patch["diff"]["text"] = {"contentType": "text/x-diff", "content": text.decode("utf-8", "replace")}
         patches.append(patch)
-        props.append(_prop(f"patch.{p['name']}.sha256", p.get("sha256", "")))
+        props.append(_prop(f"patch.{p.name}.sha256", p.sha256))
     if patches:
         comp["pedigree"] = {"patches": patches}
     comp["properties"] = props
     return comp
 
 
-def _tools(data: dict) -> list[dict]:
+def _tools(data: Manifest) -> list[dict]:
     """Each toolchain the units used, once, naming the units (and containers) that used it."""
     used: dict[tuple, list[str]] = defaultdict(list)
-    for u in data.get("units", []):
-        who = u.get("name", "?") + (f" (container {u['container']})" if u.get("container") else "")
-        for key, tool in sorted((u.get("toolchain") or {}).items()):
-            tool = {"path": tool} if isinstance(tool, str) else tool
-            if isinstance(tool, dict):
-                path = tool.get("path") or tool.get("nvcc") or tool.get("hip_clang") or tool.get("root") or ""
-                used[(key, str(tool.get("version") or ""), path)].append(who)
+    for u in data.units:
+        who = u.name + (f" (container {u.container})" if u.container else "")
+        for tool in u.tools():
+            used[(tool.name, tool.version, tool.path)].append(who)
     out = [{"type": "application", "name": "assemble", "version": __version__}]
     for (key, version, path), units in used.items():
         comp = {"type": "application", "name": key}
@@ -214,33 +211,34 @@ def _tools(data: dict) -> list[dict]:
     return out
 
 
-def _targets(targets: dict) -> str:
-    return ", ".join(f"{k}: {';'.join(t for t in v if t)}" for k, v in sorted(targets.items()) if any(v))
+def _targets(targets: GpuTargets) -> str:
+    return ", ".join(f"{k}: {';'.join(t for t in v if t)}" for k, v in (("cuda", targets.cuda), ("hip", targets.hip))
+                     if any(v))
 
 
-def build(runtime: Path, data: dict, *, name: str, epoch: int) -> dict:
+def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
     """The SBOM of a runtime folder as a dict (CycloneDX 1.5 JSON)."""
     from builder.toolchain.detect import distro
 
-    files = sorted(data.get("files", []), key=lambda f: f["path"])
-    found = owners(sorted({f["origin"] for f in files if f.get("role") in ("vendor", "data")}))
+    files = sorted(data.files, key=lambda f: f.path)
+    found = owners(sorted({f.origin for f in files if f.role in ("vendor", "data")}))
     dist_id = distro().id
-    units = data.get("units", [])
+    units = data.units
     components = [_llama(data)]
     data_groups: dict[str, list[dict]] = defaultdict(list)
     for f in files:
-        role = f.get("role")
+        role = f.role
         if role == "data":
-            owner = found.get(f["origin"])
+            owner = found.get(f.origin)
             data_groups[f"{owner.name}@{owner.version}" if owner else "unknown"].append(f)
             continue
-        comp = {"type": "file" if role == "own" else "library", "bom-ref": f"file:{f['path']}",
-                "name": Path(f["path"]).name, "hashes": [{"alg": "SHA-256", "content": f["sha256"]}]}
-        props = [_prop("path", f["path"]), _prop("role", role)]
+        comp = {"type": "file" if role == "own" else "library", "bom-ref": f"file:{f.path}",
+                "name": Path(f.path).name, "hashes": [{"alg": "SHA-256", "content": f.sha256}]}
+        props = [_prop("path", f.path), _prop("role", role)]
         if role == "own":
             props.append(_prop("built_from", "llama.cpp"))
         else:
-            owner = found.get(f["origin"])
+            owner = found.get(f.origin)
             if owner:
                 if owner.version:
                     comp["version"] = owner.version
@@ -248,8 +246,8 @@ def build(runtime: Path, data: dict, *, name: str, epoch: int) -> dict:
                 props.append(_prop("package", f"{owner.kind}:{owner.name}"))
             else:
                 props.append(_prop("package", "unknown"))
-            props.append(_prop("origin", f["origin"]))
-            tc = _toolchain_root(f["origin"], units)
+            props.append(_prop("origin", f.origin))
+            tc = _toolchain_root(f.origin, units)
             if tc:
                 props.append(_prop("toolchain", tc))
         comp["properties"] = props
@@ -257,26 +255,26 @@ def build(runtime: Path, data: dict, *, name: str, epoch: int) -> dict:
     # Vendor data folders (rocBLAS/hipBLASLt kernels: thousands of files): one entry per package;
     # each file's sha256 is in manifest.json inside the archive.
     for key, group in sorted(data_groups.items()):
-        owner = found.get(group[0]["origin"])
+        owner = found.get(group[0].origin)
         comp = {"type": "data", "bom-ref": f"data:{key}", "name": f"{owner.name if owner else 'unknown'} data files",
-                "properties": [_prop("files", len(group)), _prop("bytes", sum(g["size"] for g in group)),
-                               _prop("folder", os.path.commonpath([g["path"] for g in group]))]}
+                "properties": [_prop("files", len(group)), _prop("bytes", sum(g.size for g in group)),
+                               _prop("folder", os.path.commonpath([g.path for g in group]))]}
         if owner:
             comp["purl"] = owner.purl(dist_id)
             if owner.version:
                 comp["version"] = owner.version
         components.append(comp)
 
-    recipe = data.get("recipe") or {}
-    sha = (data.get("llama_cpp") or {}).get("sha")
+    recipe = data.recipe
+    sha = data.llama_cpp.sha
     # The serial number names this content: same runtime, same number.
-    content = "\n".join(f"{f['path']} {f['sha256']}" for f in files)
+    content = "\n".join(f"{f.path} {f.sha256}" for f in files)
     serial = uuid.uuid5(uuid.NAMESPACE_URL, f"assemble-sbom:{name}:{content}")
-    target = {"type": "application", "bom-ref": name, "name": f"runtime-{recipe.get('name')}",
-              "version": sha or "local", "description": recipe.get("description", ""),
-              "properties": [_prop("glibc_min", data.get("glibc_min")), _prop("glibcxx_min", data.get("glibcxx_min")),
-                             _prop("gpu_targets", _targets(data.get("gpu_targets") or {})),
-                             _prop("recipe_file", recipe.get("file", ""))]}
+    target = {"type": "application", "bom-ref": name, "name": runtime_dir_name(recipe.name),
+              "version": sha or "local", "description": recipe.description,
+              "properties": [_prop("glibc_min", data.glibc_min), _prop("glibcxx_min", data.glibcxx_min),
+                             _prop("gpu_targets", _targets(data.gpu_targets)),
+                             _prop("recipe_file", recipe.file)]}
     return {
         "bomFormat": "CycloneDX",
         "specVersion": SPEC,

@@ -1,65 +1,438 @@
 """manifest.json: what a runtime is made of, and proof that it is still intact.
 
-Paths inside are relative to the runtime folder, so a moved runtime keeps a
-valid manifest.
+`Manifest` is the one typed form every reader uses (verify, package, sbom, image,
+the device checks, the output-folder ownership proof). `from_json` validates types,
+required keys and every path (relative, normalised, inside the runtime, no symlink
+escaping it) before anyone trusts a field; `to_json` is deterministic. Paths are
+relative to the runtime folder, so a moved runtime keeps a valid manifest.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import posixpath
 import stat
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from builder import __version__
+from builder.config.recipe import NAME_RE
 from builder.digest import sha256_file
+from builder.errors import BuildFailed
 
 NAME = "manifest.json"
-SCHEMA = 1
+SCHEMA = 2
+READABLE = (1, 2)           # schema 1 (before the resolved config was recorded) reads the same
+ROLES = ("own", "vendor", "data")
+CREATOR = "assemble"
 
 
-
-def write(runtime: Path, data: dict) -> Path:
-    body = {"schema": SCHEMA, "created_by": f"assemble {__version__}", **data}
-    path = runtime / NAME
-    tmp = path.with_name(NAME + ".tmp")
-    tmp.write_text(json.dumps(body, indent=2, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+class ManifestInvalid(BuildFailed):
+    """manifest.json is missing, unreadable or not this tool's: the runtime cannot be trusted (exit 1)."""
 
 
-def read(runtime: Path) -> dict:
-    return json.loads((runtime / NAME).read_text())
+# --- the parts -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str          # relative to the runtime
+    role: str          # own | vendor | data
+    origin: str        # where it was copied from
+    sha256: str
+    size: int
+    mode: int          # permission bits as built, e.g. 0o755
 
 
-def check_files(runtime: Path, manifest: dict) -> list[str]:
-    """Every problem with the files against the manifest: missing, changed, extra, wrong links."""
+@dataclass(frozen=True)
+class LinkEntry:
+    path: str
+    target: str        # relative to the link's folder, never leaving the runtime
+
+
+@dataclass(frozen=True)
+class SystemLib:
+    soname: str
+    reason: str
+    needed_by: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PatchRecord:
+    name: str
+    file: str
+    sha256: str
+    fixes: str
+
+
+@dataclass(frozen=True)
+class RecipeRecord:
+    name: str
+    description: str
+    backends: tuple[str, ...]
+    targets: tuple[str, ...]
+    file: str
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """How the llama.cpp tree was obtained and what proved it (builder.source.fetch writes it)."""
+    kind: str                         # git | sdist | local
+    verified_by: str = ""
+    url: str | None = None            # git
+    package: str | None = None        # sdist
+    version: str | None = None
+    sha256: str | None = None
+    subdir: str | None = None
+    path: str | None = None           # local
+    dirty: bool | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Provenance:
+        return _provenance(_Reader("llama_cpp.source"), d)
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    sha: str | None
+    commit_time: int | None
+    source: Provenance
+    features: dict                    # feature name -> evidence
+    patches: tuple[PatchRecord, ...]
+
+
+@dataclass(frozen=True)
+class GpuTargets:
+    cuda: tuple[str, ...] = ()
+    hip: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """One tool a unit was built with, as the SBOM names it."""
+    name: str
+    version: str
+    path: str
+
+
+@dataclass(frozen=True)
+class UnitRecord:
+    name: str
+    backends: tuple[str, ...]
+    container: str | None
+    cuda_policy: dict | None
+    hip_policy: dict | None
+    built_elsewhere: dict | None
+    build_dir: str
+    configure: tuple[str, ...]
+    build: tuple[str, ...]
+    defines: dict
+    toolchain: dict                   # tool -> what was found (free-form detail, read through tools())
+
+    def toolkit_roots(self) -> dict[str, tuple[str, str]]:
+        """GPU toolkit -> (root folder, version), for naming where a vendor file came from."""
+        out = {}
+        for key, root_key in (("cuda", "root"), ("rocm", "path")):
+            tool = self.toolchain.get(key)
+            if isinstance(tool, dict) and tool.get(root_key):
+                out[key] = (str(tool[root_key]), str(tool.get("version") or ""))
+        return out
+
+    def tools(self) -> tuple[ToolUse, ...]:
+        out = []
+        for key, tool in sorted(self.toolchain.items()):
+            if isinstance(tool, dict):
+                path = next((str(tool[k]) for k in ("path", "nvcc", "hip_clang", "root") if tool.get(k)), "")
+                out.append(ToolUse(key, str(tool.get("version") or ""), path))
+            elif isinstance(tool, str):
+                out.append(ToolUse(key, "", tool))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    recipe: RecipeRecord
+    llama_cpp: SourceRecord
+    files: tuple[FileEntry, ...]
+    symlinks: tuple[LinkEntry, ...] = ()
+    gpu_targets: GpuTargets = field(default_factory=GpuTargets)
+    units: tuple[UnitRecord, ...] = ()
+    system_libs: tuple[SystemLib, ...] = ()
+    glibc_min: str | None = None
+    glibcxx_min: str | None = None
+    size_by_role: dict = field(default_factory=dict)
+    config: dict | None = None        # the resolved build configuration (builder.config.options)
+    schema: int = SCHEMA
+    created_by: str = f"{CREATOR} {__version__}"
+
+    # -- reading ------------------------------------------------------------------
+
+    @classmethod
+    def from_json(cls, text: str | bytes, where: str = NAME) -> Manifest:
+        """Parse and validate; ManifestInvalid (one line, naming the key) on anything wrong."""
+        try:
+            raw = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise _invalid(where, "", f"not valid JSON ({type(exc).__name__})") from None
+        return _parse(raw, where)
+
+    @classmethod
+    def load(cls, runtime: Path) -> Manifest:
+        """The manifest of a runtime folder. A manifest.json that is a symlink is refused: it could
+        vouch for files it does not describe."""
+        path = Path(runtime) / NAME
+        if path.is_symlink():
+            raise _invalid(str(path), "", "is a symlink, not the file the build wrote")
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:
+            raise _invalid(str(path), "", "missing: not a runtime folder made by assemble build") from None
+        except OSError as exc:
+            raise _invalid(str(path), "", f"unreadable ({exc.strerror or exc})") from None
+        return cls.from_json(text, str(path))
+
+    # -- writing ------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        body = _plain(self)
+        head = {"schema": body.pop("schema"), "created_by": body.pop("created_by")}   # first, for a reader's eye
+        return json.dumps({**head, **body}, indent=2) + "\n"
+
+    def write(self, runtime: Path) -> Path:
+        path = Path(runtime) / NAME
+        tmp = path.with_name(NAME + ".tmp")
+        tmp.write_text(self.to_json())
+        os.replace(tmp, path)
+        return path
+
+    # -- questions readers ask ----------------------------------------------------
+
+    def paths(self) -> set[str]:
+        return {f.path for f in self.files} | {s.path for s in self.symlinks}
+
+    def role_of(self, path: str) -> str | None:
+        return next((f.role for f in self.files if f.path == path), None)
+
+    def host_sonames(self) -> set[str]:
+        return {s.soname for s in self.system_libs}
+
+
+# --- the proof that a folder is still what the manifest says --------------------------
+
+def check_files(runtime: Path, manifest: Manifest, hashes: bool = True) -> list[str]:
+    """Every problem with the folder against the manifest: missing, changed, extra, wrong links,
+    and anything that leads outside the runtime. hashes=False compares names, kinds and sizes only
+    (enough to prove a folder is one this tool wrote, without reading gigabytes)."""
+    runtime = Path(runtime)
+    root = os.path.realpath(runtime)
     problems = []
-    listed = set()
-    for rec in manifest.get("files", []):
-        rel = rec["path"]
-        listed.add(rel)
-        p = runtime / rel
-        if not p.is_file() or p.is_symlink():
-            problems.append(f"{rel}: missing")
-            continue
-        if p.stat().st_size != rec["size"] or sha256_file(p) != rec["sha256"]:
-            problems.append(f"{rel}: content differs from the manifest (sha256)")
-    for link in manifest.get("symlinks", []):
-        rel = link["path"]
-        listed.add(rel)
-        p = runtime / rel
-        if not p.is_symlink():
-            problems.append(f"{rel}: symlink missing")
-        elif os.readlink(p) != link["target"]:
-            problems.append(f"{rel}: points to {os.readlink(p)}, expected {link['target']}")
-    for p in sorted(runtime.rglob("*")):
-        rel = p.relative_to(runtime).as_posix()
-        if rel == NAME or rel in listed or (p.is_dir() and not p.is_symlink()):
-            continue
-        problems.append(f"{rel}: not in the manifest (added after the build?)")
+    for rec in manifest.files:
+        p = runtime / rec.path
+        if not _stays_inside(root, os.path.dirname(p)):
+            problems.append(f"{rec.path}: its folder leads outside the runtime")
+        elif not p.is_file() or p.is_symlink():
+            problems.append(f"{rec.path}: missing")
+        elif p.stat().st_size != rec.size or (hashes and sha256_file(p) != rec.sha256):
+            problems.append(f"{rec.path}: content differs from the manifest (sha256)")
+    for link in manifest.symlinks:
+        p = runtime / link.path
+        if not _stays_inside(root, os.path.dirname(p)):
+            problems.append(f"{link.path}: its folder leads outside the runtime")
+        elif not p.is_symlink():
+            problems.append(f"{link.path}: symlink missing")
+        elif os.readlink(p) != link.target:
+            problems.append(f"{link.path}: points to {os.readlink(p)}, expected {link.target}")
+    listed = manifest.paths()
+    for dirpath, dirs, names in os.walk(runtime):      # never follows a symlinked folder
+        base = Path(dirpath)
+        for name in sorted(dirs + names):
+            p = base / name
+            rel = p.relative_to(runtime).as_posix()
+            if rel == NAME or rel in listed or (name in dirs and not p.is_symlink()):
+                continue
+            problems.append(f"{rel}: not in the manifest (added after the build?)")
     return problems
+
+
+def _stays_inside(root: str, folder: str) -> bool:
+    real = os.path.realpath(folder)
+    return real == root or real.startswith(root + os.sep)
 
 
 def file_mode(path: Path) -> str:
     return oct(stat.S_IMODE(path.stat().st_mode))
+
+
+# --- validation ------------------------------------------------------------------------
+
+def _invalid(where: str, key: str, what: str) -> ManifestInvalid:
+    return ManifestInvalid(f"manifest.json{(' key ' + key) if key else ''} {what}", where=where,
+                           fix="rebuild the runtime with assemble build; never edit manifest.json by hand")
+
+
+class _Reader:
+    """Typed access to a JSON object, naming the key path in every error."""
+
+    def __init__(self, where: str):
+        self.where = where
+
+    def fail(self, key: str, what: str) -> ManifestInvalid:
+        return _invalid(self.where, key, what)
+
+    def obj(self, v: Any, key: str) -> dict:
+        if not isinstance(v, dict):
+            raise self.fail(key, f"must be an object, not {type(v).__name__}")
+        return v
+
+    def get(self, d: dict, name: str, key: str, kind, *, required: bool = True, default=None):
+        full = f"{key}.{name}" if key else name
+        if name not in d or d[name] is None:
+            if required:
+                raise self.fail(full, "is missing")
+            return default
+        v = d[name]
+        ok = isinstance(v, kind) and not (kind is int and isinstance(v, bool))
+        if not ok:
+            raise self.fail(full, f"must be {_KIND_WORDS.get(kind, kind)}, not {type(v).__name__}")
+        return v
+
+    def strings(self, d: dict, name: str, key: str, required: bool = True) -> tuple[str, ...]:
+        v = self.get(d, name, key, list, required=required, default=[])
+        if not all(isinstance(x, str) for x in v):
+            raise self.fail(f"{key}.{name}" if key else name, "must be a list of strings")
+        return tuple(v)
+
+    def path(self, v: Any, key: str) -> str:
+        """A runtime-relative path: relative, normalised, inside."""
+        if not isinstance(v, str) or not v:
+            raise self.fail(key, "must be a non-empty path")
+        norm = posixpath.normpath(v)
+        if (v.startswith("/") or v != norm or norm == "." or norm.startswith("../") or norm == ".."
+                or "\\" in v or "\x00" in v or norm == NAME):
+            raise self.fail(key, f"{v!r} is not a clean path inside the runtime")
+        return v
+
+
+_KIND_WORDS = {str: "a string", int: "a whole number", list: "a list", dict: "an object", bool: "true or false"}
+
+
+def _parse(raw: Any, where: str) -> Manifest:
+    r = _Reader(where)
+    top = r.obj(raw, "")
+    schema = r.get(top, "schema", "", int)
+    if schema not in READABLE:
+        raise r.fail("schema", f"is {schema}; this assemble reads {', '.join(map(str, READABLE))}")
+    created_by = r.get(top, "created_by", "", str)
+    if not created_by.startswith(CREATOR + " "):
+        raise r.fail("created_by", f"is {created_by!r}: not written by {CREATOR}")
+    rec = r.obj(top.get("recipe"), "recipe")
+    recipe = RecipeRecord(name=_recipe_name(r, rec), description=r.get(rec, "description", "recipe", str, required=False,
+                                                                  default=""),
+                          backends=r.strings(rec, "backends", "recipe"),
+                          targets=r.strings(rec, "targets", "recipe", required=False),
+                          file=r.get(rec, "file", "recipe", str, required=False, default=""))
+    ll = r.obj(top.get("llama_cpp"), "llama_cpp")
+    patches = tuple(PatchRecord(name=r.get(p, "name", f"llama_cpp.patches[{i}]", str),
+                                file=r.get(p, "file", f"llama_cpp.patches[{i}]", str),
+                                sha256=r.get(p, "sha256", f"llama_cpp.patches[{i}]", str),
+                                fixes=r.get(p, "fixes", f"llama_cpp.patches[{i}]", str, required=False, default=""))
+                    for i, p in enumerate(r.obj(x, f"llama_cpp.patches[{i}]") for i, x in
+                                          enumerate(r.get(ll, "patches", "llama_cpp", list, required=False,
+                                                          default=[]))))
+    source = SourceRecord(sha=r.get(ll, "sha", "llama_cpp", str, required=False),
+                          commit_time=r.get(ll, "commit_time", "llama_cpp", int, required=False),
+                          source=_provenance(r, r.get(ll, "source", "llama_cpp", dict)),
+                          features=r.get(ll, "features", "llama_cpp", dict, required=False, default={}),
+                          patches=patches)
+    files, seen = [], set()
+    for i, f in enumerate(r.get(top, "files", "", list)):
+        key = f"files[{i}]"
+        f = r.obj(f, key)
+        path = r.path(f.get("path"), f"{key}.path")
+        role = r.get(f, "role", key, str)
+        if role not in ROLES:
+            raise r.fail(f"{key}.role", f"is {role!r}, not one of {', '.join(ROLES)}")
+        sha = r.get(f, "sha256", key, str)
+        if len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+            raise r.fail(f"{key}.sha256", "is not a sha256 in hex")
+        size, mode = r.get(f, "size", key, int), r.get(f, "mode", key, int)
+        if size < 0 or not 0 <= mode <= 0o7777:
+            raise r.fail(key, "has a negative size or an impossible mode")
+        if path in seen:
+            raise r.fail(f"{key}.path", f"{path} is listed twice")
+        seen.add(path)
+        files.append(FileEntry(path, role, r.get(f, "origin", key, str, required=False, default=""), sha, size, mode))
+    links = []
+    for i, s in enumerate(r.get(top, "symlinks", "", list, required=False, default=[])):
+        key = f"symlinks[{i}]"
+        s = r.obj(s, key)
+        path = r.path(s.get("path"), f"{key}.path")
+        target = r.get(s, "target", key, str)
+        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+        if target.startswith("/") or resolved == ".." or resolved.startswith("../") or resolved == ".":
+            raise r.fail(f"{key}.target", f"{path} -> {target!r} leads outside the runtime")
+        if path in seen:
+            raise r.fail(f"{key}.path", f"{path} is listed twice")
+        seen.add(path)
+        links.append(LinkEntry(path, target))
+    gpu = r.get(top, "gpu_targets", "", dict, required=False, default={})
+    units = tuple(_unit(r, r.obj(u, f"units[{i}]"), f"units[{i}]")
+                  for i, u in enumerate(r.get(top, "units", "", list, required=False, default=[])))
+    system = tuple(SystemLib(r.get(s, "soname", f"system_libs[{i}]", str), r.get(s, "reason", f"system_libs[{i}]", str,
+                                                                                 required=False, default=""),
+                             r.strings(s, "needed_by", f"system_libs[{i}]", required=False))
+                   for i, s in enumerate(r.obj(x, f"system_libs[{i}]") for i, x in
+                                         enumerate(r.get(top, "system_libs", "", list, required=False, default=[]))))
+    sizes = r.get(top, "size_by_role", "", dict, required=False, default={})
+    return Manifest(recipe=recipe, llama_cpp=source, files=tuple(files), symlinks=tuple(links),
+                    gpu_targets=GpuTargets(cuda=r.strings(gpu, "cuda", "gpu_targets", required=False),
+                                           hip=r.strings(gpu, "hip", "gpu_targets", required=False)),
+                    units=units, system_libs=system,
+                    glibc_min=r.get(top, "glibc_min", "", str, required=False),
+                    glibcxx_min=r.get(top, "glibcxx_min", "", str, required=False),
+                    size_by_role=sizes, config=r.get(top, "config", "", dict, required=False),
+                    schema=schema, created_by=created_by)
+
+
+def _provenance(r: _Reader, d: dict) -> Provenance:
+    known = {f.name: f.type for f in fields(Provenance)}
+    unknown = sorted(set(d) - set(known))
+    if unknown:
+        raise r.fail("llama_cpp.source", f"has unknown key(s) {', '.join(unknown)}")
+    values = {k: r.get(d, k, "llama_cpp.source", bool if k == "dirty" else str, required=k == "kind") for k in d}
+    return Provenance(**values)
+
+
+def _recipe_name(r: _Reader, rec: dict) -> str:
+    """Archive and folder names are made from it: only the recipe grammar, never a path."""
+    name = r.get(rec, "name", "recipe", str)
+    if not NAME_RE.match(name):
+        raise r.fail("recipe.name", f"{name!r} is not a recipe name")
+    return name
+
+
+def _unit(r: _Reader, u: dict, key: str) -> UnitRecord:
+    return UnitRecord(name=r.get(u, "name", key, str), backends=r.strings(u, "backends", key),
+                      container=r.get(u, "container", key, str, required=False),
+                      cuda_policy=r.get(u, "cuda_policy", key, dict, required=False),
+                      hip_policy=r.get(u, "hip_policy", key, dict, required=False),
+                      built_elsewhere=r.get(u, "built_elsewhere", key, dict, required=False),
+                      build_dir=r.get(u, "build_dir", key, str, required=False, default=""),
+                      configure=r.strings(u, "configure", key, required=False),
+                      build=r.strings(u, "build", key, required=False),
+                      defines=r.get(u, "defines", key, dict, required=False, default={}),
+                      toolchain=r.get(u, "toolchain", key, dict, required=False, default={}))
+
+
+def _plain(obj: Any) -> Any:
+    """Dataclasses to JSON values in field order, dict keys sorted: the same manifest, the same bytes."""
+    if hasattr(obj, "__dataclass_fields__"):
+        return {f.name: _plain(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): _plain(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj

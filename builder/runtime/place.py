@@ -25,6 +25,7 @@ from builder.errors import AssembleError, BuildFailed
 from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_files
 from builder.runtime.elf import read_elf
 from builder.runtime.layout import data_layout_problems
+from builder.runtime.manifest import FileEntry, LinkEntry, SystemLib
 from builder.toolchain.detect import find_tool, version_tuple
 
 
@@ -38,24 +39,16 @@ _CHUNK = 4 << 20
 COPY_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
-@dataclass(frozen=True)
-class FileRecord:
-    path: str                         # relative to the runtime
-    role: str                         # own | vendor | data
-    origin: str                       # absolute source path
-    sha256: str
-    size: int
-    mode: int                         # permission bits, e.g. 0o755
-
 
 @dataclass(frozen=True)
 class BundleResult:
-    files: tuple[FileRecord, ...]
-    symlinks: tuple[tuple[str, str], ...]        # (path, target), target relative to the link's folder
+    """What place_bundle put where: the manifest's files, links and library facts."""
+    files: tuple[FileEntry, ...]
+    symlinks: tuple[LinkEntry, ...]
     glibc_min: str | None
     glibcxx_min: str | None
     size_by_role: dict[str, int] = field(default_factory=dict)
-    system_libs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()   # (soname, reason, needed_by)
+    system_libs: tuple[SystemLib, ...] = ()
 
 
 def patchelf_tool() -> str:
@@ -226,13 +219,13 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
         digest, size = results[dest]
         origin, role = origins[dest]
         mode = stat.S_IMODE((staging / dest).stat().st_mode)
-        records.append(FileRecord(dest, role, origin, digest, size, mode))
+        records.append(FileEntry(dest, role, origin, digest, size, mode))
     by_role = {r: sum(f.size for f in records if f.role == r) for r in (OWN, VENDOR, DATA)}
 
     problems = data_layout_problems(staging)
     if problems:
         raise BuildFailed(f"data folders misplaced: {'; '.join(problems)}", where=str(staging),
                           fix="report this: place_bundle should never produce it")
-    return BundleResult(files=tuple(records), symlinks=tuple(sorted(symlinks)), glibc_min=plan.glibc_min,
-                        glibcxx_min=plan.glibcxx_min, size_by_role=by_role,
-                        system_libs=tuple((s.soname, s.reason, s.needed_by) for s in plan.system))
+    return BundleResult(files=tuple(records), symlinks=tuple(LinkEntry(p, t) for p, t in sorted(symlinks)),
+                        glibc_min=plan.glibc_min, glibcxx_min=plan.glibcxx_min, size_by_role=by_role,
+                        system_libs=tuple(SystemLib(s.soname, s.reason, s.needed_by) for s in plan.system))

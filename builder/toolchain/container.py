@@ -30,12 +30,11 @@ from pathlib import Path
 from builder import ui
 from builder.errors import AssembleError, BuildFailed
 from builder.paths import PACKAGE_DIR, PROJECT_DIR, cache_dir, data_dir
-from builder.toolchain.detect import CudaToolkit, version_tuple
+from builder.toolchain.detect import CudaToolkit
 
 ENGINES = ("podman", "docker")         # auto picks the first found: podman needs no daemon
 ENGINE_ENV = "ASSEMBLE_CONTAINER_ENGINE"
 SUFFIX = ".Containerfile"
-RUNTIME_CONTAINERFILE = "runtime"
 IMAGE_PREFIX = "assemble-"
 # Where the build images keep their tools (containers/cuda12.8-build.Containerfile).
 IMAGE_CUDA_ROOT = "/usr/local/cuda"
@@ -43,9 +42,6 @@ IMAGE_LAUNCHER = "ccache"
 # Host tool paths that mean nothing inside the image; replaced by the image's own.
 _HOST_TOOL_DEFINES = re.compile(r"^(CMAKE_MAKE_PROGRAM|CMAKE_(C|CXX|CUDA|HIP)_COMPILER|CUDAToolkit_ROOT|"
                                 r"CMAKE_(C|CXX|CUDA|HIP)_COMPILER_LAUNCHER)$")
-# Runtime images: glibc of the default base, to refuse a runtime that needs newer.
-RUNTIME_BASE = "ubuntu:24.04"
-RUNTIME_BASE_GLIBC = "2.39"
 
 
 @dataclass(frozen=True)
@@ -76,12 +72,6 @@ class UnitRun:
                 "image": self.image, "argv": list(self.argv), "script": self.script}
 
 
-@dataclass(frozen=True)
-class ImagePlan:
-    engine: Engine
-    runtime: Path
-    tag: str
-    argv: tuple[str, ...]
 
 
 # --- engines and Containerfiles --------------------------------------------
@@ -170,7 +160,7 @@ def ensure_image(engine: Engine, name: str, log: Path | None = None) -> str:
             return tag
         ui.step(f"container image {tag} ({engine.kind})")
         log = log or cache_dir() / "containers" / f"{name}.log"
-        _run_logged([engine.path, "build", "-f", str(ctx / "Containerfile"), "-t", tag, str(ctx)], log,
+        run_logged([engine.path, "build", "-f", str(ctx / "Containerfile"), "-t", tag, str(ctx)], log,
                     f"image {name}", fix=f"read {log}; the image needs network access to its base and packages")
     return tag
 
@@ -299,7 +289,7 @@ def run_unit(run: UnitRun) -> Path:
     (run.cache / "ccache" / run.container).mkdir(parents=True, exist_ok=True)
     log = run.build_dir / "assemble-build.log"
     ui.step(f"build {run.unit} in container {run.container} ({run.engine.kind})")
-    _run_logged(list(run.argv), log, f"unit {run.unit} in {run.container}",
+    run_logged(list(run.argv), log, f"unit {run.unit} in {run.container}",
                 fix=f"read {log}; the exact command is in it", progress=True)
     missing = [e for e in run.expect if not list(run.build_dir.glob(e))]
     if missing:
@@ -334,50 +324,13 @@ def probe_cuda(engine: Engine, image: str) -> CudaToolkit | None:
 
 # --- runtime images --------------------------------------------------------
 
-def plan_image(runtime: Path, *, engine: Engine | None = None, tag: str | None = None,
-               base: str | None = None) -> ImagePlan:
-    """`engine build` for containers/runtime.Containerfile with the runtime folder as its context."""
-    runtime = Path(runtime).resolve()
-    where = str(runtime)
-    server = runtime / "bin" / "llama-server"
-    if not (server.is_file() and os.access(server, os.X_OK)):
-        raise AssembleError("no executable bin/llama-server (the image's entrypoint)", where=where,
-                            fix="pass a runtime folder made by `assemble build` whose recipe targets llama-server")
-    try:
-        manifest = json.loads((runtime / "manifest.json").read_text())
-    except (OSError, ValueError):
-        raise AssembleError("no readable manifest.json", where=where,
-                            fix="pass a runtime folder made by `assemble build`") from None
-    recipe = (manifest.get("recipe") or {}).get("name") or runtime.name.removeprefix("runtime-")
-    sha = (manifest.get("llama_cpp") or {}).get("sha") or "local"
-    need = manifest.get("glibc_min")
-    if base is None and need and version_tuple(need) > version_tuple(RUNTIME_BASE_GLIBC):
-        raise AssembleError(f"the runtime needs glibc {need}; {RUNTIME_BASE} has {RUNTIME_BASE_GLIBC}", where=where,
-                            fix="build the runtime in a container unit (older glibc), or pass --base with a newer image")
-    engine = engine or find_engine()
-    tag = tag or f"llama-{recipe}:{sha[:12]}"
-    vulkan = (runtime / "bin" / "libggml-vulkan.so").is_file()
-    argv = [engine.path, "build", "-f", str(containerfile(RUNTIME_CONTAINERFILE)), "-t", tag,
-            "--build-arg", f"VULKAN={'1' if vulkan else '0'}"]
-    if base:
-        argv += ["--build-arg", f"BASE={base}"]
-    for key, value in (("org.opencontainers.image.title", f"runtime-{recipe}"),
-                       ("org.opencontainers.image.revision", sha), ("org.assemble.recipe", recipe)):
-        argv += ["--label", f"{key}={value}"]
-    argv.append(str(runtime))
-    return ImagePlan(engine=engine, runtime=runtime, tag=tag, argv=tuple(argv))
 
 
-def build_image(plan: ImagePlan, log: Path | None = None) -> str:
-    log = log or cache_dir() / "containers" / f"image-{plan.runtime.name}.log"
-    ui.step(f"image {plan.tag} from {plan.runtime} ({plan.engine.kind})")
-    _run_logged(list(plan.argv), log, f"image {plan.tag}", fix=f"read {log}")
-    return plan.tag
 
 
 # --- running ---------------------------------------------------------------
 
-def _run_logged(argv: list[str], log: Path, label: str, fix: str, progress: bool = False) -> None:
+def run_logged(argv: list[str], log: Path, label: str, fix: str, progress: bool = False) -> None:
     """Run, append all output to log, show Ninja's [n/N] as a bar; fail with the last lines."""
     log.parent.mkdir(parents=True, exist_ok=True)
     tail: deque[str] = deque(maxlen=25)

@@ -62,8 +62,8 @@ def run(args) -> int:
     result = build(req)
     if args.json:
         import json
-        from builder.runtime import manifest
-        print(json.dumps({"runtime": str(result), "manifest": manifest.read(result)}, indent=2))
+        from builder.runtime.manifest import Manifest
+        print(json.dumps({"runtime": str(result), "manifest": json.loads(Manifest.load(result).to_json())}, indent=2))
     else:
         print(result)
     return 0

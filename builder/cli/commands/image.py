@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
+from builder.release import image
 from builder.toolchain import container
 
 
@@ -20,7 +22,7 @@ def register(subparsers, common) -> None:
                    help="docker, podman or a path (default: $ASSEMBLE_CONTAINER_ENGINE, else podman, else docker)")
     p.add_argument("--tag", help="image name:tag (default: llama-<recipe>:<sha12>)")
     p.add_argument("--base", metavar="IMAGE",
-                   help=f"base image (default: {container.RUNTIME_BASE}; the runtime's glibc needs are checked "
+                   help=f"base image (default: {image.RUNTIME_BASE}; the runtime's glibc needs are checked "
                         "against it only for the default)")
     p.add_argument("--dry-run", action="store_true", help="print the engine command instead of running it")
     p.set_defaults(func=run)
@@ -28,10 +30,10 @@ def register(subparsers, common) -> None:
 
 def run(args) -> int:
     engine = container.find_engine(args.engine)
-    plan = container.plan_image(args.runtime, engine=engine, tag=args.tag, base=args.base)
+    plan = image.plan_image(args.runtime, engine=engine, tag=args.tag, base=args.base)
     if args.dry_run:
-        print(json.dumps(list(plan.argv)) if args.json else " ".join(plan.argv))
+        print(json.dumps(list(plan.argv)) if args.json else shlex.join(plan.argv))   # a command a shell can run
         return 0
-    tag = container.build_image(plan)
+    tag = image.build_image(plan)
     print(json.dumps({"tag": tag, "runtime": str(plan.runtime)}) if args.json else tag)
     return 0

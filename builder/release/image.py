@@ -1,0 +1,65 @@
+"""`assemble image`: a container image around a built runtime (containers/runtime.Containerfile)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import ui
+from builder.errors import AssembleError
+from builder.paths import cache_dir
+from builder.runtime.layout import runtime_dir_name
+from builder.runtime.manifest import Manifest
+from builder.toolchain.container import Engine, containerfile, find_engine, run_logged
+from builder.toolchain.detect import version_tuple
+
+RUNTIME_CONTAINERFILE = "runtime"
+# glibc of the default base, to refuse a runtime that needs newer.
+RUNTIME_BASE = "ubuntu:24.04"
+RUNTIME_BASE_GLIBC = "2.39"
+
+
+@dataclass(frozen=True)
+class ImagePlan:
+    engine: Engine
+    runtime: Path
+    tag: str
+    argv: tuple[str, ...]
+
+
+def plan_image(runtime: Path, *, engine: Engine | None = None, tag: str | None = None,
+               base: str | None = None) -> ImagePlan:
+    """`engine build` for containers/runtime.Containerfile with the runtime folder as its context."""
+    runtime = Path(runtime).resolve()
+    where = str(runtime)
+    server = runtime / "bin" / "llama-server"
+    if not (server.is_file() and os.access(server, os.X_OK)):
+        raise AssembleError("no executable bin/llama-server (the image's entrypoint)", where=where,
+                            fix="pass a runtime folder made by `assemble build` whose recipe targets llama-server")
+    manifest = Manifest.load(runtime)        # ManifestInvalid: one line, exit 1
+    recipe = manifest.recipe.name
+    sha = manifest.llama_cpp.sha or "local"
+    need = manifest.glibc_min
+    if base is None and need and version_tuple(need) > version_tuple(RUNTIME_BASE_GLIBC):
+        raise AssembleError(f"the runtime needs glibc {need}; {RUNTIME_BASE} has {RUNTIME_BASE_GLIBC}", where=where,
+                            fix="build the runtime in a container unit (older glibc), or pass --base with a newer image")
+    engine = engine or find_engine()
+    tag = tag or f"llama-{recipe}:{sha[:12]}"
+    vulkan = (runtime / "bin" / "libggml-vulkan.so").is_file()
+    argv = [engine.path, "build", "-f", str(containerfile(RUNTIME_CONTAINERFILE)), "-t", tag,
+            "--build-arg", f"VULKAN={'1' if vulkan else '0'}"]
+    if base:
+        argv += ["--build-arg", f"BASE={base}"]
+    for key, value in (("org.opencontainers.image.title", runtime_dir_name(recipe)),
+                       ("org.opencontainers.image.revision", sha), ("org.assemble.recipe", recipe)):
+        argv += ["--label", f"{key}={value}"]
+    argv.append(str(runtime))
+    return ImagePlan(engine=engine, runtime=runtime, tag=tag, argv=tuple(argv))
+
+
+def build_image(plan: ImagePlan, log: Path | None = None) -> str:
+    log = log or cache_dir() / "containers" / f"image-{plan.runtime.name}.log"
+    ui.step(f"image {plan.tag} from {plan.runtime} ({plan.engine.kind})")
+    run_logged(list(plan.argv), log, f"image {plan.tag}", fix=f"read {log}")
+    return plan.tag
