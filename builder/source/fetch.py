@@ -19,7 +19,6 @@ import os
 import shutil
 import socket
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from builder.runtime.manifest import sha256_file
 from builder.toolchain.provision import fetch_verified
 from builder.paths import cache_dir
 from builder.config.recipe import Mirror, Recipe
+from builder.source.archive import ArchiveRefused, extract
 
 CONNECT_TIMEOUT = 5.0
 PYPI_SIMPLE = os.environ.get("ASSEMBLE_PYPI_SIMPLE", "https://pypi.org/simple")
@@ -53,9 +53,10 @@ def _git(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: 
     full_env = dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     full_env.update(env or {})
     proc = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+                          errors="replace", timeout=timeout)
     if proc.returncode != 0:
-        raise MirrorFailed(f"git {args[0]} failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1:]}")
+        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise MirrorFailed(f"git {args[0]} failed: {last[0]}")
     return proc.stdout
 
 
@@ -78,20 +79,23 @@ def verify_git_tree(tree: Path, sha: str) -> dict:
     head = _git("rev-parse", "HEAD", cwd=tree).strip()
     if head != sha:
         raise MirrorFailed(f"tree is at {head}, not the pinned {sha}")
-    body = subprocess.run(["git", "cat-file", "commit", sha], cwd=tree, capture_output=True, check=True).stdout
+    body = subprocess.run(["git", "cat-file", "commit", sha], cwd=tree, capture_output=True, check=False).stdout
     computed = hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest()
     if computed != sha:
-        raise MirrorFailed(f"commit object of {sha} is corrupt (hashes to {computed})")
+        raise MirrorFailed(f"commit object of {sha} is missing or corrupt (hashes to {computed})")
+    # read-tree re-hashes only the top tree: a swapped subtree object would pass
+    # unnoticed (files added or changed under it), so every object is re-hashed first.
+    _git("fsck", "--no-dangling", "--no-progress", cwd=tree)
     # Compare every file with the commit's tree through a fresh index, so the
-    # archive's own index is not trusted.
+    # archive's own index is not trusted; --ignored, so no ignore rule hides an added file.
     with tempfile.TemporaryDirectory() as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git("read-tree", sha, cwd=tree, env=env)
-        status = _git("status", "--porcelain", "--untracked-files=all", cwd=tree, env=env)
+        status = _git("status", "--porcelain", "--untracked-files=all", "--ignored", cwd=tree, env=env)
     if status.strip():
         changed = status.strip().splitlines()
         raise MirrorFailed(f"{len(changed)} file(s) differ from commit {sha[:12]}, e.g. {changed[0].strip()}")
-    return {"verified_by": "git: HEAD, commit object hash, every file against the commit tree"}
+    return {"verified_by": "git: HEAD, commit object hash, fsck of every object, every file against the commit tree"}
 
 
 def _sdist_url(m: Mirror) -> str:
@@ -105,36 +109,21 @@ def _sdist_url(m: Mirror) -> str:
     except (requests.RequestException, ValueError, KeyError) as exc:
         raise MirrorFailed(f"PyPI index for {m.package} unusable ({exc})") from None
     norm = m.package.replace("-", "_").lower()
-    for f in files:
-        name = f["filename"].lower()
-        if name in (f"{norm}-{m.version}.tar.gz", f"{m.package.lower()}-{m.version}.tar.gz"):
-            if f.get("hashes", {}).get("sha256") not in (None, m.sha256):
-                raise MirrorFailed(f"PyPI lists sha256 {f['hashes']['sha256']} for {f['filename']}, "
-                                   f"the recipe pins {m.sha256}")
+    names = (f"{norm}-{m.version}.tar.gz", f"{m.package.lower()}-{m.version}.tar.gz")
+    # An index is someone else's JSON: entries of the wrong shape are skipped, not trusted.
+    for f in files if isinstance(files, list) else ():
+        if not isinstance(f, dict) or not isinstance(f.get("url"), str) or not isinstance(f.get("filename"), str):
+            continue
+        if f["filename"].lower() in names:
+            listed = (f.get("hashes") if isinstance(f.get("hashes"), dict) else {}).get("sha256")
+            if listed not in (None, m.sha256):
+                raise MirrorFailed(f"PyPI lists sha256 {listed} for {f['filename']}, the recipe pins {m.sha256}")
             return f["url"]
     raise MirrorFailed(f"no sdist {m.package}=={m.version} on the index")
 
 
-def _safe_members(tar: tarfile.TarFile, wanted: tuple[str, ...]):
-    """Members under the wanted prefixes; refuse anything that could escape the target."""
-    for member in tar:
-        name = member.name
-        parts = Path(name).parts
-        if name.startswith("/") or ".." in parts:
-            raise MirrorFailed(f"archive member {name!r} escapes the extraction folder")
-        if member.issym() or member.islnk():
-            target = Path(name).parent / member.linkname
-            if member.linkname.startswith("/") or ".." in Path(os.path.normpath(target)).parts:
-                raise MirrorFailed(f"archive link {name!r} -> {member.linkname!r} points outside")
-        if member.isdev() or member.isfifo():
-            continue
-        rel = "/".join(parts[1:])  # drop the archive's top folder
-        if any(rel == w or rel.startswith(w + "/") for w in wanted):
-            member.name = rel
-            yield member
-
-
-def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
+def _sdist_archive(m: Mirror) -> Path:
+    """The mirror's archive in the download cache, its sha256 checked."""
     downloads = cache_dir() / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     archive = downloads / f"{m.package}-{m.version}.tar.gz"
@@ -144,22 +133,50 @@ def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
                            other_mirror="the next mirror of the recipe is tried")
         except BuildFailed as exc:
             raise MirrorFailed(exc.what) from None
+    return archive
+
+
+# The archive's git metadata is someone else's too: its config can run commands
+# (core.fsmonitor, filter drivers, includeIf of a local file; the real sdist's has
+# includeIf paths of its CI machine), its hooks run when an index is written, and
+# info/exclude could hide an added file. Git gets a config of ours and none of those.
+_GIT_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+_GIT_DROPPED = ("config", "config.worktree", "hooks", "info", "commondir", "objects/info/alternates")
+
+
+def _neutralise_gitdir(gitdir: Path) -> None:
+    for folder, dirs, files in os.walk(gitdir):
+        for name in dirs + files:
+            if os.path.islink(os.path.join(folder, name)):
+                rel = os.path.relpath(os.path.join(folder, name), gitdir)
+                raise MirrorFailed(f"the git metadata holds a symlink ({rel}); a git folder never does")
+    for name in _GIT_DROPPED:
+        path = gitdir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    (gitdir / "config").write_text(_GIT_CONFIG)
+
+
+def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
+    archive = _sdist_archive(m)
     subdir = m.subdir.strip("/")
     wanted = (subdir, f".git/modules/{subdir}")
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".extract-") as tmp:
-        with tarfile.open(archive, "r:gz") as tar:
-            tar.extractall(tmp, members=_safe_members(tar, wanted), filter="tar")
-        root = Path(tmp)
+        root = Path(tmp) / "sdist"
+        try:
+            extract(archive, root, wanted)
+        except ArchiveRefused as exc:
+            raise MirrorFailed(f"its archive {archive.name} was refused: {exc}") from None
         gitfile = root / subdir / ".git"
         if not (root / wanted[1]).is_dir() or not gitfile.is_file():
             raise MirrorFailed(f"{archive.name} has no git metadata for {subdir}; it cannot be verified")
-        # Make the tree self-contained: move the module's git dir inside it.
-        shutil.move(str(root / wanted[1]), str(root / subdir / ".gitdir"))
+        # Make the tree self-contained: the module's git dir moves inside it (the
+        # submodule's core.worktree, pointing at the superproject, goes with the config).
         gitfile.unlink()
-        (root / subdir / ".gitdir").rename(root / subdir / ".git")
-        # A submodule's config points core.worktree at the superproject's path.
-        subprocess.run(["git", "config", "--file", str(root / subdir / ".git" / "config"),
-                        "--unset-all", "core.worktree"], capture_output=True)
+        os.rename(root / wanted[1], gitfile)
+        _neutralise_gitdir(gitfile)
         proof = verify_git_tree(root / subdir, sha)
         os.replace(root / subdir, dest)
     return {"kind": "sdist", "package": m.package, "version": m.version, "sha256": m.sha256,
