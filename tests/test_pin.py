@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from builder.cli.commands import pin as pin_cmd
+from builder.config.recipe import parse_recipe
+from builder.errors import AssembleError
 from builder.source import features as F
 from builder.source import pin as P
-from builder.cli.commands import pin as pin_cmd
-from builder.errors import AssembleError
 from builder.source.gitobjects import GitRepo
-from builder.config.recipe import parse_recipe
+from tests.conftest import assemble
 
 # The strings the real registry's detectors look for (see builder/data/features.toml).
 TEXT = {
@@ -445,3 +446,59 @@ def test_directory_and_regex_detectors_on_history(history):
         assert e.commit.sha == model.main[MTMD_MOVED] and e.deciding == ("tools-mtmd-dir",)
         e = P.find_earliest(r, model.main[-1], [regex])
         assert e.commit.sha == model.main[BACKEND_DL_AT]
+
+
+# --- shallow clones ---------------------------------------------------------------------
+
+SHALLOW_N, SHALLOW_DEVICE_AT = 10, 4   # device-select (and backend-dl) from main-line commit 4 on
+
+
+@pytest.fixture
+def shallow_pair(tmp_path):
+    """A 10-commit history and a --depth 3 clone of it: (full repo, shallow clone, main-line shas)."""
+    full = init_bare(tmp_path / "full.git")
+    commits = [{"mark": i + 1, "branch": "main", "parents": [i] if i else [],
+                "files": {"common/arg.cpp": arg_cpp(["device-list", "device"] if i >= SHALLOW_DEVICE_AT else [], i * 2),
+                          "ggml/CMakeLists.txt": "project(ggml)\n" + CMAKE_DL + f"# {i}\n"}}
+               for i in range(SHALLOW_N)]
+    marks = fast_import(full, commits)
+    shallow = tmp_path / "shallow"
+    subprocess.run(["git", "clone", "-q", "--depth", "3", "--branch", "main", f"file://{full}", str(shallow)],
+                   check=True, capture_output=True)
+    return full, shallow, [marks[i + 1] for i in range(SHALLOW_N)]
+
+
+def test_earliest_refuses_a_shallow_clone(shallow_pair, tmp_path):
+    """In a --depth 3 clone the oldest commit kept looks like a root that has every feature:
+    --earliest would pin commit 7 instead of 4. It must refuse, in one line, writing nothing."""
+    full, shallow, main = shallow_pair
+    recipe = tmp_path / "test.toml"
+    recipe.write_text(RECIPE.format(url=full))
+    before = recipe.read_bytes()
+    env = {"ASSEMBLE_CACHE": str(tmp_path / "cache")}
+    for repo in (str(shallow), f"file://{shallow}"):  # the clone itself, and a URL mirrored under the cache
+        for extra in ((), ("--json",), ("--lock",)):
+            proc = assemble("pin", str(recipe), "--repo", repo, "--earliest", *extra, env=env)
+            errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+            assert proc.returncode == 2, proc.stderr
+            assert len(errors) == 1 and "shallow history" in errors[0] and "git fetch --unshallow" in errors[0]
+            assert "Traceback" not in proc.stderr and proc.stdout == ""
+            assert recipe.read_bytes() == before and not (tmp_path / "test.lock.json").exists()
+    # the same command on the full history pins commit 4, the answer the shallow clone cannot see
+    proc = assemble("pin", str(recipe), "--repo", str(full), "--earliest", "--dry-run", env=env)
+    assert proc.returncode == 0 and f"would pin {main[SHALLOW_DEVICE_AT]}" in proc.stdout
+
+
+def test_plain_pin_works_on_a_shallow_clone(shallow_pair, tmp_path):
+    """Without --earliest only REF's own tree is read, which a shallow clone has in full."""
+    full, shallow, main = shallow_pair
+    with GitRepo(shallow) as r:
+        assert r.is_shallow() and P.pin(r, "HEAD", ["device-select", "backend-dl"]).sha == main[-1]
+        with pytest.raises(AssembleError, match="shallow history"):
+            P.find_earliest(r, main[-1], F.lookup(["device-select"]))
+        with pytest.raises(AssembleError) as err:  # a ref cut off by --depth: the fix says why
+            P.pin(r, main[2], ["backend-dl"])
+        assert "names no commit" in err.value.what and "shallow" in err.value.fix
+    with GitRepo(full) as r:
+        assert not r.is_shallow()
+        assert P.pin(r, "main", ["device-select"], earliest=True).sha == main[SHALLOW_DEVICE_AT]

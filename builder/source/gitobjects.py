@@ -104,9 +104,15 @@ class GitRepo:
                                "--end-of-options", f"{ref}^{{commit}}"],
                               capture_output=True, text=True, env=_git_env())
         if proc.returncode != 0:
-            raise AssembleError(f"'{ref}' names no commit in this repository", where=str(self.path),
-                                fix="give a branch, tag or sha that exists there (git fetch first?)")
+            fix = "give a branch, tag or sha that exists there (git fetch first?)"
+            if self.is_shallow():
+                fix = "this clone is shallow: git fetch --unshallow, or give a ref inside its history"
+            raise AssembleError(f"'{ref}' names no commit in this repository", where=str(self.path), fix=fix)
         return proc.stdout.strip()
+
+    def is_shallow(self) -> bool:
+        """Whether history is cut off (a --depth clone): older commits look like roots."""
+        return self.git("rev-parse", "--is-shallow-repository").strip() == "true"
 
     def first_parent_history(self, head: str) -> list[str]:
         """Commits on head's first-parent chain, oldest first."""

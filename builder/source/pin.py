@@ -149,6 +149,12 @@ def find_earliest(repo: GitRepo, head: str, features: Sequence[Feature]) -> Earl
     if not features:
         raise AssembleError("the recipe lists no features, so there is no earliest commit to find",
                             fix="add [pin] features = [...] to the recipe, or pin without --earliest")
+    # This walks history: in a shallow clone the oldest commit kept looks like the root,
+    # so a too-new commit would be proposed. (A plain pin reads only REF's own tree,
+    # which a shallow clone has in full, so pin() without --earliest stays allowed.)
+    if repo.is_shallow():
+        raise AssembleError("shallow history: the earliest commit cannot be found in a cut-off history",
+                            where=str(repo.path), fix="fetch more (git fetch --unshallow) or use a full clone")
     history = repo.first_parent_history(head)
     index = {sha: i for i, sha in enumerate(history)}
     paths = sorted({p for f in features for p in f.paths()})
