@@ -1,201 +1,159 @@
-"""The build flow, stage by stage: recipe -> source -> features -> patches ->
-toolchain policy -> build units -> merge -> bundle -> manifest -> checks -> swap in.
+"""The build flow, stage by stage: config -> source -> features -> patches -> toolchains ->
+rules -> build units -> merge -> bundle -> manifest -> checks -> swap in.
 
-Each stage is a function of plain data from another module; this one only
-orders them, and makes sure nothing is left half-written.
+Each stage is a function of plain data from another package; this module only orders them,
+and makes sure nothing is left half-written.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import outdir, ui
-from builder.build import cmake
-from builder.build import collect
-from builder.toolchain import container
-from builder.toolchain import cudapolicy
-from builder.source import features
+from builder.build import collect, merge, run, unitfolder
+from builder.build.plan import UnitPlan, plan_unit
+from builder.build.unitfolder import UnitDescription
+from builder.config.options import ADOPTED, CONTAINER, BuildConfig, UnitConfig
+from builder.errors import AssembleError
+from builder.proc import git
 from builder.runtime import manifest
-from builder.source import patches
-from builder.toolchain import rocmpolicy
-from builder.toolchain import detect as toolchain
-from builder.build import unitfolder
 from builder.runtime.bundle import plan_bundle
 from builder.runtime.place import place_bundle
-from builder.errors import AssembleError
-from builder.config.recipe import Mirror, Recipe
+from builder.source import features, patches
 from builder.source.fetch import SourceTree, cached_tree, local_tree, pinned_tree
+from builder.toolchain import container, provision, rules, survey
+from builder.toolchain.detect import Toolchain, distro
 
 
 @dataclass(frozen=True)
 class BuildRequest:
-    recipe: Recipe
+    config: BuildConfig
     out: Path
-    source: str | None = None
-    overrides: cmake.Overrides = field(default_factory=cmake.Overrides)
     check_env: tuple[tuple[str, str], ...] = ()   # extra variables for the device checks only
     verify: bool = True
     verify_static: bool = False                 # only the checks that read files (a runtime for another host)
     keep: int | None = None
     wait: bool = True
     lib_paths: tuple[str, ...] = ()             # extra folders the bundler searches (e.g. cuBLAS from a wheel)
-    only_unit: str | None = None                # build this unit alone, for --unit-from elsewhere; no runtime
 
 
 @dataclass(frozen=True)
 class Prepared:
     """Everything decided before the first compiler runs."""
+    config: BuildConfig                         # units built elsewhere carry what their folders record
     tree: SourceTree
     build_tree: patches.PreparedTree
     feature_report: features.FeatureReport
-    plans: tuple[cmake.UnitPlan, ...]
-    containers: tuple[str | None, ...]          # per plan: the container it builds in, or None (host)
-    cuda_policy: dict                           # unit name -> what the CUDA policy recorded
-    hip_policy: dict                            # unit name -> what the ROCm policy recorded
-    adopted: dict = field(default_factory=dict)  # unit name -> description of a unit folder built elsewhere
+    plans: tuple[UnitPlan, ...]                 # the units this run builds or merges, in recipe order
+    records: dict = field(default_factory=dict)   # unit name -> {"cuda_policy": ..., "hip_policy": ...}
+    adopted: dict = field(default_factory=dict)   # unit name -> UnitDescription of a folder built elsewhere
 
 
-def _cuda_toolkit_for(recipe: Recipe, o: cmake.Overrides,
-                     adopted: dict | None = None) -> tuple[toolchain.CudaToolkit | None, str | None]:
-    """The toolkit the recipe's CUDA unit compiles with: the host's, its container's, or (a unit built
-    elsewhere) the one its folder records."""
-    unit = next((u for u in recipe.units if "cuda" in u.backends), None)
-    if unit is None:
-        return None, None
-    if adopted and unit.name in adopted:
-        return unitfolder.recorded_cuda(adopted[unit.name])[0], adopted[unit.name].get("container")
-    name = container.unit_container(unit.container, o.container)
-    if name is None:
-        return toolchain.cuda_toolkit(o.cuda_root), None
-    engine = container.find_engine(o.engine)
-    return container.probe_cuda(engine, container.ensure_image(engine, name)), name
+def _adopt(config: BuildConfig) -> tuple[BuildConfig, dict[str, UnitDescription]]:
+    """Units named by --unit-from take their targets and defines from their folders."""
+    recorded = {u.name: unitfolder.read(u.where.folder, config.recipe, u.name)
+                for u in config.units if u.where.kind == ADOPTED}
+    if not recorded:
+        return config, {}
+    units = tuple(unitfolder.as_configured(u, recorded[u.name]) if u.name in recorded else u for u in config.units)
+    return dataclasses.replace(config, units=units), recorded
 
 
-def _patch_context(recipe: Recipe, overrides: cmake.Overrides, cuda, adopted: dict | None = None) -> patches.PatchContext:
-    archs = tuple(overrides.cuda_archs or (recipe.cuda.architectures if recipe.cuda else ()))
-    cuda_unit = next((u.name for u in recipe.units if "cuda" in u.backends), None)
-    if adopted and cuda_unit in adopted:
-        archs = unitfolder.recorded_cuda(adopted[cuda_unit])[1]
-    return patches.PatchContext(backends=recipe.backends, cuda_version=cuda.version if cuda else None,
-                                cuda_archs=archs,
-                                backend_dl=dict(cmake.BASE_DEFINES + recipe.defines).get("GGML_BACKEND_DL") == "ON")
+def patch_context(config: BuildConfig, toolchains: dict[str, Toolchain]) -> patches.PatchContext:
+    cuda_unit = config.cuda_unit()
+    tc = toolchains.get(cuda_unit.name) if cuda_unit else None
+    return patches.PatchContext(backends=config.recipe.backends, cuda_version=tc.cuda.version if tc and tc.cuda else None,
+                                cuda_archs=tuple(str(a) for a in cuda_unit.cuda_archs) if cuda_unit else (),
+                                backend_dl=config.units[0].value("GGML_BACKEND_DL") == "ON")
 
 
-def preview(recipe: Recipe, source: str | None, overrides: cmake.Overrides) -> tuple[cmake.UnitPlan, ...]:
-    """The unit plans as a build would make them, without fetching, copying or configuring.
-
-    With the source not fetched yet, the tree path (which depends on the patches the tree
-    needs) is shown as a placeholder.
-    """
-    recipe = _with_patches(recipe, overrides)
-    tree = local_tree(source, recipe) if source else cached_tree(recipe.pin.sha)
-    if tree is None:
-        src, tree_id, sha = Path("<cache>/trees/<sha>-<patch set>/src"), "", recipe.pin.sha
-    else:
-        cuda = toolchain.cuda_toolkit(overrides.cuda_root) if "cuda" in recipe.backends else None
-        plan = patches.plan_tree(tree, recipe, _patch_context(recipe, overrides, cuda))
-        src, sha = plan.dest or tree.path, tree.sha
-        tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in plan.applied)
-    return tuple(cmake.plan_unit(recipe, unit, src, sha, overrides, tree_id, strict=False) for unit in recipe.units)
+def _enforce(config: BuildConfig, units: tuple[UnitConfig, ...], toolchains: dict[str, Toolchain],
+             blackwell_patch: str | None) -> dict:
+    """The rules for every unit: the first refusal stops the build here, before CMake runs."""
+    records, host, cached = {}, distro(), provision.cached_toolkits()
+    for unit in units:
+        ctx = rules.context(config, unit, toolchains[unit.name], blackwell_patch, host, cached)
+        where = f"{config.recipe.path}: unit {unit.name}" + (f" ({unit.where.label()})" if unit.where.kind != "host" else "")
+        warnings = rules.enforce(ctx, where)
+        for finding in warnings:
+            ui.warn(finding.means)
+        records[unit.name] = {"cuda_policy": rules.cuda_record(ctx) if "cuda" in unit.backends else None,
+                              "hip_policy": rules.hip_record(ctx, warnings) if "hip" in unit.backends else None}
+    return records
 
 
-def _with_patches(recipe: Recipe, overrides: cmake.Overrides) -> Recipe:
-    if not overrides.patches:
-        return recipe
-    return dataclasses.replace(recipe, patches_on=tuple(dict.fromkeys(recipe.patches_on + overrides.patches)))
+def _engine(config: BuildConfig, units: tuple[UnitConfig, ...]):
+    return container.find_engine(config.engine.value) if any(u.where.kind == CONTAINER for u in units) else None
 
 
-def prepare(recipe: Recipe, source: str | None, overrides: cmake.Overrides, only_unit: str | None = None) -> Prepared:
-    """Source, features, patches, toolkit policy and plans: every refusal happens here, before CMake runs.
-
-    Units named by --unit-from are adopted from their folders instead of planned; with only_unit,
-    that unit alone is planned (the others are built elsewhere)."""
-    recipe = _with_patches(recipe, overrides)
-    imported = dict(overrides.unit_from)
-    unitfolder.check_names(recipe, list(imported) + ([only_unit] if only_unit else []))
-    if only_unit and only_unit in imported:
-        raise AssembleError(f"unit {only_unit} is both to be built (--only-unit) and taken from a folder (--unit-from)",
-                            where="--only-unit", fix="drop one of the two")
-    adopted = {name: unitfolder.read(folder, recipe, name) for name, folder in imported.items()}
-    wanted = [u for u in recipe.units if (u.name == only_unit if only_unit else True)]
-    tree = local_tree(source, recipe) if source else pinned_tree(with_mirrors(recipe, overrides.mirrors))
+def prepare(config: BuildConfig) -> Prepared:
+    """Source, features, patches, toolchains and rules: every refusal happens here, before CMake runs.
+    With --only-unit, that unit alone (the others are built elsewhere)."""
+    config, recorded = _adopt(config)
+    recipe, wanted = config.recipe, config.wanted()
+    tree = local_tree(config.source, recipe) if config.source else pinned_tree(recipe)
     report = features.require(tree.path, recipe)
     ui.info(f"features present: {', '.join(sorted(report.present)) or '(none required)'}")
-    # only a CUDA unit built or merged here needs its toolkit probed (an --only-unit hip build of
-    # rocm-cuda128 must not need the container engine of the CUDA unit)
-    cuda, cuda_container = (_cuda_toolkit_for(recipe, overrides, adopted)
-                            if any("cuda" in u.backends for u in wanted) else (None, None))
-    ctx = _patch_context(recipe, overrides, cuda, adopted)
-    archs = ctx.cuda_archs
-    prepared_tree = patches.prepare(tree, recipe, ctx)  # says what it applied
-    policy = {}
-    for unit in (u for u in wanted if "cuda" in u.backends):
-        where = f"{recipe.path}: unit {unit.name}" + (f" (container {cuda_container})" if cuda_container else "")
-        result = cudapolicy.check_cuda_unit(
-            cuda, archs, where=where,
-            accept_regression=overrides.accept_blackwell_regression or recipe.cuda.accept_blackwell_regression,
-            patched_fattn=cudapolicy.BLACKWELL_PATCH in {p.name for p in prepared_tree.applied},
-            constraint=recipe.cuda.toolkit)
-        if result.note:
-            ui.warn(result.note)
-        policy[unit.name] = result.as_manifest()
-    hip_policy = {}
-    for unit in (u for u in wanted if "hip" in u.backends):
-        # an adopted HIP unit still needs this host's ROCm: its libraries and kernel data get bundled
-        targets = (unitfolder.recorded_hip_targets(adopted[unit.name]) if unit.name in adopted
-                   else (overrides.hip_target,) if overrides.hip_target else recipe.hip.targets)
-        hip_policy[unit.name] = rocmpolicy.check_hip_unit(
-            toolchain.rocm(overrides.rocm_path), targets,
-            multi_arch_risk=recipe.hip.multi_arch_risk, where=f"{recipe.path}: unit {unit.name}",
-            rocm_path=overrides.rocm_path)
-        for note in hip_policy[unit.name].get("notes", []):
-            ui.warn(note)
+    toolchains = survey.for_units(config, wanted, recorded, engine=_engine(config, wanted))
+    prepared_tree = patches.prepare(tree, recipe, patch_context(config, toolchains))  # says what it applied
+    applied = {p.name for p in prepared_tree.applied}
+    blackwell_patch = None if rules.BLACKWELL_PATCH in applied else \
+        dict(prepared_tree.skipped).get(rules.BLACKWELL_PATCH, "not shipped")
+    records = _enforce(config, wanted, toolchains, blackwell_patch)
     tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in prepared_tree.applied)
-    plans = tuple(unitfolder.adopt(adopted[unit.name], recipe, unit.name, tree.sha, tree_id) if unit.name in adopted
-                  else cmake.plan_unit(recipe, unit, prepared_tree.path, tree.sha, overrides, tree_id,
-                                       strict=container.unit_container(unit.container, overrides.container) is None)
-                  for unit in wanted)
-    containers = tuple(None if u.name in adopted else container.unit_container(u.container, overrides.container)
-                       for u in wanted)
-    return Prepared(tree, prepared_tree, report, plans, containers, policy, hip_policy, adopted)
+    plans = []
+    for unit in wanted:
+        if unit.name in recorded:
+            unitfolder.check_belongs(recorded[unit.name], recipe, unit, tree.sha, tree_id)
+            plans.append(unitfolder.adopt(recorded[unit.name], config, unit))
+        else:
+            plans.append(plan_unit(config, unit, toolchains[unit.name], prepared_tree.path, tree.sha, tree_id))
+    return Prepared(config, tree, prepared_tree, report, tuple(plans), records, recorded)
 
 
-def _run_plan(plan: cmake.UnitPlan, where: str | None, engine: str) -> None:
-    """Compile one unit on the host or in its container, and describe it for --unit-from."""
-    if where:
-        container.run_unit(container.plan_for(plan, container=where, engine=container.find_engine(engine)))
+def preview(config: BuildConfig) -> tuple[UnitPlan, ...]:
+    """The unit plans as a build would make them, reading only: no fetch, copy, image build or
+    configure (the probes of this host's tools are read-only). With the source not fetched yet,
+    the tree path (which depends on the patches the tree needs) is a placeholder."""
+    units = config.wanted()
+    toolchains = survey.for_units(config, units, probe_images=False)
+    tree = local_tree(config.source, config.recipe) if config.source else cached_tree(config.recipe.pin.sha)
+    if tree is None:
+        src, tree_id, sha = Path("<cache>/trees/<sha>-<patch set>/src"), "", config.recipe.pin.sha
     else:
-        cmake.run_unit(plan)
-    unitfolder.write(plan, where)
+        plan = patches.plan_tree(tree, config.recipe, patch_context(config, toolchains))
+        src, sha = plan.dest or tree.path, tree.sha
+        tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in plan.applied)
+    return tuple(plan_unit(config, u, toolchains[u.name], src, sha, tree_id) for u in units)
+
+
+def _run(plan: UnitPlan, prepared: Prepared) -> None:
+    """Compile one unit on the host or in its container, and describe it for --unit-from."""
+    if plan.unit.name in prepared.adopted:
+        ui.step(f"unit {plan.unit.name}: built elsewhere, taken from {plan.build_dir}")
+        return
+    engine = container.find_engine(prepared.config.engine.value) if plan.in_container else None
+    run.run_unit(plan, engine)
+    unitfolder.write(plan)
 
 
 def build_unit(req: BuildRequest) -> Path:
     """--only-unit: compile one unit of a multi-unit recipe for another machine's --unit-from."""
-    prepared = prepare(req.recipe, req.source, req.overrides, only_unit=req.only_unit)
-    plan, where = prepared.plans[0], prepared.containers[0]
-    _run_plan(plan, where, req.overrides.engine)
+    prepared = prepare(req.config)
+    plan = prepared.plans[0]
+    _run(plan, prepared)
     collect.collect_unit(plan)  # every target and module it owes is there
     ui.step(ui.ok(f"unit {plan.unit.name} ready: {plan.build_dir}"))
     ui.info(f"copy its bin/ and {unitfolder.UNIT_FILE} to the merging machine, then: "
-            f"assemble build --recipe {req.recipe.name} --unit-from {plan.unit.name}=DIR")
+            f"assemble build --recipe {req.config.recipe.name} --unit-from {plan.unit.name}=DIR")
     return plan.build_dir
 
 
-def with_mirrors(recipe: Recipe, extra: tuple[str, ...]) -> Recipe:
-    """The recipe with command-line mirrors put in front of its own."""
-    if not extra:
-        return recipe
-    mirrors = tuple(Mirror(kind="git", url=m) if "://" in m or m.startswith("git@") else Mirror(kind="local", path=m)
-                    for m in extra)
-    return dataclasses.replace(recipe, pin=dataclasses.replace(recipe.pin, mirrors=mirrors + recipe.pin.mirrors))
-
-
 def build(req: BuildRequest) -> Path:
-    recipe = req.recipe
+    recipe = req.config.recipe
     out = req.out.resolve()
     ui.step(f"recipe {recipe.name}: {recipe.description}")
     # The output lock is taken first: an unwritable --out fails in a second, not after the compile,
@@ -203,15 +161,12 @@ def build(req: BuildRequest) -> Path:
     lib_dirs = _lib_paths(req.lib_paths)  # a typo fails now, not after the compile
     with outdir.locked(out, wait=req.wait):
         outdir.clear_leftovers(out)
-        prepared = prepare(recipe, req.source, req.overrides)
+        prepared = prepare(req.config)
         outputs = []
-        for plan, where in zip(prepared.plans, prepared.containers):
-            if plan.unit.name in prepared.adopted:
-                ui.step(f"unit {plan.unit.name}: built elsewhere, taken from {plan.build_dir}")
-            else:
-                _run_plan(plan, where, req.overrides.engine)
+        for plan in prepared.plans:
+            _run(plan, prepared)
             outputs.append(collect.collect_unit(plan))
-        own = collect.merge_units(outputs)
+        own = merge.merge_units(outputs)
         staging = outdir.staging_dir(out)
         try:
             ui.step(f"bundle into {staging.name}")
@@ -245,7 +200,7 @@ def _lib_paths(paths: tuple[str, ...]) -> list[Path]:
     return out
 
 
-def _toolchain_lib_dirs(plans: tuple[cmake.UnitPlan, ...]) -> list[Path]:
+def _toolchain_lib_dirs(plans: tuple[UnitPlan, ...]) -> list[Path]:
     """Library folders of the toolchains the units used (CUDA, ROCm): the bundler searches them."""
     dirs = []
     for plan in plans:
@@ -262,11 +217,11 @@ def _toolchain_lib_dirs(plans: tuple[cmake.UnitPlan, ...]) -> list[Path]:
 def _commit_time(tree: Path, sha: str | None) -> int | None:
     if not sha:
         return None
-    proc = subprocess.run(["git", "log", "-1", "--format=%ct", sha], cwd=tree, capture_output=True, text=True)
+    proc = git("log", "-1", "--format=%ct", sha, cwd=tree)
     return int(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def _manifest(recipe: Recipe, prepared: Prepared, result) -> manifest.Manifest:
+def _manifest(recipe, prepared: Prepared, result) -> manifest.Manifest:
     tree = prepared.tree
     plans = prepared.plans
     return manifest.Manifest(
@@ -281,11 +236,14 @@ def _manifest(recipe: Recipe, prepared: Prepared, result) -> manifest.Manifest:
             cuda=tuple(a for p in plans for a in dict(p.defines).get("CMAKE_CUDA_ARCHITECTURES", "").split(";") if a),
             hip=tuple(t for p in plans for t in dict(p.defines).get("GPU_TARGETS", "").split(";") if t)),
         units=tuple(manifest.UnitRecord(
-            name=p.unit.name, backends=tuple(p.unit.backends), container=c,
-            cuda_policy=prepared.cuda_policy.get(p.unit.name), hip_policy=prepared.hip_policy.get(p.unit.name),
-            built_elsewhere=(unitfolder.origin(prepared.adopted[p.unit.name]) if p.unit.name in prepared.adopted
-                             else None),
+            name=p.unit.name, backends=tuple(p.unit.backends),
+            container=(prepared.adopted[p.unit.name].container if p.unit.name in prepared.adopted
+                       else p.unit.where.image),
+            cuda_policy=prepared.records.get(p.unit.name, {}).get("cuda_policy"),
+            hip_policy=prepared.records.get(p.unit.name, {}).get("hip_policy"),
+            built_elsewhere=prepared.adopted[p.unit.name].origin() if p.unit.name in prepared.adopted else None,
             build_dir=str(p.build_dir), configure=tuple(p.configure), build=tuple(p.build), defines=dict(p.defines),
-            toolchain=p.toolchain) for p, c in zip(plans, prepared.containers)),
+            toolchain=p.toolchain) for p in plans),
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
-        system_libs=result.system_libs, files=result.files, symlinks=result.symlinks)
+        system_libs=result.system_libs, files=result.files, symlinks=result.symlinks,
+        config=prepared.config.as_dict())

@@ -23,12 +23,12 @@ def level() -> int:
     return _level
 
 
-def _tty() -> bool:
+def is_tty() -> bool:
     return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
 
 
 def _colour(code: str, text: str) -> str:
-    if _tty() and not os.environ.get("NO_COLOR"):
+    if is_tty() and not os.environ.get("NO_COLOR"):
         return f"\033[{code}m{text}\033[0m"
     return text
 
@@ -102,7 +102,7 @@ class Progress:
         now = time.monotonic()
         elapsed = now - self.start
         frac = (self.done / self.total) if self.total else None
-        if _tty():
+        if is_tty():
             if now - self._last_draw < 0.1 and not (frac is not None and frac >= 1):
                 return
             self._last_draw = now
@@ -129,7 +129,7 @@ class Progress:
                       f"{fmt_seconds(elapsed)})", file=sys.stderr, flush=True)
 
     def finish(self, note: str = "") -> None:
-        if _level >= NORMAL and _tty():
+        if _level >= NORMAL and is_tty():
             print(file=sys.stderr, flush=True)
         if note:
             info(f"{self.label}: {note} in {fmt_seconds(time.monotonic() - self.start)}")

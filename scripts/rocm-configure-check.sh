@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Configure the `rocm` recipe's HIP unit inside the Debian sid chroot (scripts/rocm-sid-chroot.sh),
-# planned by the project's own builder.cmake.plan_unit and checked first by
-# builder.rocmpolicy.check_hip_unit against sid's ROCm; then compile one HIP object and read
+# planned by the project's own builder.build.plan.plan_unit and checked first by the build's
+# own rules (builder.toolchain.rules) against sid's ROCm; then compile one HIP object and read
 # which gfx archs its offload bundle carries. The cheap, CI-sized part of the ROCm validation
 # (scripts/rocm-validate.sh compiles, bundles and verifies the whole runtime).
 #
@@ -39,13 +39,16 @@ cache=$(cd "$cache" && pwd -P)
 # 1. host: the tree a build of the rocm recipe would compile (fetch, verify, patch)
 tree_json=$(cd "$repo" && ASSEMBLE_CACHE="$cache" python3 - <<'PY'
 import json
-from builder import cmake, features, patches, pipeline
-from builder.recipe import load_recipe
-from builder.source import pinned_tree
-recipe = load_recipe("rocm")
+from builder import pipeline
+from builder.config.options import resolve
+from builder.config.recipe import load_recipe
+from builder.source import features, patches
+from builder.source.fetch import pinned_tree
+config = resolve(load_recipe("rocm"))
+recipe = config.recipe
 tree = pinned_tree(recipe)
 features.require(tree.path, recipe)
-prepared = patches.prepare(tree, recipe, pipeline._patch_context(recipe, cmake.Overrides(), None))
+prepared = patches.prepare(tree, recipe, pipeline.patch_context(config, {}))
 print(json.dumps({"tree": str(prepared.path), "sha": tree.sha,
                   "tree_id": ",".join(f"{p.name}:{p.sha256[:12]}" for p in prepared.applied)}))
 PY
@@ -63,16 +66,22 @@ report=$(chroot "$dir" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_A
   PYTHONPATH="$repo" PYTHONDONTWRITEBYTECODE=1 ASSEMBLE_CACHE="$cache" ROCM_PATH=/usr TREE_JSON="$tree_json" \
   WITH_HIP_FLAGS="${ROCM_CHECK_HIP_FLAGS:-1}" OBJECT="${ROCM_CHECK_OBJECT-acc.cu}" TARGETS="${ROCM_CHECK_TARGETS:-gfx1100 gfx1201}" CONFIGURE="${ROCM_CHECK_CONFIGURE:-gfx1100}" \
   nice -n 19 python3 - <<'PY'
-import json, os, re, shutil, subprocess, sys, time
+import dataclasses, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
-from builder import cmake, rocmpolicy, staticcheck, toolchain
+from builder.build import plan as planning, run as running
+from builder.check import static as staticcheck
+from builder.config.options import CliOptions, resolve
+from builder.config.recipe import load_recipe
+from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
-from builder.recipe import load_recipe
+from builder.proc import command_line
+from builder.toolchain import detect, rules, survey
 
 tree = json.loads(os.environ["TREE_JSON"])
 recipe = load_recipe("rocm")
-unit = next(u for u in recipe.units if "hip" in u.backends)
-inst = toolchain.rocm(os.environ["ROCM_PATH"])
+base = resolve(recipe, CliOptions(launcher="none"))       # ROCM_PATH=/usr from the environment, as build reads it
+tc = survey.host(base, base.units)                        # this chroot's toolchain, found once
+inst = tc.rocm
 report = {"rocm_install": inst.as_dict() if inst else None, "tree": tree, "units": {}}
 
 
@@ -91,7 +100,7 @@ def package_version(cfg_dir, name):
 def configure(plan):
     """Run plan.configure as run_unit would, from a clean cache; never touch a built folder."""
     b = plan.build_dir
-    if (b / cmake.BUILT_STAMP).exists():
+    if (b / running.BUILT_STAMP).exists():
         raise SystemExit(f"{b} holds a finished build; not reconfiguring it")
     for stale in ("CMakeCache.txt", "CMakeFiles"):
         p = b / stale
@@ -101,7 +110,7 @@ def configure(plan):
     env = dict(os.environ, **dict(plan.env))
     start = time.monotonic()
     with open(log, "w") as out:
-        out.write(f"$ {cmake.command_line(plan.configure)}\n")
+        out.write(f"$ {command_line(plan.configure)}\n")
         out.flush()
         rc = subprocess.run(plan.configure, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
     result = {"returncode": rc, "seconds": round(time.monotonic() - start, 1), "log": str(log)}
@@ -130,7 +139,7 @@ def compile_one(plan, source):
     """One HIP translation unit through Ninja, as the build would compile it; its offload archs."""
     obj = f"ggml/src/ggml-hip/CMakeFiles/ggml-hip.dir/__/ggml-cuda/{source}.o"
     start = time.monotonic()
-    proc = subprocess.run([toolchain.ninja().path, "-C", str(plan.build_dir), obj],
+    proc = subprocess.run([tc.ninja.path, "-C", str(plan.build_dir), obj],
                           env=dict(os.environ, **dict(plan.env)), capture_output=True, text=True)
     out = {"object": obj, "returncode": proc.returncode, "seconds": round(time.monotonic() - start, 1),
            "tail": (proc.stdout + proc.stderr).strip().splitlines()[-5:]}
@@ -142,21 +151,22 @@ def compile_one(plan, source):
 
 
 for target in os.environ["TARGETS"].split():
+    config = resolve(recipe, CliOptions(hip_target=GfxTarget.parse(target), launcher="none"))
+    unit = next(u for u in config.units if "hip" in u.backends)
     where = f"{recipe.path}: unit {unit.name} (hip target {target})"
     entry = {}
-    try:
-        entry["policy"] = rec = rocmpolicy.check_hip_unit(inst, [target], multi_arch_risk=None, where=where,
-                                                         rocm_path=os.environ["ROCM_PATH"])
+    ctx = rules.context(config, unit, tc, "no CUDA here", detect.distro())
+    try:   # the build's own rules, as `assemble build` runs them before CMake
+        entry["policy"] = rec = rules.hip_record(ctx, rules.enforce(ctx, where))
     except AssembleError as exc:
         rec = None
         entry["refused"] = exc.line()
-    # the plan takes compiler and device-library flags from the ROCm tree found (cmake._hip_defines);
-    # ROCM_CHECK_HIP_FLAGS=0 empties the flags to show what breaks without them
-    defines = (("CMAKE_HIP_FLAGS", ""),) if os.environ.get("WITH_HIP_FLAGS", "1") != "1" else ()
-    o = cmake.Overrides(hip_target=target, rocm_path=inst.root if inst else None, launcher="none",
-                        defines=defines)
-    plan = cmake.plan_unit(recipe, unit, Path(tree["tree"]), tree["sha"], o, tree["tree_id"])
-    entry["configure_command"] = cmake.command_line(plan.configure)
+    # the plan takes compiler and device-library flags from the ROCm tree found (plan.tool_defines);
+    # ROCM_CHECK_HIP_FLAGS=0 leaves the flags out to show what breaks without them
+    plan = planning.plan_unit(config, unit, tc, Path(tree["tree"]), tree["sha"], tree["tree_id"])
+    if os.environ.get("WITH_HIP_FLAGS", "1") != "1":
+        plan = dataclasses.replace(plan, defines=tuple(d for d in plan.defines if d[0] != "CMAKE_HIP_FLAGS"))
+    entry["configure_command"] = command_line(plan.configure)
     entry["env"] = dict(plan.env)
     entry["build_dir"] = str(plan.build_dir)
     if target in os.environ["CONFIGURE"].split():

@@ -25,11 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import cmake
 from builder.build import collect
+from builder.build import run as run_mod
+from builder.build.plan import IMAGE_CUDA_ROOT, UnitPlan, plan_unit
+from builder.config.options import ENGINE_ENV, CliOptions, resolve
+from builder.config.targets import CudaArch
 from builder.release import image
-from builder.toolchain import container
-from builder.toolchain.cudapolicy import check_cuda_unit
+from builder.toolchain import container, survey
+from tests.toolkits import check_cuda_unit
 from builder.errors import AssembleError, BuildFailed
 from builder.config.recipe import Unit, load_recipe
 from tests.manifests import read_raw, write_raw
@@ -166,7 +169,7 @@ def standin(tmp_path, monkeypatch, isolated_cache):
     monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_ENGINE_STATE", str(state))
     monkeypatch.setenv("FAKE_IMAGE_PATH", f"{image_bin}:{cuda / 'bin'}")
-    monkeypatch.delenv(container.ENGINE_ENV, raising=False)
+    monkeypatch.delenv(ENGINE_ENV, raising=False)
 
     class S:
         path = bindir
@@ -192,21 +195,18 @@ def source(tmp_path):
     return src
 
 
-def host_configure(source: Path, build: Path, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """A configure argv shaped like cmake.plan_unit's, with the host's own tool paths in it."""
-    return ("/opt/host/bin/cmake", "-S", str(source), "-B", str(build), "-G", "Ninja",
-            "-DCMAKE_MAKE_PROGRAM=/opt/host/bin/ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_BACKEND_DL=ON",
-            "-DGGML_NATIVE=OFF", "-DGGML_CUDA=ON", "-DGGML_VULKAN=ON", "-DCMAKE_CUDA_ARCHITECTURES=80;89;120",
-            "-DCMAKE_CUDA_COMPILER=/usr/local/cuda-13.0/bin/nvcc", "-DCUDAToolkit_ROOT=/usr/local/cuda-13.0",
-            "-DCMAKE_C_COMPILER_LAUNCHER=/usr/bin/ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=/usr/bin/ccache",
-            "-DCMAKE_CUDA_COMPILER_LAUNCHER=/usr/bin/ccache", "-DGGML_CUDA_NCCL=OFF", *extra)
+def make_plan(source: Path, **cli) -> UnitPlan:
+    """The cuda128-vulkan unit (built in the cuda12.8-build image) as `build` plans it."""
+    cli.setdefault("cuda_archs", tuple(CudaArch.parse(a) for a in ("80", "89", "120")))
+    cli.setdefault("targets", ("llama-server", "llama-bench"))
+    cli.setdefault("jobs", 7)
+    config = resolve(load_recipe("cuda128-vulkan"), CliOptions(**cli), env={})
+    unit = config.units[0]
+    return plan_unit(config, unit, survey.image(config, unit, None, probe=False), source, PIN)
 
 
-def plan(standin, source, tmp_path, engine="docker", **kw) -> container.UnitRun:
-    build = tmp_path / "cache" / "build" / "cuda128-vulkan-main"
-    return container.plan_unit("main", "cuda12.8-build", host_configure(source, build), backends=("cuda", "vulkan"),
-                               targets=("llama-server", "llama-bench"), source=source, build_dir=build, jobs=7,
-                               engine=container.find_engine(engine), **kw)
+def plan(standin, source, tmp_path, engine="docker", uid_gid=None, **cli) -> run_mod.UnitRun:
+    return run_mod.container_run(make_plan(source, **cli), container.find_engine(engine), uid_gid=uid_gid)
 
 
 # --- planning ----------------------------------------------------------------
@@ -218,6 +218,7 @@ def test_docker_argv_mounts_same_paths_as_the_calling_user(standin, source, tmp_
     assert "--userns=keep-id" not in argv and argv[argv.index("--user") + 1] == "1000:1001"
     mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
     cache, build = isolated_cache.resolve(), run.build_dir
+    assert build.parent == cache / "build"
     assert mounts == [f"{cache}:{cache}", f"{source}:{source}:ro", f"{build}:{build}"]
     env = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
     assert env["CCACHE_DIR"] == str(cache / "ccache" / "cuda12.8-build") and env["HOME"] == "/tmp"
@@ -226,23 +227,26 @@ def test_docker_argv_mounts_same_paths_as_the_calling_user(standin, source, tmp_
     assert argv[-4:-1] == [run.image, "sh", "-c"] and argv[-1] == run.script
 
 
-def test_script_runs_the_hosts_cmake_args_with_the_images_tools(standin, source, tmp_path):
-    run = plan(standin, source, tmp_path)
+def test_script_is_the_plans_own_lines_with_the_images_tools(standin, source, tmp_path):
+    p = make_plan(source)
+    run = run_mod.container_run(p, container.find_engine("docker"))
     lines = run.script.splitlines()
     assert lines[0] == "set -eu"
     configure, build = shlex.split(lines[1]), shlex.split(lines[2])
+    assert tuple(configure) == p.configure and tuple(build) == p.build     # rendered once, never parsed back
     assert configure[:7] == ["cmake", "-S", str(source), "-B", str(run.build_dir), "-G", "Ninja"]
-    # every host argument that is not a host tool path passes through verbatim
     for a in ("-DCMAKE_BUILD_TYPE=Release", "-DGGML_BACKEND_DL=ON", "-DGGML_CUDA=ON", "-DGGML_VULKAN=ON",
               "-DCMAKE_CUDA_ARCHITECTURES=80;89;120", "-DGGML_CUDA_NCCL=OFF", "-DGGML_NATIVE=OFF"):
         assert a in configure
-    assert not any("/opt/host" in a or "cuda-13.0" in a or "/usr/bin/ccache" in a for a in configure)
+    assert not any(a.startswith("-D") and "=/" in a and "/usr/local/cuda" not in a for a in configure), configure
     assert "-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc" in configure
     assert "-DCUDAToolkit_ROOT=/usr/local/cuda" in configure and "-DCMAKE_MAKE_PROGRAM=ninja" in configure
     assert {f"-DCMAKE_{l}_COMPILER_LAUNCHER=ccache" for l in ("C", "CXX", "CUDA")} <= set(configure)
     assert build == ["cmake", "--build", str(run.build_dir), "-j", "7", "--target", "llama-server", "llama-bench"]
     assert run.expect == ("CMakeCache.txt", "bin/llama-server", "bin/llama-bench", "bin/libggml-cuda.so",
                           "bin/libggml-vulkan.so", "bin/libggml-cpu*.so")
+    no_launcher = make_plan(source, launcher="none")
+    assert not any("_COMPILER_LAUNCHER" in a for a in no_launcher.configure)
 
 
 def test_rootless_podman_keeps_the_callers_id(standin, source, tmp_path):
@@ -255,12 +259,15 @@ def test_rootless_podman_keeps_the_callers_id(standin, source, tmp_path):
 def test_engine_choice(standin, monkeypatch, tmp_path):
     assert container.find_engine().kind == "podman"  # no daemon needed: tried first
     assert container.find_engine("docker").path == str(standin.path / "docker")
-    monkeypatch.setenv(container.ENGINE_ENV, "docker")
-    assert container.find_engine("auto").kind == "docker"
+    monkeypatch.setenv(ENGINE_ENV, "docker")        # the environment's step of the cascade
+    engine = resolve(load_recipe("cuda128-vulkan")).engine
+    assert (engine.value, engine.origin) == ("docker", ENGINE_ENV)
+    assert container.find_engine(engine.value).kind == "docker"
+    assert resolve(load_recipe("cuda128-vulkan"), CliOptions(engine="podman")).engine.value == "podman"
     odd = _script(tmp_path / "elsewhere" / "my-podman", ENGINE)
     assert container.find_engine(str(odd)) == container.Engine("podman", str(odd))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.delenv(container.ENGINE_ENV)
+    monkeypatch.delenv(ENGINE_ENV)
     with pytest.raises(AssembleError) as err:
         container.find_engine()
     assert err.value.code == 2 and "podman or docker" in err.value.what and "--container none" in err.value.fix
@@ -269,33 +276,39 @@ def test_engine_choice(standin, monkeypatch, tmp_path):
 
 
 def test_refusals_before_anything_runs(standin, source, tmp_path):
-    build = tmp_path / "b"
+    engine = container.find_engine("docker")
+    unknown = make_plan(source, container="cuda11-build")
+    cpu_recipe = resolve(load_recipe("cpu"), CliOptions(container="cuda11-build"), env={})
+    assert cpu_recipe.units[0].where.image == "cuda11-build"
     with pytest.raises(AssembleError) as err:
-        container.plan_unit("u", "cuda11-build", ["-DGGML_CUDA=ON"], backends=("cuda",), targets=("llama-server",),
-                            source=source, build_dir=build)
+        run_mod.container_run(plan_unit(cpu_recipe, cpu_recipe.units[0], survey.image(cpu_recipe, cpu_recipe.units[0],
+                                                                                      None, probe=False), source, PIN),
+                              engine)
     assert "unknown container" in err.value.what and "cuda12.8-build" in err.value.fix
+    assert unknown.unit.where.image == "cuda12.8-build"     # the unit names its own; --container fills only the rest
     with pytest.raises(AssembleError) as err:
-        container.plan_unit("u", "cuda12.8-build", ["-DCMAKE_PREFIX_PATH=/opt/rocm;/usr/local"], backends=("cuda",),
-                            targets=("llama-server",), source=source, build_dir=build)
+        run_mod.container_run(make_plan(source, defines=(("CMAKE_PREFIX_PATH", "/opt/rocm;/usr/local"),)), engine)
     assert "/opt/rocm" in err.value.what and err.value.code == 2
     with pytest.raises(AssembleError, match="not a llama.cpp source tree"):
-        container.plan_unit("u", "cuda12.8-build", [], backends=("cuda",), targets=("llama-server",),
-                            source=tmp_path, build_dir=build)
+        run_mod.container_run(make_plan(tmp_path), engine)
     assert standin.calls() == []
 
 
 def test_unit_container_override():
-    assert container.unit_container("cuda12.8-build", None) == "cuda12.8-build"
-    assert container.unit_container(None, "cuda12.8-build") == "cuda12.8-build"
-    assert container.unit_container("cuda12.8-build", "none") is None
-    assert container.unit_container(None, None) is None
+    def where(recipe, **cli):
+        return [u.where.image for u in resolve(load_recipe(recipe), CliOptions(**cli), env={}).units]
+    assert where("cuda128-vulkan") == ["cuda12.8-build"]
+    assert where("cpu", container="cuda12.8-build") == ["cuda12.8-build"]
+    assert where("cuda128-vulkan", container="none") == [None]
+    assert where("cpu") == [None]
+    assert where("rocm-cuda128", container="none") == [None, None]
 
 
 # --- running -------------------------------------------------------------------
 
 def test_run_unit_builds_the_image_once_and_brings_the_tree_out(standin, source, tmp_path):
     run = plan(standin, source, tmp_path)
-    out = container.run_unit(run)
+    out = run_mod.run_container(run)
     assert out == run.build_dir
     calls = standin.calls()
     assert [c[0] for c in calls] == ["image", "build", "run"]
@@ -315,31 +328,25 @@ def test_run_unit_builds_the_image_once_and_brings_the_tree_out(standin, source,
     assert record["image"] == run.image and record["container"] == "cuda12.8-build"
     assert "cmake --build" in (out / "assemble-build.log").read_text()
     # a second build reuses the image
-    container.run_unit(run)
+    run_mod.run_container(run)
     assert [c[0] for c in standin.calls()[3:]] == ["image", "run"]
 
 
 def test_host_collect_reads_the_container_tree(standin, source, tmp_path):
-    """From a cmake.UnitPlan to the host's collect step, with nothing container-specific in between."""
-    recipe = load_recipe("cuda128-vulkan")
-    unit = recipe.units[0]
-    build = tmp_path / "cache" / "build" / "u"
-    up = cmake.UnitPlan(recipe=recipe.name, unit=unit, sha=PIN, source_dir=source, build_dir=build,
-                        defines=(("GGML_BACKEND_DL", "ON"),), targets=recipe.targets,
-                        configure=host_configure(source, build),
-                        build=("/opt/host/bin/cmake", "--build", str(build), "-j", "3", "--target", *recipe.targets))
-    run = container.plan_for(up, engine=container.find_engine("docker"))
-    assert run.container == "cuda12.8-build" and "-j 3" in run.script
-    container.run_unit(run)
+    """From a UnitPlan through run_unit (here: in its container) to the host's collect step."""
+    up = make_plan(source, jobs=3, targets=())
+    assert up.in_container and "-j 3" in " ".join(up.build)
+    run_mod.run_unit(up, container.find_engine("docker"))
     out = collect.collect_unit(up)
     assert {m.source.name for m in out.modules} == {"libggml-cpu.so", "libggml-cuda.so", "libggml-vulkan.so"}
-    assert {e.dest for e in out.executables} == {f"bin/{t}" for t in recipe.targets}
+    assert {e.dest for e in out.executables} == {f"bin/{t}" for t in up.targets}
+
 
 
 def test_failed_build_reports_the_log_tail(standin, source, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_CMAKE_FAIL", "1")
     with pytest.raises(BuildFailed) as err:
-        container.run_unit(plan(standin, source, tmp_path))
+        run_mod.run_container(plan(standin, source, tmp_path))
     assert err.value.code == 1 and "failed (exit 1)" in err.value.what
     assert "Unsupported gpu architecture" in err.value.details
 
@@ -347,14 +354,14 @@ def test_failed_build_reports_the_log_tail(standin, source, tmp_path, monkeypatc
 def test_missing_outputs_are_caught(standin, source, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_NO_MODULES", "1")
     with pytest.raises(BuildFailed) as err:
-        container.run_unit(plan(standin, source, tmp_path))
+        run_mod.run_container(plan(standin, source, tmp_path))
     assert "bin/libggml-cuda.so" in err.value.what and "bin/libggml-cpu*.so" in err.value.what
 
 
 def test_failed_image_build(standin, source, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_BUILD_FAIL", "1")
     with pytest.raises(BuildFailed) as err:
-        container.run_unit(plan(standin, source, tmp_path))
+        run_mod.run_container(plan(standin, source, tmp_path))
     assert "image cuda12.8-build failed" in err.value.what and "glslc" in err.value.details
     assert [c[0] for c in standin.calls()] == ["image", "build"]
 
@@ -488,7 +495,7 @@ def test_build_containerfile(tmp_path):
     assert 'grep -q "release 12.8"' in run  # the image proves its own toolkit
     assert ("COPY", ". /opt/assemble/") in instrs  # the project itself
     env = " ".join(a for n, a in instrs if n == "ENV")
-    assert f"{container.IMAGE_CUDA_ROOT}/bin" in env  # where plan_unit points CMAKE_CUDA_COMPILER
+    assert f"{IMAGE_CUDA_ROOT}/bin" in env  # where plan_unit points CMAKE_CUDA_COMPILER
     # the context assemble stages holds everything the COPY needs
     ctx = container._stage_context("cuda12.8-build", tmp_path / "ctx")
     assert (ctx / "builder" / "__main__.py").is_file() and (ctx / "pyproject.toml").is_file()
@@ -551,7 +558,7 @@ def test_container_recipes():
     for name in ("cuda128-vulkan", "rocm-cuda128"):
         r = load_recipe(name)
         assert pin in r.path.read_text()  # the same pin and mirrors, verbatim
-        assert r.cuda.toolkit == "==12.8" and "120" in r.cuda.architectures
+        assert r.cuda.toolkit == "==12.8" and CudaArch.parse("120") in r.cuda.architectures
         for u in r.units:
             if u.container:
                 container.containerfile(u.container)  # names a shipped Containerfile

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.toolchain import cudapolicy
+from builder.toolchain import rules as cudapolicy
 from builder.source import patches
-from builder.toolchain.cudapolicy import check_cuda_unit
+from tests.toolkits import check_cuda_unit
 from builder.errors import AssembleError
 
 from builder.toolchain.detect import cuda_toolkit

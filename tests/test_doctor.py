@@ -154,6 +154,10 @@ class Fakes:
             lt.mkdir(parents=True)
             for gfx in hipblaslt_archs:
                 (lt / f"TensileLibrary_lazy_{gfx}.dat").write_bytes(b"")
+        # AMD's layout: the HIP clang in llvm/bin, the device library bitcode in amdgcn/bitcode
+        self.tool("clang", 'print("clang version 19.0.0")', where=root / "llvm" / "bin")
+        (root / "amdgcn" / "bitcode").mkdir(parents=True)
+        (root / "amdgcn" / "bitcode" / "ockl.bc").write_bytes(b"BC")
         if hipconfig and version:
             self.tool("hipconfig", f"""
                 if argv[:1] in (["--version"], ["-v"]):
@@ -267,11 +271,17 @@ def test_doctor_never_hangs_on_tools_that_hang(fakes, tmp_path):
 
 # --- CUDA ---------------------------------------------------------------------------
 
-def test_cuda13_blackwell_is_patched_at_this_pin(fakes, tmp_path):
+def test_cuda13_blackwell_is_refused_unless_the_opt_in_patch_is_asked_for(fakes, tmp_path):
+    """The patch is opt-in: doctor says what build does, refused without it, slower with it."""
     root = fakes.cuda("13.0")
     report = doctor.diagnose(load_recipe(str(cuda_recipe(tmp_path))), timeout=5)
     assert report.facts.cuda.root == str(root)  # through the wrapper on PATH, as nvcc itself says
     assert report.facts.cuda.archs[-2:] == ("120", "121")
+    bw = by_name(report, "Blackwell", "recipe")
+    assert bw.status == doctor.MISSING and "opt-in" in bw.reason and "--patch cuda-fa-blackwell-exempt" in bw.hint
+    assert report.verdict.state == "missing" and report.exit_code == 1
+    path = cuda_recipe(tmp_path, extra='\n[patches]\nenable = ["cuda-fa-blackwell-exempt"]\n')
+    report = doctor.diagnose(load_recipe(str(path)), timeout=5)
     bw = by_name(report, "Blackwell", "recipe")
     assert bw.status == doctor.WARN and "cuda-fa-blackwell-exempt" in bw.reason and "12.8" in bw.hint
     assert by_name(report, "cuBLAS", "recipe").status == doctor.OK
@@ -283,7 +293,7 @@ def test_cuda13_blackwell_refused_without_the_patch(fakes, tmp_path):
     path = cuda_recipe(tmp_path, extra='\n[patches.disable]\ncuda-fa-blackwell-exempt = "testing the policy"\n')
     report = doctor.diagnose(load_recipe(str(path)), timeout=5)
     bw = by_name(report, "Blackwell", "recipe")
-    assert bw.status == doctor.MISSING and "refused by build policy" in bw.meaning
+    assert bw.status == doctor.MISSING and "50-80%" in bw.meaning and "past 8k" in bw.meaning
     assert "disabled by the recipe" in bw.reason
     for way in ("12.8", "cuda-fa-blackwell-exempt", "Vulkan", "accept_blackwell_regression"):
         assert way in bw.hint
@@ -297,7 +307,7 @@ def test_cuda13_blackwell_accepted_is_slower(fakes, tmp_path):
                        extra='\n[patches.disable]\ncuda-fa-blackwell-exempt = "testing the policy"\n')
     report = doctor.diagnose(load_recipe(str(path)), timeout=5)
     bw = by_name(report, "Blackwell", "recipe")
-    assert bw.status == doctor.WARN and "will work but slower" in bw.meaning and "past 8k" in bw.meaning
+    assert bw.status == doctor.WARN and "accepted" in bw.meaning and "50-80%" in bw.meaning
     assert report.verdict.state == "slower" and report.verdict.line.startswith(f"{load_recipe(str(path)).name}: will work")
 
 
@@ -333,7 +343,7 @@ def test_old_nvcc_cannot_target_blackwell(fakes, tmp_path):
     fakes.cuda("12.4")
     report = doctor.diagnose(load_recipe(str(cuda_recipe(tmp_path))), timeout=5)
     c = by_name(report, "CUDA archs", "recipe")
-    assert c.status == doctor.MISSING and "sm_120" in c.reason and "12.8" in c.meaning
+    assert c.status == doctor.MISSING and "sm_120" in c.reason and "12.8" in c.hint
     assert report.exit_code == 1
 
 
@@ -451,16 +461,16 @@ def test_rocm_64_with_the_card_arch_is_ready(fakes, monkeypatch):
     report = doctor.diagnose(load_recipe("rocm"), timeout=5)
     assert report.facts.rocm.root == str(root)
     assert report.facts.rocm.rocblas_archs == ("gfx1100",)
-    assert by_name(report, "rocBLAS gfx1100", "recipe").status == doctor.OK
+    assert by_name(report, "rocBLAS kernels", "recipe").status == doctor.OK
     assert report.verdict.state == "ready" and report.exit_code == 0
 
 
 def test_rocblas_without_the_card_arch_aborts_at_first_gemm(fakes, monkeypatch, tmp_path):
     monkeypatch.setenv("ROCM_PATH", str(fakes.rocm("6.4.1", rocblas_archs=("gfx1030",), hipblaslt_archs=("gfx1030",))))
     report = doctor.diagnose(load_recipe("rocm"), timeout=5)
-    c = by_name(report, "rocBLAS gfx1100", "recipe")
+    c = by_name(report, "rocBLAS kernels", "recipe")
     assert c.status == doctor.MISSING and "gfx1030" in c.reason and "first GEMM" in c.meaning
-    assert by_name(report, "hipBLASLt gfx1100", "recipe").status == doctor.WARN
+    assert by_name(report, "hipBLASLt kernels", "recipe").status == doctor.WARN
 
 
 def test_rocm_version_file_debian_layout_and_missing_hipblas(fakes, monkeypatch):
@@ -641,6 +651,7 @@ def test_missing_compiler_gives_the_distribution_command():
     report = doctor.diagnose(load_recipe("cpu"), f)
     c = by_name(report, "build tools", "recipe")
     assert c.status == doctor.MISSING and c.reason == "no cc, c++" and c.hint == "dnf install gcc gcc-c++"
+    assert c.meaning == "missing cc, c++: every build needs them"
     assert "build tools (no cc, c++)" in report.verdict.line
     assert report.exit_code == 1
 
@@ -708,11 +719,12 @@ def test_real_machine(monkeypatch):
 
 def test_a_split_recipe_missing_only_a_later_units_toolkit_can_take_that_unit_from_elsewhere():
     from builder.check.doctor import MISSING, Check, verdict
+    from builder.config.options import resolve
     from builder.config.recipe import load_recipe
     cuda_gone = [Check("CUDA toolkit", MISSING, "no nvcc", section="recipe"),
                  Check("cuBLAS", MISSING, "absent", section="recipe")]
-    line = verdict(load_recipe("rocm-cuda-units"), cuda_gone).line
+    line = verdict(resolve(load_recipe("rocm-cuda-units")), cuda_gone).line
     assert "not buildable here" in line and "--only-unit cuda" in line and "--unit-from cuda=DIR" in line
     rocm_gone = [Check("ROCm", MISSING, "none found", section="recipe")]     # the merging unit itself
-    assert "--only-unit" not in verdict(load_recipe("rocm-cuda-units"), rocm_gone).line
-    assert "--only-unit" not in verdict(load_recipe("rocm-cuda"), cuda_gone).line    # one configure: no way round
+    assert "--only-unit" not in verdict(resolve(load_recipe("rocm-cuda-units")), rocm_gone).line
+    assert "--only-unit" not in verdict(resolve(load_recipe("rocm-cuda")), cuda_gone).line    # one configure: no way round

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def test_facts_match_readelf(tmp_path):
     lib = libfoo(tmp_path / "a", "A", "-Wl,--disable-new-dtags,-rpath,$ORIGIN/x:/opt/y")
     exe = compile_c(PROBE, tmp_path / "probe", f"-L{lib.parent}", "-l:libfoo.so.1",
                     "-Wl,--enable-new-dtags,-rpath,/nowhere")
-    for path in (lib, exe, Path("/bin/ls"), Path(shutil.which("python3")).resolve()):
+    for path in (lib, exe, Path("/bin/ls"), Path(sys.executable).resolve()):
         info = read_elf(path)
         oracle = readelf_dynamic(path)
         assert list(info.needed) == oracle.get("NEEDED", [])

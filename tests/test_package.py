@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import cmake
+from builder.build.plan import UnitPlan, plan_unit
+from builder.build.run import run_unit
+from builder.config.options import CliOptions, resolve
+from builder.config.targets import GfxTarget
+from builder.toolchain import survey
 from builder.runtime import manifest
 from builder.release import matrix
 from builder.release import package
@@ -270,7 +274,7 @@ def test_matrix_covers_every_recipe_and_hip_target():
     recipes = all_recipes()
     for r in recipes:
         mine = [e for e in entries if e.recipe == r.name]
-        units = len(r.units) - 1 if matrix.split_units(r) else 0   # one --only-unit job per unit after the first
+        units = len(r.units) - 1 if matrix.split_units(resolve(r)) else 0   # one --only-unit job per unit after the first
         assert len(mine) == (len(r.hip.targets) if "hip" in r.backends else 1) + units, r.name
     by = {e.name: e for e in entries}
     assert by["cpu"].needs.summary == "C/C++ compiler only" and by["cpu"].gpu_arch == "none"
@@ -293,7 +297,8 @@ def test_matrix_hip_targets_and_github_format():
 
 def test_matrix_splits_a_recipe_whose_units_need_different_toolkits():
     """rocm-cuda-units: the CUDA unit on a CUDA runner, once; per gfx target a ROCm runner merges it."""
-    entries = matrix.entries([load_recipe("rocm-cuda-units")], hip_targets=("gfx1100", "gfx942"))
+    entries = matrix.entries([load_recipe("rocm-cuda-units")],
+                             hip_targets=(GfxTarget.parse("gfx1100"), GfxTarget.parse("gfx942")))
     unit, *merges = entries
     assert unit.unit == "cuda" and unit.args == "--recipe rocm-cuda-units --only-unit cuda"
     assert unit.needs.cuda_toolkit and unit.needs.rocm is None and unit.artifact.startswith("unit-rocm-cuda-units-cuda-")
@@ -303,7 +308,8 @@ def test_matrix_splits_a_recipe_whose_units_need_different_toolkits():
         assert m.args == f"--recipe rocm-cuda-units --hip-target {gfx} --unit-from cuda={unit.artifact}"
         assert m.needs.rocm == ">=6.1" and m.needs.cuda_toolkit is None and "cuBLAS" in m.needs.summary
     # a container unit keeps the recipe on one runner
-    assert not matrix.split_units(load_recipe("rocm-cuda128")) and not matrix.split_units(load_recipe("rocm-cuda"))
+    assert not matrix.split_units(resolve(load_recipe("rocm-cuda128")))
+    assert not matrix.split_units(resolve(load_recipe("rocm-cuda")))
 
 
 def test_matrix_args_are_accepted_by_assemble():
@@ -374,7 +380,7 @@ target_compile_definitions(llama-server PRIVATE GREETING=\\"${GREETING}\\")
 """
 
 
-def _tiny_plan(cache: Path, *defines: tuple[str, str], source: Path | None = None) -> cmake.UnitPlan:
+def _tiny_plan(cache: Path, *defines: tuple[str, str], source: Path | None = None) -> UnitPlan:
     src = source or cache / "sources" / SHA
     src.mkdir(parents=True, exist_ok=True)
     (src / "CMakeLists.txt").write_text(TINY)
@@ -382,8 +388,8 @@ def _tiny_plan(cache: Path, *defines: tuple[str, str], source: Path | None = Non
     recipe = parse_recipe(Path("tiny.toml"), f'name = "tiny"\ndescription = "t"\nbackends = ["cpu"]\n'
                           f'targets = ["llama-server"]\n[pin]\nsha = "{SHA}"\n[[pin.mirrors]]\nkind = "git"\n'
                           f'url = "https://example.invalid/x.git"\n')
-    o = cmake.Overrides(defines=(("GREETING", "hello"), *defines), launcher="none", jobs=2)
-    return cmake.plan_unit(recipe, recipe.units[0], src, SHA, o)
+    config = resolve(recipe, CliOptions(defines=(("GREETING", "hello"), *defines), launcher="none", jobs=2))
+    return plan_unit(config, config.units[0], survey.host(config, config.units), src, SHA)
 
 
 def _runs(log: Path) -> int:
@@ -393,18 +399,18 @@ def _runs(log: Path) -> int:
 def test_unchanged_unit_skips_configure_and_build(isolated_cache, tmp_path):
     plan = _tiny_plan(isolated_cache)
     log = plan.build_dir / "assemble-build.log"
-    cmake.run_unit(plan)
+    run_unit(plan)
     assert _runs(log) == 2         # configure, build
     exe = plan.build_dir / "bin" / "llama-server"
     assert subprocess.run([exe], capture_output=True, text=True).stdout == "hello\n"
-    cmake.run_unit(_tiny_plan(isolated_cache))
+    run_unit(_tiny_plan(isolated_cache))
     assert _runs(log) == 2         # nothing ran: the stamp holds
     exe.unlink()                   # the build tree changed under us: the stamp no longer holds
-    cmake.run_unit(_tiny_plan(isolated_cache))
+    run_unit(_tiny_plan(isolated_cache))
     assert _runs(log) == 3 and exe.is_file()
     changed = _tiny_plan(isolated_cache, ("GREETING", "changed"))
     assert changed.build_dir != plan.build_dir
-    cmake.run_unit(changed)
+    run_unit(changed)
     assert subprocess.run([changed.build_dir / "bin" / "llama-server"], capture_output=True,
                           text=True).stdout == "changed\n"
     assert _runs(log) == 3         # the first folder was not touched
@@ -413,8 +419,8 @@ def test_unchanged_unit_skips_configure_and_build(isolated_cache, tmp_path):
 def test_a_source_folder_outside_the_cache_is_always_rebuilt(isolated_cache, tmp_path):
     plan = _tiny_plan(isolated_cache, source=tmp_path / "checkout")
     log = plan.build_dir / "assemble-build.log"
-    cmake.run_unit(plan)
-    cmake.run_unit(plan)
+    run_unit(plan)
+    run_unit(plan)
     assert _runs(log) == 3         # configure, build, build: ninja decides, the stamp is not trusted
 
 

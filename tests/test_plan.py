@@ -6,19 +6,27 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import cmake
+from builder.build.plan import UnitPlan, plan_unit
+from builder.config.options import HOST, CliOptions, resolve
 from builder.config.recipe import all_recipes, load_recipe
+from builder.config.targets import CudaArch, GfxTarget
+from builder.toolchain.detect import Tool, Toolchain, rocm
+from tests.test_rocmpolicy import amd_rocm
 
 TREE = Path("/nonexistent/llama.cpp")
+TOOLS = Toolchain(HOST, cmake=Tool("cmake", "/usr/bin/cmake", "3.31.6"), ninja=Tool("ninja", "/usr/bin/ninja", "1.12"),
+                  cc=Tool("cc", "/usr/bin/cc", "gcc"), cxx=Tool("c++", "/usr/bin/c++", "g++"))
 
 
-def plan(name: str, **kw) -> cmake.UnitPlan:
+def plan(name: str, toolchain: Toolchain = TOOLS, **cli) -> UnitPlan:
     r = load_recipe(name)
-    return cmake.plan_unit(r, r.units[0], TREE, r.pin.sha, cmake.Overrides(**kw), strict=False)
+    config = resolve(r, CliOptions(**cli), env={})
+    return plan_unit(config, config.units[0], toolchain, TREE, r.pin.sha)
 
 
-@pytest.mark.parametrize("recipe", [r.name for r in all_recipes() if not any(u.container for u in r.units)])
+@pytest.mark.parametrize("recipe", [r.name for r in all_recipes()])
 def test_every_recipe_is_shippable(recipe, isolated_cache):
+    """Every unit of every shipped recipe, container units included (rendered with the image's tools)."""
     d = dict(plan(recipe).defines)
     assert d["GGML_BACKEND_DL"] == "ON"
     assert d["GGML_NATIVE"] == "OFF"
@@ -32,17 +40,21 @@ def test_cuda_flags(isolated_cache):
     assert d["GGML_CUDA"] == "ON" and d["GGML_VULKAN"] == "ON" and d["GGML_HIP"] == "OFF"
     assert d["CMAKE_CUDA_ARCHITECTURES"] == "80;86;89;90;120"
     assert d["GGML_CUDA_NCCL"] == "OFF"
-    assert dict(plan("cuda-vulkan", cuda_archs=("90",)).defines)["CMAKE_CUDA_ARCHITECTURES"] == "90"
+    assert dict(plan("cuda-vulkan", cuda_archs=(CudaArch.parse("90"),)).defines)["CMAKE_CUDA_ARCHITECTURES"] == "90"
 
 
-def test_hip_flags(isolated_cache):
-    p = plan("rocm", rocm_path="/opt/rocm-6.4")
+def test_hip_flags_come_from_the_rocm_found(isolated_cache, tmp_path):
+    root = amd_rocm(tmp_path / "rocm-6.4")
+    tc = Toolchain(HOST, cmake=TOOLS.cmake, ninja=TOOLS.ninja, cc=TOOLS.cc, cxx=TOOLS.cxx, rocm=rocm(str(root)))
+    p = plan("rocm", tc)
     d = dict(p.defines)
     assert d["GGML_HIP"] == "ON" and d["GPU_TARGETS"] == "gfx1100" and d["AMDGPU_TARGETS"] == "gfx1100"
     assert d["GGML_HIP_RCCL"] == "OFF"
-    assert d["CMAKE_HIP_COMPILER"] == "/opt/rocm-6.4/llvm/bin/clang"
-    assert ("ROCM_PATH", "/opt/rocm-6.4") in p.env
-    assert dict(plan("rocm", hip_target="gfx1201").defines)["GPU_TARGETS"] == "gfx1201"
+    assert d["CMAKE_HIP_COMPILER"] == str(root / "llvm" / "bin" / "clang") and d["CMAKE_PREFIX_PATH"] == str(root)
+    assert ("ROCM_PATH", str(root)) in p.env
+    assert dict(plan("rocm", tc, hip_target=GfxTarget.parse("gfx1201")).defines)["GPU_TARGETS"] == "gfx1201"
+    # no ROCm found: the plan says so where the paths would be, it never guesses one
+    assert dict(plan("rocm").defines)["CMAKE_HIP_COMPILER"] == "<no HIP compiler found>"
 
 
 def test_rocm_cuda_one_configure(isolated_cache):
@@ -55,6 +67,7 @@ def test_rocm_cuda_one_configure(isolated_cache):
 def test_overrides_win_and_change_the_build_dir(isolated_cache):
     a = plan("cpu")
     b = plan("cpu", defines=(("GGML_OPENMP", "OFF"),))
+    assert dict(a.defines).get("GGML_OPENMP") != "OFF"
     assert dict(b.defines)["GGML_OPENMP"] == "OFF"
     assert a.build_dir != b.build_dir and a.key != b.key
     assert plan("cpu").build_dir == a.build_dir  # same inputs, same folder: a repeat build reuses it

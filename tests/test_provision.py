@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from builder.toolchain import provision
-from builder.toolchain.cudapolicy import check_cuda_unit
+from tests.toolkits import check_cuda_unit
 from builder.errors import AssembleError, BuildFailed
 from builder.toolchain.detect import cuda_toolkit
 

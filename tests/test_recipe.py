@@ -6,6 +6,7 @@ import pytest
 
 from builder.errors import AssembleError
 from builder.config.recipe import all_recipes, load_recipe, parse_recipe
+from builder.config.targets import CudaArch
 from tests.conftest import assemble
 
 GOOD = '''
@@ -35,7 +36,7 @@ def test_shipped_recipes_load():
 def test_good_recipe_parses(tmp_path):
     r = parse_recipe(tmp_path / "t.toml", GOOD)
     assert r.backends == ("cuda", "vulkan", "cpu")
-    assert r.cuda.architectures == ("90",)
+    assert r.cuda.architectures == (CudaArch(90),)
     assert r.units[0].backends == r.backends
 
 

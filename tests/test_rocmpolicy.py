@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.toolchain import rocmpolicy
+from builder.toolchain import detect as rocmpolicy
 from builder.errors import AssembleError
-from builder.toolchain.rocmpolicy import check_hip_unit, kernel_archs
+from builder.toolchain.detect import kernel_archs
+from tests.toolkits import check_hip_unit
 from builder.toolchain.detect import _multiarch, rocm
 
 SID_ROCBLAS = ("gfx803", "gfx900", "gfx906", "gfx908", "gfx90a", "gfx1010", "gfx1030", "gfx1100", "gfx1101",
@@ -184,10 +185,17 @@ def test_no_rocm_names_the_rocm_path_that_was_given(tmp_path):
 
 
 def test_no_rocm_names_every_place_searched(monkeypatch):
+    from builder.config.options import resolve_places
     monkeypatch.setenv("ROCM_PATH", "/srv/rocm-a")
     monkeypatch.delenv("HIP_PATH", raising=False)
+    place = resolve_places().rocm_path          # the environment names the place: only it is searched
+    assert (place.value, place.origin) == ("/srv/rocm-a", "ROCM_PATH")
+    assert rocm(place.value) is None
+    e = refused(None, ["gfx1100"], rocm_path=place.value, rocm_origin=place.origin)
+    assert "ROCM_PATH=/srv/rocm-a" in e.what and "/opt/rocm" not in e.what
+    monkeypatch.delenv("ROCM_PATH")
     e = refused(None, ["gfx1100"])
-    assert "ROCM_PATH=/srv/rocm-a" in e.what and "HIP_PATH (unset)" in e.what
+    assert "ROCM_PATH (unset)" in e.what and "HIP_PATH (unset)" in e.what
     assert "/opt/rocm" in e.what and "/usr" in e.what and "hipconfig" in e.what
 
 
@@ -289,12 +297,11 @@ def test_kernel_archs_with_an_arch_less_index(tmp_path):
 
 
 def test_searched_places_follow_the_probe_order(monkeypatch, tmp_path):
-    monkeypatch.delenv("ROCM_PATH", raising=False)
-    monkeypatch.setenv("HIP_PATH", "/h")
     monkeypatch.setenv("PATH", str(tmp_path))
-    places = rocmpolicy.searched_places()
-    assert places == ["ROCM_PATH (unset)", "HIP_PATH=/h", "hipconfig (not on PATH)", "/opt/rocm", "/usr"]
-    assert rocmpolicy.searched_places("/x") == ["--rocm-path /x"]
+    assert rocmpolicy.rocm_searched(None) == ["ROCM_PATH (unset)", "HIP_PATH (unset)", "hipconfig (not on PATH)",
+                                              "/opt/rocm", "/usr"]
+    assert rocmpolicy.rocm_searched("/x") == ["--rocm-path /x"]
+    assert rocmpolicy.rocm_searched("/h", "HIP_PATH") == ["HIP_PATH=/h"]
 
 
 # --- Debian sid's real packages (cached downloads, no chroot) -----------------------

@@ -18,6 +18,7 @@ import pytest
 
 from builder.build import unitfolder
 from builder.errors import AssembleError
+from builder.config.options import resolve
 from builder.config.recipe import load_recipe
 from tests.conftest import REPO, SHA, TEST_CACHE, assemble
 
@@ -28,9 +29,9 @@ TREE = "backend-loader-no-cwd:dc3ae380d808"
 
 def _unit_folder(path: Path, **changes) -> Path:
     """A folder shaped like --only-unit's output, with its description changed as asked."""
-    desc = {"format": 1, "recipe": "vulkan-units", "unit": "vulkan", "backends": ["vulkan"], "sha": SHA,
-            "tree": TREE, "defines": {"GGML_BACKEND_DL": "ON", "BUILD_SHARED_LIBS": "ON", "GGML_VULKAN": "ON"},
-            "targets": ["llama-server"], "configure": ["cmake", "-S", "/src", "-B", "/b"], "build": [],
+    desc = {"format": unitfolder.FORMAT, "recipe": "vulkan-units", "unit": "vulkan", "backends": ["vulkan"],
+            "sha": SHA, "tree": TREE, "defines": {"GGML_BACKEND_DL": "ON", "BUILD_SHARED_LIBS": "ON", "GGML_VULKAN": "ON"},
+            "targets": ["llama-server"], "cmake": "cmake", "source_dir": "/src", "build_dir": "/b", "jobs": 2,
             "env": {}, "toolchain": {}, "key": "k", "container": None, "built_on": {"libc": "glibc 2.36"}}
     desc.update(changes)
     (path / "bin").mkdir(parents=True)
@@ -39,8 +40,10 @@ def _unit_folder(path: Path, **changes) -> Path:
 
 
 def _adopt(folder: Path, unit: str = "vulkan", sha: str = SHA, tree: str = TREE):
-    recipe = load_recipe(str(RECIPE))
-    return unitfolder.adopt(unitfolder.read(folder, recipe, unit), recipe, unit, sha, tree)
+    config = resolve(load_recipe(str(RECIPE)))
+    desc = unitfolder.read(folder, config.recipe, unit)
+    unitfolder.check_belongs(desc, config.recipe, config.unit(unit), sha, tree)
+    return unitfolder.adopt(desc, config, config.unit(unit))
 
 
 def test_a_matching_folder_is_adopted_with_its_recorded_plan(tmp_path):
@@ -48,6 +51,10 @@ def test_a_matching_folder_is_adopted_with_its_recorded_plan(tmp_path):
     assert plan.build_dir == (tmp_path / "u").resolve()
     assert dict(plan.defines)["GGML_VULKAN"] == "ON" and plan.targets == ("llama-server",)
     assert plan.source_dir == Path("/src") and plan.tree == TREE
+    assert plan.configure[:3] == ("cmake", "-S", "/src") and plan.build[3:5] == ("-j", "2")
+    old = _unit_folder(tmp_path / "old", format=1)       # a folder an older assemble wrote: rebuild it
+    with pytest.raises(AssembleError, match="format 1"):
+        _adopt(old)
 
 
 @pytest.mark.parametrize("changes, unit, words", [

@@ -11,14 +11,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError
 from builder.paths import data_dir
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-GFX_RE = re.compile(r"^gfx[0-9a-f]{3,5}$")
-CUDA_ARCH_RE = re.compile(r"^[0-9]{2,3}[af]?(-real|-virtual)?$")
 
 BACKENDS = ("cpu", "cuda", "hip", "vulkan")
 # Device-name prefixes ggml gives each backend's devices in --list-devices.
@@ -55,14 +54,14 @@ class Pin:
 
 @dataclass(frozen=True)
 class CudaSettings:
-    architectures: tuple[str, ...] = ()
+    architectures: tuple[CudaArch, ...] = ()
     toolkit: str | None = None          # version constraint, e.g. ">=12.4" or "==12.8"
     accept_blackwell_regression: bool = False
 
 
 @dataclass(frozen=True)
 class HipSettings:
-    targets: tuple[str, ...] = ()
+    targets: tuple[GfxTarget, ...] = ()
     multi_arch_risk: str | None = None  # required to build more than one gfx target
     rccl: bool = False
 
@@ -244,11 +243,8 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     cuda = hip = None
     if "cuda" in data or "cuda" in backends:
         raw = c.table(data.get("cuda", {}), _CUDA, "cuda.")
-        archs = c.strings(raw.get("architectures", []), "cuda.architectures")
-        for a in archs:
-            if a == "native" or not CUDA_ARCH_RE.match(a):
-                raise c.fail("cuda.architectures", f"invalid CUDA architecture {a!r}",
-                             'list explicit compute capabilities such as "90" or "120a"; never "native"')
+        archs = tuple(CudaArch.parse(a, where=f"{path}: cuda.architectures")
+                      for a in c.strings(raw.get("architectures", []), "cuda.architectures"))
         if "cuda" in backends and not archs:
             raise c.fail("cuda.architectures", "the cuda backend needs an explicit architecture list",
                          'add architectures = ["90"] (a portable runtime never builds for "native")')
@@ -256,10 +252,8 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
                             accept_blackwell_regression=raw.get("accept_blackwell_regression", False))
     if "hip" in data or "hip" in backends:
         raw = c.table(data.get("hip", {}), _HIP, "hip.")
-        targets_hip = c.strings(raw.get("targets", []), "hip.targets")
-        for t in targets_hip:
-            if not GFX_RE.match(t):
-                raise c.fail("hip.targets", f"invalid gfx target {t!r}", 'name the card\'s arch, e.g. "gfx1100"')
+        targets_hip = tuple(GfxTarget.parse(t, where=f"{path}: hip.targets")
+                            for t in c.strings(raw.get("targets", []), "hip.targets"))
         if "hip" in backends and not targets_hip:
             raise c.fail("hip.targets", "the hip backend needs exactly one gfx target",
                          'add targets = ["gfx1100"] (the exact arch of the card)')

@@ -12,14 +12,15 @@ recipes: nothing is probed on the machine that prints the matrix.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 
-from builder.errors import AssembleError
-from builder.config.recipe import GFX_RE, Recipe, all_recipes
+from builder.config.options import CONTAINER, BuildConfig, CliOptions, UnitConfig, resolve
+from builder.config.recipe import Recipe, all_recipes
+from builder.config.targets import CudaArch, GfxTarget
+from builder.toolchain.rules import BLACKWELL_ARCHS, MIN_ROCM
 
 HOST_ARCH = "x86_64"   # every shipped recipe targets linux x86_64 runners
-ROCM_MIN = ">=6.1"     # ggml-hip/CMakeLists.txt: "At least ROCM/HIP V6.1 is required"
+ROCM_MIN = ">=" + ".".join(map(str, MIN_ROCM))
 FORMATS = ("github", "json")
 
 
@@ -47,40 +48,41 @@ class Entry:
     needs: Needs
     unit: str | None = None         # the one unit this job builds (--only-unit), or None: a whole runtime
     after: tuple[str, ...] = ()     # jobs whose unit folders this one merges (--unit-from UNIT=<their artifact>)
+    units: tuple[dict, ...] = ()    # the resolved units (builder.config.options): where each builds, its targets
 
 
-def _cuda_min(archs: tuple[str, ...]) -> str:
+def _cuda_min(archs: tuple[CudaArch, ...]) -> str:
     """Oldest toolkit that can target every architecture (Blackwell needs a recent one)."""
-    nums = [int(re.match(r"\d+", a).group()) for a in archs]
-    if any(n == 121 for n in nums):
+    if any(a.base == BLACKWELL_ARCHS[1] for a in archs):
         return ">=12.9"
-    if any(n >= 100 for n in nums):
+    if any(a.number >= 100 for a in archs):
         return ">=12.8"
     return "any"
 
 
-def _gpu_toolkits(unit) -> set[str]:
+def _gpu_toolkits(unit: UnitConfig) -> set[str]:
     return {b for b in unit.backends if b in ("cuda", "hip")}
 
 
-def split_units(recipe: Recipe) -> bool:
+def split_units(config: BuildConfig) -> bool:
     """Host units that need different GPU toolkits are built on different runners and merged."""
-    host = [u for u in recipe.units if not u.container and _gpu_toolkits(u)]
+    host = [u for u in config.units if u.where.kind != CONTAINER and _gpu_toolkits(u)]
     return len(host) >= 2 and len(set().union(*(_gpu_toolkits(u) for u in host))) >= 2
 
 
-def needs(recipe: Recipe, units=None, bundles_from: tuple[str, ...] = ()) -> Needs:
+def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -> Needs:
     """What a runner needs to build `units` (default: all); bundles_from: backends of units built
     elsewhere whose vendor libraries this runner still has to bundle."""
+    recipe = config.recipe
     cuda = rocm = None
     vulkan = False
     containers = []
-    for unit in units if units is not None else recipe.units:
-        if unit.container:
-            containers.append(unit.container)   # its toolkits live in the image
+    for unit in units if units is not None else config.units:
+        if unit.where.kind == CONTAINER:
+            containers.append(unit.where.image)   # its toolkits live in the image
             continue
         if "cuda" in unit.backends:
-            cuda = recipe.cuda.toolkit or _cuda_min(recipe.cuda.architectures)
+            cuda = recipe.cuda.toolkit or _cuda_min(unit.cuda_archs)
         if "hip" in unit.backends:
             rocm = ROCM_MIN
         if "vulkan" in unit.backends:
@@ -101,52 +103,61 @@ def needs(recipe: Recipe, units=None, bundles_from: tuple[str, ...] = ()) -> Nee
                  summary="; ".join(words) or "C/C++ compiler only")
 
 
-def entries(recipes: list[Recipe] | None = None, hip_targets: tuple[str, ...] = ()) -> list[Entry]:
-    """The matrix; `hip_targets` replaces every HIP recipe's own target list (a release's card set)."""
-    for t in hip_targets:
-        if not GFX_RE.match(t):
-            raise AssembleError(f"--hip-targets: {t!r} is not a gfx arch", fix="write e.g. --hip-targets gfx1100,gfx942")
+def entries(recipes: list[Recipe] | None = None, hip_targets: tuple[GfxTarget, ...] = ()) -> list[Entry]:
+    """The matrix; `hip_targets` replaces every HIP recipe's own target list (a release's card set).
+    Every value comes from the resolved configuration, as `build` would resolve it."""
     out = []
     for r in recipes if recipes is not None else all_recipes():
-        n = needs(r)
+        config = resolve(r)
         base = f"--recipe {r.name}"
-        if split_units(r):
+        if split_units(config):
             out += _split_entries(r, hip_targets)
             continue
         if "hip" in r.backends:
             for gfx in hip_targets or r.hip.targets:
-                out.append(Entry(f"{r.name}-{gfx}", r.name, r.backends, gfx, f"{base} --hip-target {gfx}",
-                                 _artifact(f"{r.name}-{gfx}", r), n))
+                c = resolve(r, CliOptions(hip_target=gfx))
+                out.append(Entry(f"{r.name}-{gfx}", r.name, r.backends, str(gfx), f"{base} --hip-target {gfx}",
+                                 _artifact(f"{r.name}-{gfx}", r), needs(c), units=_units(c)))
             continue
-        if "cuda" in r.backends:
-            arch = ",".join(f"sm_{a}" for a in r.cuda.architectures)
-        else:
-            arch = "spirv" if "vulkan" in r.backends else "none"
-        out.append(Entry(r.name, r.name, r.backends, arch, base, _artifact(r.name, r), n))
+        cuda = config.cuda_unit()
+        arch = _sm(cuda.cuda_archs) if cuda else "spirv" if "vulkan" in r.backends else "none"
+        out.append(Entry(r.name, r.name, r.backends, arch, base, _artifact(r.name, r), needs(config),
+                         units=_units(config)))
     return out
 
 
-def _split_entries(r: Recipe, hip_targets: tuple[str, ...]) -> list[Entry]:
+def _sm(archs: tuple[CudaArch, ...]) -> str:
+    return ",".join(f"sm_{a}" for a in archs)
+
+
+def _units(config: BuildConfig, names: tuple[str, ...] | None = None) -> tuple[dict, ...]:
+    return tuple({k: v for k, v in u.as_dict().items() if k != "defines"} for u in config.units
+                 if names is None or u.name in names)
+
+
+def _split_entries(r: Recipe, hip_targets: tuple[GfxTarget, ...]) -> list[Entry]:
     """The first unit and the merge on one runner; every other unit on a runner of its own."""
-    first, others = r.units[0], r.units[1:]
+    config = resolve(r)
+    first, others = config.units[0], config.units[1:]
     jobs, imports = [], []
     for unit in others:
         # a unit without HIP is the same for every gfx target: one job serves all merges
         name = f"{r.name}-unit-{unit.name}"
         artifact = f"unit-{r.name}-{unit.name}-{r.pin.sha[:12]}-linux-{HOST_ARCH}"
-        arch = ",".join(f"sm_{a}" for a in r.cuda.architectures) if "cuda" in unit.backends else "none"
+        arch = _sm(unit.cuda_archs) if "cuda" in unit.backends else "none"
         jobs.append(Entry(name, r.name, unit.backends, arch, f"--recipe {r.name} --only-unit {unit.name}",
-                          artifact, needs(r, [unit]), unit=unit.name))
+                          artifact, needs(config, [unit]), unit=unit.name, units=_units(config, (unit.name,))))
         imports.append((unit.name, name, artifact))
     from_args = " ".join(f"--unit-from {u}={a}" for u, _, a in imports)
     bundled = tuple(b for u in others for b in u.backends)
-    merge_needs = needs(r, [first], bundles_from=bundled)
     targets = (hip_targets or r.hip.targets) if "hip" in first.backends else (None,)
     for gfx in targets:
+        c = resolve(r, CliOptions(hip_target=gfx)) if gfx else config
         label = f"{r.name}-{gfx}" if gfx else r.name
         hip = f" --hip-target {gfx}" if gfx else ""
-        jobs.append(Entry(label, r.name, r.backends, gfx or "none", f"--recipe {r.name}{hip} {from_args}",
-                          _artifact(label, r), merge_needs, after=tuple(n for _, n, _ in imports)))
+        jobs.append(Entry(label, r.name, r.backends, str(gfx) if gfx else "none", f"--recipe {r.name}{hip} {from_args}",
+                          _artifact(label, r), needs(c, [c.units[0]], bundles_from=bundled),
+                          after=tuple(n for _, n, _ in imports), units=_units(c)))
     return jobs
 
 

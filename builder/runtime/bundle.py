@@ -445,7 +445,7 @@ def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe, pru
                ) -> tuple[tuple[DataPlan, ...], list[str]]:
     archs: tuple[str, ...] = ()
     if prune and recipe is not None and getattr(recipe, "hip", None) is not None:
-        archs = tuple(recipe.hip.targets)
+        archs = tuple(dict.fromkeys(t.arch for t in recipe.hip.targets))   # gfx90a:xnack- reads gfx90a's files
     plans: list[DataPlan] = []
     warnings: list[str] = []
     for node, vp in zip(nodes, vendor):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from builder.config.targets import gfx_tokens
 from builder.runtime.elf import section_strings
 from builder.runtime.policy import DataRule, data_rules_for
 
@@ -28,8 +29,6 @@ KINDS = ("executable", "module", "library")
 # ggml backend modules: libggml-<backend>[-<variant>].so, loaded by ggml at run time.
 MODULE_RE = re.compile(r"^libggml-(cpu|cuda|hip|vulkan|musa|sycl|opencl|rpc|blas|metal|cann|webgpu|zdnn|hexagon)"
                        r"(-[A-Za-z0-9_]+)?\.so$")
-# gfx arch tokens in vendor data file names; "-generic" targets belong to no single card
-_GFX_TOKEN = re.compile(r"gfx[0-9a-f]+(?:-[0-9]+)*-generic|gfx[0-9a-f]+")
 
 
 def runtime_dir_name(recipe: str) -> str:
@@ -64,7 +63,7 @@ def own_file(path: Path, kind: str, links: tuple[str, ...] = ()) -> OwnFile:
 
 def arch_tokens(relpath: str) -> set[str]:
     """GPU archs a data file is specific to (from its path); empty for arch-less files."""
-    return {t for t in _GFX_TOKEN.findall(relpath) if not t.endswith("-generic")}
+    return gfx_tokens(relpath)
 
 
 # --- vendor data folders ----------------------------------------------------------

@@ -27,9 +27,9 @@ from builder.runtime.elf import read_elf
 from builder.runtime.layout import data_layout_problems
 from builder.runtime.manifest import FileEntry, LinkEntry, SystemLib
 from builder.toolchain.detect import find_tool, version_tuple
+from builder.toolchain.rules import MIN_PATCHELF
 
 
-MIN_PATCHELF = (0, 19, 1)             # 0.17.x/0.18.0 corrupt CUDA libraries (NixOS/patchelf #446, #482, #528)
 
 
 _CHUNK = 4 << 20

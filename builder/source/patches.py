@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import ui
+from builder.proc import git
 from builder.errors import AssembleError, BuildFailed
 from builder.runtime.manifest import sha256_file
 from builder.source.features import check_tree, lookup
@@ -209,9 +210,10 @@ def unmet_condition(c: Conditions, ctx: PatchContext) -> str | None:
     return None
 
 
-def select(patches: list[Patch], tree: Path, sha: str | None, recipe: Recipe,
+def select(patches: list[Patch], tree: Path | None, sha: str | None, recipe: Recipe,
            ctx: PatchContext) -> tuple[list[Patch], list[tuple[str, str]]]:
-    """(patches to apply, (name, why not) for the others)."""
+    """(patches to apply, (name, why not) for the others). tree None (not fetched yet: doctor): the
+    feature conditions are left out, every other condition is judged as the build will."""
     known = {p.name for p in patches}
     off = dict(recipe.patches_off)
     on = set(recipe.patches_on)
@@ -221,7 +223,7 @@ def select(patches: list[Patch], tree: Path, sha: str | None, recipe: Recipe,
             raise AssembleError(f"[patches] {key} names unknown patch(es): {', '.join(unknown)}",
                                 where=str(recipe.path), fix=f"use names among: {', '.join(sorted(known)) or '(none)'}")
     needed = sorted({f for p in patches for f in p.features + p.absent})
-    report = check_tree(tree, needed) if needed else None
+    report = check_tree(tree, needed) if needed and tree is not None else None
     chosen, skipped = [], []
     for p in patches:
         why = None
@@ -231,9 +233,9 @@ def select(patches: list[Patch], tree: Path, sha: str | None, recipe: Recipe,
             why = "opt-in: enable it with [patches] enable = [...] or --patch NAME"
         elif (reason := unmet_condition(p.when, ctx)) is not None:
             why = f"not for this build: {reason}"
-        elif lacking := [f for f in p.features if f in report.missing]:
+        elif report and (lacking := [f for f in p.features if f in report.missing]):
             why = f"not needed: the tree lacks {', '.join(lacking)}"
-        elif having := [f for f in p.absent if f in report.present]:
+        elif report and (having := [f for f in p.absent if f in report.present]):
             why = f"not needed: the tree has {', '.join(having)}"
         elif p.shas and sha not in p.shas:
             why = f"not for {sha or 'an unversioned tree'}: the patch lists its commits"
@@ -247,12 +249,9 @@ def select(patches: list[Patch], tree: Path, sha: str | None, recipe: Recipe,
 # --- checking and applying ---------------------------------------------------------
 
 def _git_apply(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess:
-    """git apply in `tree`, which is its own root: a repository above it must not be found,
-    or git would treat the tree as a subdirectory and silently skip the patch's paths."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CEILING_DIRECTORIES=str(tree.resolve().parent), LC_ALL="C")
-    return subprocess.run(["git", "apply", "--whitespace=nowarn", *extra, str(patch.resolve())],
-                          cwd=tree, env=env, capture_output=True, text=True)
+    """git apply in `tree`, which is its own root (proc.git's own_root: else git silently skips the
+    patch's paths when a repository sits above the tree)."""
+    return git("apply", "--whitespace=nowarn", *extra, str(patch.resolve()), cwd=tree, own_root=True)
 
 
 def check(tree: Path, patch: Patch, sha: str | None) -> Path:
@@ -275,9 +274,7 @@ def check(tree: Path, patch: Patch, sha: str | None) -> Path:
 
 
 def _git_out(cwd: Path, *args: str) -> str | None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_CEILING_DIRECTORIES=str(cwd.resolve().parent), LC_ALL="C")
-    proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    proc = git(*args, cwd=cwd, own_root=True)
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 

@@ -1,8 +1,9 @@
 """Detect the tools a build unit would use: what is there, which version, where.
 
-Every probe is bounded in time and returns plain data (or None when absent);
-nothing here decides whether a recipe can build. That is the planner's (and
-`assemble doctor`'s) job.
+Every probe is bounded in time and returns plain data (or None when absent). A build
+detects once (`host_toolchain`, or an image's or a unit folder's) into a Toolchain that
+everything after only reads; nothing here decides whether a recipe can build: that is
+builder.toolchain.rules, for `build` and `doctor` alike.
 """
 
 from __future__ import annotations
@@ -10,78 +11,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-PROBE_TIMEOUT = 5.0  # seconds; a healthy tool answers --version in well under one
+from builder.config.targets import gfx_tokens
+from builder.paths import scratch
+from builder.proc import PROBE_TIMEOUT, probe, run_probe
 
-
-# --- bounded runner --------------------------------------------------------
-
-@dataclass(frozen=True)
-class Probe:
-    """What one short command did: output, exit status, or why it has none."""
-    argv: tuple[str, ...]
-    returncode: int | None       # None: missing or timed out
-    stdout: str = ""
-    stderr: str = ""
-    timed_out: bool = False
-    missing: bool = False
-
-    @property
-    def ok(self) -> bool:
-        return self.returncode == 0
-
-    @property
-    def text(self) -> str:
-        return self.stdout + self.stderr
-
-
-def probe(argv: list[str] | tuple[str, ...], timeout: float = PROBE_TIMEOUT, env: dict | None = None) -> Probe:
-    """Run a short command with a hard time bound.
-
-    The command gets its own process group, and on timeout the whole group is
-    killed: a wrapper script whose child still holds the output pipe would
-    otherwise keep subprocess.run waiting long after its own timeout.
-    """
-    argv = tuple(str(a) for a in argv)
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env, start_new_session=True)
-    except OSError:
-        return Probe(argv, None, missing=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            out, err = proc.communicate(timeout=1)
-        except subprocess.TimeoutExpired:  # a grandchild left the group and kept the pipe: give up on it
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe:
-                    pipe.close()
-            proc.wait()
-            out, err = b"", b""
-        return Probe(argv, None, _decode(out), _decode(err), timed_out=True)
-    return Probe(argv, proc.returncode, _decode(out), _decode(err))
-
-
-def _decode(data: bytes | None) -> str:
-    return (data or b"").decode("utf-8", errors="replace")
-
-
-def run_probe(argv: list[str], timeout: float = PROBE_TIMEOUT, env: dict | None = None) -> str | None:
-    """stdout+stderr of a short command, or None if it is missing, fails or hangs."""
-    p = probe(argv, timeout, env)
-    return p.text if p.ok else None
 
 
 def parallel(calls: dict, workers: int = 8) -> dict:
@@ -148,22 +86,14 @@ def patchelf() -> Tool | None:
     return find_tool("patchelf")
 
 
-def compiler(env_var: str, default: str, timeout: float = PROBE_TIMEOUT) -> Tool | None:
-    name = os.environ.get(env_var) or default
+def compiler(name: str, timeout: float = PROBE_TIMEOUT) -> Tool | None:
+    """The C or C++ compiler `name` (the resolved CC / CXX, builder.config.options)."""
     path = shutil.which(name)
     if not path:
         return None
     text = run_probe([path, "--version"], timeout)
     first = (text or "").splitlines()[0] if text else ""
     return Tool(Path(name).name, path, first.strip() or "unknown")
-
-
-def c_compiler() -> Tool | None:
-    return compiler("CC", "cc")
-
-
-def cxx_compiler() -> Tool | None:
-    return compiler("CXX", "c++")
 
 
 # --- host ------------------------------------------------------------------
@@ -268,15 +198,12 @@ def _cublas(root: Path) -> tuple[bool, bool]:
 
 
 def cuda_toolkit(root: str | None = None, timeout: float = PROBE_TIMEOUT) -> CudaToolkit | None:
-    """The toolkit at root, else CUDAToolkit_ROOT/CUDA_PATH/CUDA_HOME, else nvcc on PATH, else /usr/local/cuda."""
-    candidates = [root, os.environ.get("CUDAToolkit_ROOT"), os.environ.get("CUDA_PATH"),
-                  os.environ.get("CUDA_HOME")]
+    """The toolkit at root (the resolved --cuda-root / CUDAToolkit_ROOT / CUDA_PATH / CUDA_HOME), else
+    nvcc on PATH, else /usr/local/cuda. A root that was named and holds no nvcc is no toolkit."""
     nvcc = None
-    for c in candidates:
-        if c and (Path(c) / "bin" / "nvcc").is_file():
-            nvcc = str(Path(c) / "bin" / "nvcc")
-            break
-    if nvcc is None and root is None:
+    if root and (Path(root) / "bin" / "nvcc").is_file():
+        nvcc = str(Path(root) / "bin" / "nvcc")
+    if nvcc is None and not root:
         nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").is_file() else None)
     if nvcc is None:
         return None
@@ -411,7 +338,7 @@ def glslc_extensions(glslc: str, timeout: float = PROBE_TIMEOUT,
     requires the extension; only "extension not supported: NAME" on stderr means no.
     None: glslc did not answer in time, so the configure step will not know either."""
     shader = "#version 460\n\n#extension {} : require\n\nvoid main()\n{{\n}}\n"
-    with tempfile.TemporaryDirectory(prefix="assemble-glslc-") as tmp:
+    with scratch("glslc-") as tmp:
         def one(ext: str) -> bool | None:
             src = Path(tmp) / f"{ext}.comp"
             src.write_text(shader.format(ext))
@@ -434,16 +361,27 @@ class RocmInstall:
     hipblas: str | None                  # libhipblas.so
     rocblas: str | None                  # librocblas.so
     rocblas_data: str | None             # the Tensile library folder found
-    rocblas_archs: tuple[str, ...] = ()
+    rocblas_archs: tuple[str, ...] = ()  # archs with kernel data (an index file): kernel_archs()
     hipblaslt_data: str | None = None
     hipblaslt_archs: tuple[str, ...] = ()
+    hip_clang: str | None = None         # the clang that compiles HIP for this ROCm
+    device_libs: str | None = None       # the device library bitcode folder (ockl.bc) for that clang
+
+    def hip_flags(self) -> tuple[str, ...]:
+        """Extra HIP compiler flags. With ROCM_PATH set (the plan sets it), clang looks for the device
+        library only under $ROCM_PATH/amdgcn/bitcode: Debian's clang-21 then fails ("cannot find ROCm
+        device library") although it has them in its resource dir."""
+        if not self.device_libs or Path(self.device_libs) == Path(self.root) / "amdgcn" / "bitcode":
+            return ()
+        return (f"--rocm-device-lib-path={self.device_libs}",)
 
     def as_dict(self) -> dict:
         return {"root": self.root, "version": self.version, "version_source": self.version_source,
                 "hipconfig": self.hipconfig, "hip": self.hip_lib, "hipblas": self.hipblas,
                 "rocblas": self.rocblas, "rocblas_data": self.rocblas_data,
                 "rocblas_archs": list(self.rocblas_archs), "hipblaslt_data": self.hipblaslt_data,
-                "hipblaslt_archs": list(self.hipblaslt_archs)}
+                "hipblaslt_archs": list(self.hipblaslt_archs), "hip_clang": self.hip_clang,
+                "device_libs": self.device_libs}
 
 
 def _tensile_data(root: Path, lib: str) -> tuple[str | None, tuple[str, ...]]:
@@ -453,10 +391,28 @@ def _tensile_data(root: Path, lib: str) -> tuple[str | None, tuple[str, ...]]:
     for pat in patterns:
         for d in sorted(root.glob(pat)):
             if d.is_dir():
-                names = [p.name for p in d.iterdir()]
-                archs = sorted({m for n in names for m in re.findall(r"gfx[0-9a-f]{3,4}", n)})
-                return str(d), tuple(archs)
+                return str(d), kernel_archs(d)
     return None, ()
+
+
+def kernel_archs(folder: str | Path | None) -> tuple[str, ...]:
+    """gfx archs a rocBLAS/hipBLASLt data folder can serve: those with an index file
+    (TensileLibrary_lazy_<gfx>.dat / TensileLibrary_<gfx>.dat, flat or in a <gfx>[-xnack]
+    subfolder); with an arch-less TensileLibrary.dat, every arch its code objects name."""
+    if folder is None or not Path(folder).is_dir():
+        return ()
+    folder = Path(folder)
+    archs: set[str] = set()
+    for p in folder.iterdir():
+        if p.is_file():
+            m = re.fullmatch(r"TensileLibrary(?:_lazy)?_(gfx[0-9a-f]+)\.dat", p.name)
+            if m and gfx_tokens(m.group(1)):
+                archs.add(m.group(1))
+        elif p.is_dir() and any(p.glob("TensileLibrary*.dat")):
+            archs |= {t for t in gfx_tokens(p.name) if p.name == t or p.name.startswith(t + "-")}
+    if (folder / "TensileLibrary.dat").is_file():
+        archs |= {t for p in folder.iterdir() if p.suffix in (".co", ".hsaco") for t in gfx_tokens(p.name)}
+    return tuple(sorted(archs, key=lambda g: (len(g), g)))   # gfx803 < gfx90a < gfx1010 < gfx1100
 
 
 def _rocm_version(root: Path, hipconfig: str | None, timeout: float) -> tuple[str | None, str | None]:
@@ -478,10 +434,11 @@ def _rocm_version(root: Path, hipconfig: str | None, timeout: float) -> tuple[st
 
 
 def rocm(path: str | None = None, timeout: float = PROBE_TIMEOUT) -> RocmInstall | None:
-    """The ROCm at path, else $ROCM_PATH/$HIP_PATH, else where hipconfig says, else /opt/rocm,
-    else /usr when HIP is installed there (Debian's packages): ggml-hip's own search order."""
+    """The ROCm at path (the resolved --rocm-path / ROCM_PATH / HIP_PATH), else where hipconfig
+    says, else /opt/rocm, else /usr when HIP is installed there (Debian's packages): ggml-hip's own
+    search order."""
     hipconfig_on_path = shutil.which("hipconfig")
-    candidates = [path, os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH")]
+    candidates = [path]
     if path is None and hipconfig_on_path:
         said = run_probe([hipconfig_on_path, "-R"], timeout)
         candidates.append(said.strip().splitlines()[-1] if said and said.strip() else None)
@@ -502,8 +459,58 @@ def rocm(path: str | None = None, timeout: float = PROBE_TIMEOUT) -> RocmInstall
         version, source = _rocm_version(root, hipconfig, timeout)
         rb_data, rb_archs = _tensile_data(root, "rocblas")
         lt_data, lt_archs = _tensile_data(root, "hipblaslt")
+        clang = hip_compiler(root, hipconfig, timeout)
         return RocmInstall(str(root), version, source, hipconfig, hip_lib, _find_lib([root], "libhipblas.so"),
-                           _find_lib([root], "librocblas.so"), rb_data, rb_archs, lt_data, lt_archs)
+                           _find_lib([root], "librocblas.so"), rb_data, rb_archs, lt_data, lt_archs,
+                           clang, device_libs(root, clang, timeout) if clang else None)
+
+
+def rocm_searched(rocm_path: str | None, origin: str = "--rocm-path") -> list[str]:
+    """Where rocm() looks, in its order, as an error names them (origin: where rocm_path came from)."""
+    if rocm_path:
+        return [f"{origin} {rocm_path}" if origin.startswith("-") else f"{origin}={rocm_path}"]
+    places = ["ROCM_PATH (unset)", "HIP_PATH (unset)"]
+    places.append("hipconfig -R" if shutil.which("hipconfig") else "hipconfig (not on PATH)")
+    return places + ["/opt/rocm", "/usr"]
+
+
+def hip_compiler(root: Path, hipconfig: str | None, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """The clang that compiles HIP for this ROCm, or None.
+
+    AMD's packages put it in <root>/llvm/bin. Debian's use a versioned system LLVM
+    (/usr/lib/llvm-N/bin) that its hipconfig names (--hipclangpath); with no hipconfig
+    answer, a single /usr/lib/llvm-*/bin/clang under the root is taken, never a guess
+    among several (one of them may lack the ROCm device libraries).
+    """
+    amd = root / "llvm" / "bin" / "clang"
+    if _executable(amd):
+        return str(amd)
+    if hipconfig:
+        said = run_probe([hipconfig, "--hipclangpath"], timeout)
+        line = said.strip().splitlines()[-1].strip() if said and said.strip() else ""
+        if line and _executable(Path(line) / "clang"):
+            return str(Path(line) / "clang")
+    found = [p for p in sorted(root.glob("lib/llvm-*/bin/clang")) if _executable(p)]
+    return str(found[0]) if len(found) == 1 else None
+
+
+def device_libs(root: Path, clang: str, timeout: float = PROBE_TIMEOUT) -> str | None:
+    """The folder of the ROCm device library bitcode (ockl.bc, ocml.bc) this clang can use.
+
+    <rocm>/amdgcn/bitcode (AMD's layout), else clang's resource dir (Debian's
+    rocm-device-libs-N: /usr/lib/llvm-N/lib/clang/N/amdgcn/bitcode; AMD >= 6.2 also keeps
+    them there, under lib/)."""
+    candidates = [root / "amdgcn" / "bitcode"]
+    said = run_probe([clang, "-print-resource-dir"], timeout)
+    line = said.strip().splitlines()[-1].strip() if said and said.strip() else ""
+    resources = [Path(line)] if line else sorted(Path(clang).resolve().parent.parent.glob("lib/clang/*"))
+    for res in resources:
+        candidates += [res / "amdgcn" / "bitcode", res / "lib" / "amdgcn" / "bitcode"]
+    return next((str(c) for c in candidates if (c / "ockl.bc").is_file()), None)
+
+
+def _executable(p: Path) -> bool:
+    return p.is_file() and os.access(p, os.X_OK)
     return None
 
 
@@ -660,3 +667,99 @@ def container_engines(timeout: float = PROBE_TIMEOUT) -> tuple[ContainerEngine, 
         version = _first_version(run_probe([path, "--version"], timeout)) or "unknown"
         out.append(ContainerEngine(name, path, version, probe([path, *check], timeout).ok))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class GlslcProbe:
+    works: bool                  # compiled a shader with no extension at all
+    error: str | None            # first line of why not
+    extensions: dict = field(default_factory=dict)   # {GL_ext: True | False | None (timed out)}
+
+    def as_dict(self) -> dict:
+        return {"works": self.works, "error": self.error, "extensions": dict(self.extensions)}
+
+
+def probe_glslc(glslc: str, timeout: float = PROBE_TIMEOUT) -> GlslcProbe:
+    """A trixie glslc on Debian 12 fails to start (GLIBC_2.38) and ggml's probe would then read
+    every extension as supported; so first prove glslc compiles anything at all."""
+    with scratch("glslc-") as tmp:
+        src = tmp / "plain.comp"
+        src.write_text("#version 460\n\nvoid main()\n{\n}\n")
+        p = probe([glslc, "-o", "-", "-fshader-stage=compute", "--target-env=vulkan1.3", str(src)], timeout)
+    if not p.ok:
+        why = "did not answer in time" if p.timed_out else (p.stderr.strip().splitlines() or ["failed"])[0]
+        return GlslcProbe(False, why[:200])
+    return GlslcProbe(True, None, glslc_extensions(glslc, timeout))
+
+
+# --- one unit's toolchain, found once -----------------------------------------------------
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What one unit builds with: found once per build (on this host, or in its image, or as a
+    unit folder recorded it), then only read: by the rules, the planner and the manifest."""
+    where: str                               # "host" | "container" | "adopted" (builder.config.options)
+    cmake: Tool | None = None
+    ninja: Tool | None = None
+    cc: Tool | None = None
+    cxx: Tool | None = None
+    launcher: Tool | None = None             # ccache/sccache in front of every compiler
+    launcher_choice: str = "auto"            # what was asked for: auto | ccache | sccache | none
+    cuda: CudaToolkit | None = None
+    rocm: RocmInstall | None = None
+    vulkan: VulkanSdk | None = None
+    glslc: GlslcProbe | None = None
+    patchelf: Tool | None = None             # the bundler sets our files' RPATH with it (host only)
+
+    def record(self) -> dict:
+        """What a manifest and a unit folder record of it (also part of the build folder's key)."""
+        out: dict = {}
+        for key in ("cmake", "ninja", "cc", "cxx"):
+            tool = getattr(self, key)
+            if tool is not None:
+                out[key] = tool.as_dict()
+        if self.cuda is not None:
+            out["cuda"] = self.cuda.as_dict()
+        if self.rocm is not None:
+            out["rocm"] = {"path": self.rocm.root, "version": self.rocm.version, "hip_clang": self.rocm.hip_clang}
+        if self.vulkan is not None:
+            out["vulkan"] = self.vulkan.as_dict()
+        if self.launcher is not None:
+            out["launcher"] = self.launcher.path
+        return out
+
+
+def launcher(choice: str, timeout: float = PROBE_TIMEOUT) -> Tool | None:
+    """ccache/sccache in front of every compiler (CUDA and HIP included); auto = whichever is installed."""
+    if choice == "none":
+        return None
+    for name in ("ccache", "sccache") if choice == "auto" else (choice,):
+        tool = find_tool(name, timeout=timeout)
+        if tool:
+            return tool
+    return None
+
+
+def host_toolchain(backends: set[str], *, cc: str = "cc", cxx: str = "c++", launcher_choice: str = "auto",
+                   cuda_root: str | None = None, rocm_path: str | None = None, glslc: bool = True,
+                   timeout: float = PROBE_TIMEOUT) -> Toolchain:
+    """This host's toolchain for units with these backends: every probe at once, each bounded,
+    and only those the backends need (a CPU build never asks nvcc). glslc=False: leave out the
+    shader compiler's feature probes (they write shaders to a scratch folder; a plan needs none)."""
+    calls = {"cmake": lambda: find_tool("cmake", timeout=timeout), "ninja": lambda: find_tool("ninja", timeout=timeout),
+             "cc": lambda: compiler(cc, timeout), "cxx": lambda: compiler(cxx, timeout),
+             "launcher": lambda: launcher(launcher_choice, timeout),
+             "patchelf": lambda: find_tool("patchelf", timeout=timeout)}
+    if "cuda" in backends:
+        calls["cuda"] = lambda: cuda_toolkit(cuda_root, timeout)
+    if "hip" in backends:
+        calls["rocm"] = lambda: rocm(rocm_path, timeout)
+    if "vulkan" in backends:
+        def vulkan_and_glslc():
+            sdk = vulkan_sdk(timeout)
+            return sdk, (probe_glslc(sdk.glslc.path, timeout) if sdk.glslc and glslc else None)
+        calls["vulkan"] = vulkan_and_glslc
+    r = parallel(calls, workers=len(calls))
+    sdk, glslc = r.get("vulkan") or (None, None)
+    return Toolchain("host", r["cmake"], r["ninja"], r["cc"], r["cxx"], r["launcher"], launcher_choice,
+                     r.get("cuda"), r.get("rocm"), sdk, glslc, r["patchelf"])

@@ -105,6 +105,17 @@ def installed(version: str, plat: str | None = None) -> ProvisionedToolkit | Non
     return ProvisionedToolkit(root=root, version=version, platform=plat, components=comps)
 
 
+def cached_toolkits() -> tuple[tuple[str, str], ...]:
+    """(version, root) of every CUDA toolkit `assemble toolchain cuda` laid out in the cache for this host."""
+    out = []
+    plat = host_platform()
+    for d in sorted((cache_dir() / "toolkits").glob(f"cuda-*-{plat}")):
+        tk = installed(d.name[len("cuda-"):-len(plat) - 1], plat)
+        if tk:
+            out.append((tk.version, str(tk.root)))
+    return tuple(out)
+
+
 # --- manifest --------------------------------------------------------------
 
 def fetch_manifest(version: str, url: str, session: requests.Session) -> dict:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
-from builder.cli.args import EXAMPLES, add_plan_options, overrides
-from builder.cli.commands.verify import env_pairs
+from builder.cli.args import EXAMPLES, add_plan_options, cli_options, env_pairs
+from builder.config.options import resolve
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
+from builder.runtime.layout import runtime_dir_name
 
 
 def register(sub, common) -> None:
@@ -50,12 +50,12 @@ def run(args) -> int:
     if args.only_unit and args.out:
         raise AssembleError("--only-unit builds no runtime, so --out has nothing to receive", where="--out",
                             fix="drop --out; the unit's folder is printed at the end")
-    out = Path(args.out) if args.out else Path.cwd() / f"runtime-{recipe.name}"
-    plan_overrides = dataclasses.replace(overrides(args), unit_from=unitfolder.parse_specs(args.unit_from))
-    req = BuildRequest(recipe=recipe, out=out, source=args.source, overrides=plan_overrides,
-                       check_env=tuple(env_pairs(args.check_env).items()), verify=not args.no_verify,
-                       verify_static=args.verify_static, keep=args.keep, wait=not args.no_wait, lib_paths=tuple(args.lib_path),
-                       only_unit=args.only_unit)
+    out = Path(args.out) if args.out else Path.cwd() / runtime_dir_name(recipe.name)
+    config = resolve(recipe, cli_options(args, unit_from=unitfolder.parse_specs(args.unit_from),
+                                         only_unit=args.only_unit))
+    req = BuildRequest(config=config, out=out, check_env=env_pairs(args.check_env), verify=not args.no_verify,
+                       verify_static=args.verify_static, keep=args.keep, wait=not args.no_wait,
+                       lib_paths=tuple(args.lib_path))
     if args.only_unit:
         print(build_unit(req))
         return 0

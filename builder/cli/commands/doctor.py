@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
 import textwrap
 
 from builder.check import doctor
+from builder.cli.args import add_toolkit_options
+from builder.config.options import CliOptions
+from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
 from builder.toolchain.detect import PROBE_TIMEOUT
 
@@ -19,6 +23,7 @@ EXAMPLES = """examples:
   assemble doctor --recipe rocm --rocm-path /opt/rocm-6.4 --json
 exit status: 0 ready (or no recipe given), 1 the recipe cannot build here, 2 bad input"""
 
+MAX_TIMEOUT = 600.0   # a probe that needs longer is a hung tool, not a slow one
 _COLOURS = {doctor.OK: "32", doctor.WARN: "33", doctor.MISSING: "31", doctor.INFO: "36"}
 
 
@@ -30,16 +35,19 @@ def register(sub, common) -> None:
                        "slower. Every probe is time-bounded.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", metavar="NAME", help="also judge this recipe (name, alias or .toml path)")
-    p.add_argument("--cuda-root", metavar="DIR", help="CUDA toolkit to check (else CUDAToolkit_ROOT, nvcc on PATH)")
-    p.add_argument("--rocm-path", metavar="DIR", help="ROCm tree to check (else ROCM_PATH, HIP_PATH, hipconfig, /opt/rocm)")
+    add_toolkit_options(p)
     p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT, metavar="SECONDS",
                    help=f"bound on each probe (default {PROBE_TIMEOUT:g})")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT):
+        raise AssembleError(f"--timeout {args.timeout:g} is not a number of seconds between 0 and {MAX_TIMEOUT:g}",
+                            where="--timeout", fix=f"write e.g. --timeout {PROBE_TIMEOUT:g}")
     recipe = load_recipe(args.recipe) if args.recipe else None  # bad recipe: exit 2 before probing
-    report = doctor.diagnose(recipe, timeout=args.timeout, cuda_root=args.cuda_root, rocm_path=args.rocm_path)
+    cli = CliOptions(cuda_root=args.cuda_root, rocm_path=args.rocm_path)
+    report = doctor.diagnose(recipe, cli=cli, timeout=args.timeout)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

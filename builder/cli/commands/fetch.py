@@ -6,6 +6,7 @@ import argparse
 import json
 
 from builder import ui
+from builder.config.options import with_mirrors
 from builder.config.recipe import load_recipe
 from builder.paths import cache_dir
 from builder.source.fetch import cached_tree, pinned_tree
@@ -37,8 +38,6 @@ def register(sub, common) -> None:
 
 
 def run(args) -> int:
-    from builder.pipeline import with_mirrors
-
     recipe = load_recipe(args.recipe)
     sha = recipe.pin.sha
     was_cached = cached_tree(sha) is not None

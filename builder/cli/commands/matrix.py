@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from builder.errors import AssembleError
+from builder.config.targets import GfxTarget
 from builder.release.matrix import FORMATS, entries, render
 from builder.config.recipe import load_recipe
 
@@ -32,11 +32,7 @@ def register(sub, common) -> None:
 
 def run(args) -> int:
     recipes = [load_recipe(r) for r in args.recipe] or None
-    targets = ()
-    if args.hip_targets is not None:
-        targets = tuple(t.strip() for t in args.hip_targets.split(",") if t.strip())
-        if not targets:
-            raise AssembleError("--hip-targets is empty", fix="write e.g. --hip-targets gfx1100,gfx942")
+    targets = GfxTarget.parse_list(args.hip_targets, "--hip-targets") if args.hip_targets is not None else ()
     items = entries(recipes, targets)
     if args.stage != "all":
         items = [e for e in items if (e.unit is not None) == (args.stage == "units")]

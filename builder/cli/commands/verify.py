@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
+from builder.cli.args import env_pairs
+from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
-
-
-def env_pairs(items: list[str]) -> dict:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise AssembleError(f"--check-env {item!r} is not NAME=VALUE", fix="write e.g. --check-env GGML_VK_VISIBLE_DEVICES=0")
-        k, v = item.split("=", 1)
-        out[k] = v
-    return out
 
 
 def register(sub, common) -> None:
@@ -48,12 +39,10 @@ def run(args) -> int:
     model = Path(args.model) if args.model else None
     if model is not None and not model.is_file():
         raise AssembleError("no such model file", where=str(model), fix="give a .gguf file, or drop --model")
-    for gfx in args.hip_target:
-        if not re.match(r"^gfx[0-9a-f]{3,5}(:[a-z+-]+)*$", gfx):
-            raise AssembleError(f"--hip-target {gfx!r} is not a gfx arch", fix="write e.g. --hip-target gfx1100")
+    targets = tuple(str(GfxTarget.parse(gfx, "--hip-target")) for gfx in args.hip_target)
     if args.static and args.smoke:
         raise AssembleError("--static runs nothing, --smoke runs the server", fix="pick one")
-    report = verify_runtime(runtime, smoke=args.smoke, model=model, extra_env=env_pairs(args.check_env),
-                            static=args.static, hip_targets=tuple(args.hip_target))
+    report = verify_runtime(runtime, smoke=args.smoke, model=model, extra_env=dict(env_pairs(args.check_env)),
+                            static=args.static, hip_targets=targets)
     render(report, as_json=args.json)
     return 0 if report.passed else 1

@@ -1,0 +1,116 @@
+"""Plan one build unit: its resolved configuration plus the toolchain it builds with, rendered into
+the exact CMake command lines. Pure: it reads a UnitConfig and a Toolchain (found once,
+elsewhere) and writes nothing, so `assemble show` prints exactly what `build` runs.
+
+A unit's defines say *what* to build (builder.config.options resolved them); its tool defines
+say *where the tools are*: this host's paths, or the image's when the unit builds in a
+container. Both command lines are rendered from that, never parsed back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.config.options import ABI_DEFINES, CONTAINER, BuildConfig, UnitConfig
+from builder.paths import cache_dir
+from builder.proc import command_line
+from builder.toolchain.detect import Toolchain
+
+# Where the build images keep their tools (containers/cuda12.8-build.Containerfile).
+IMAGE_CUDA_ROOT = "/usr/local/cuda"
+IMAGE_TOOLS = {"cmake": "cmake", "ninja": "ninja", "launcher": "ccache"}
+
+
+@dataclass(frozen=True)
+class UnitPlan:
+    recipe: str
+    unit: UnitConfig
+    sha: str | None
+    source_dir: Path
+    build_dir: Path
+    defines: tuple[tuple[str, str], ...]        # what to build, then where its tools are (later wins)
+    targets: tuple[str, ...]
+    jobs: int
+    cmake: str                                  # the cmake that runs it ("cmake" inside an image)
+    env: tuple[tuple[str, str], ...] = ()       # ROCM_PATH / HIP_PATH for a HIP unit
+    toolchain: dict = field(default_factory=dict)   # Toolchain.record(): for the manifest
+    key: str = ""
+    tree: str = ""                              # the patch set applied to the source ("" = pristine)
+
+    @property
+    def configure(self) -> tuple[str, ...]:
+        return (self.cmake, "-S", str(self.source_dir), "-B", str(self.build_dir), "-G", "Ninja",
+                *(f"-D{k}={v}" for k, v in self.defines))
+
+    @property
+    def build(self) -> tuple[str, ...]:
+        # Backend modules need no target of their own: under GGML_BACKEND_DL ggml depends on each.
+        return (self.cmake, "--build", str(self.build_dir), "-j", str(self.jobs), "--target", *self.targets)
+
+    @property
+    def in_container(self) -> bool:
+        return self.unit.where.kind == CONTAINER
+
+    def abi(self) -> dict:
+        d = dict(self.defines)
+        return {k: d.get(k) for k in ABI_DEFINES}
+
+    def lines(self) -> tuple[str, str]:
+        return command_line(self.configure), command_line(self.build)
+
+
+def tool_defines(unit: UnitConfig, tc: Toolchain) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """(defines, environment) that point CMake at the toolchain: the host's paths, or the image's."""
+    image = unit.where.kind == CONTAINER
+    defines: list[tuple[str, str]] = [("CMAKE_MAKE_PROGRAM", IMAGE_TOOLS["ninja"] if image else _path(tc.ninja, "ninja"))]
+    env: list[tuple[str, str]] = []
+    if "cuda" in unit.backends:
+        root = IMAGE_CUDA_ROOT if image else (tc.cuda.root if tc.cuda else "<no CUDA toolkit found>")
+        nvcc = f"{IMAGE_CUDA_ROOT}/bin/nvcc" if image else (tc.cuda.nvcc if tc.cuda else "<nvcc not found>")
+        defines += [("CMAKE_CUDA_COMPILER", nvcc), ("CUDAToolkit_ROOT", root)]
+    if "hip" in unit.backends:
+        rocm = tc.rocm
+        root = rocm.root if rocm else "<no ROCm found>"
+        defines += [("CMAKE_HIP_COMPILER", (rocm.hip_clang if rocm else None) or "<no HIP compiler found>"),
+                    ("CMAKE_PREFIX_PATH", root)]
+        if rocm and rocm.hip_flags():
+            defines.append(("CMAKE_HIP_FLAGS", " ".join(rocm.hip_flags())))
+        env += [("ROCM_PATH", root), ("HIP_PATH", root)]
+    launcher = IMAGE_TOOLS["launcher"] if image and tc.launcher_choice != "none" else (
+        tc.launcher.path if tc.launcher else None)
+    if launcher:
+        langs = ("C", "CXX") + (("CUDA",) if "cuda" in unit.backends else ()) + (("HIP",) if "hip" in unit.backends else ())
+        defines += [(f"CMAKE_{lang}_COMPILER_LAUNCHER", launcher) for lang in langs]
+    return tuple(defines), tuple(env)
+
+
+def _path(tool, fallback: str) -> str:
+    return tool.path if tool is not None else f"<{fallback} not found>"
+
+
+def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: Path, sha: str | None,
+              tree: str = "") -> UnitPlan:
+    """Everything needed to configure and build one unit; reads only, writes nothing."""
+    tools, env = tool_defines(unit, tc)
+    merged = dict(unit.cmake_defines())
+    merged.update(tools)                 # a toolchain path never loses to a recipe define of the same name
+    defines = tuple(merged.items())
+    record = tc.record()
+    # Beside a prepared tree (<cache>/trees/<id>/src) the build folder is <id>/build/<name>: the
+    # same relative path to the sources for every tree variant, so ccache hits across them.
+    key = hashlib.sha256(json.dumps({"recipe": config.recipe.name, "unit": unit.name, "sha": sha, "tree": tree,
+                                     "source": str(source_dir),  # two checkouts at one sha: two build folders
+                                     "where": unit.where.label() if unit.where.kind == CONTAINER else "host",
+                                     "defines": defines, "env": env, "tools": record},
+                                    sort_keys=True).encode()).hexdigest()[:12]
+    name = f"{config.recipe.name}-{unit.name}-{(sha or 'local')[:12]}-{key}"
+    trees = cache_dir() / "trees"
+    beside = source_dir.name == "src" and source_dir.parent.parent == trees
+    build_dir = (source_dir.parent / "build" / name) if beside else (cache_dir() / "build" / name)
+    cmake = IMAGE_TOOLS["cmake"] if unit.where.kind == CONTAINER else _path(tc.cmake, "cmake")
+    return UnitPlan(recipe=config.recipe.name, unit=unit, sha=sha, source_dir=source_dir, build_dir=build_dir,
+                    defines=defines, targets=tuple(config.targets), jobs=int(config.jobs.value), cmake=cmake,
+                    env=env, toolchain=record, key=key, tree=tree)

@@ -1,0 +1,104 @@
+"""The one grammar of each GPU target kind. Recipes, the command line, the toolkit rules,
+verify and matrix all parse through here, so a value one of them accepts the others accept.
+
+CUDA architectures as CMake's CMAKE_CUDA_ARCHITECTURES takes them:
+    90         real + PTX for compute capability 9.0
+    90a        architecture-specific features (sm_90a)
+    120f       family-specific (CUDA >= 12.9)
+    86-real    machine code only;  75-virtual  PTX only
+AMD gfx targets as clang's --offload-arch and rocminfo name them:
+    gfx1100, gfx90a, gfx942      one chip
+    gfx90a:xnack-                with target features (xnack, sramecc; + or -)
+    gfx11-generic, gfx9-4-generic  a generic family target (ROCm >= 6.4)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from builder.errors import AssembleError
+
+_CUDA = re.compile(r"^(?P<number>[1-9][0-9]{1,2})(?P<suffix>[af]?)(?:-(?P<kind>real|virtual))?$")
+_NVCC = re.compile(r"(?:compute|sm)_(?P<number>[1-9][0-9]{1,2})(?P<suffix>[af]?)")
+CUDA_FORMS = '"90", "90a", "120f", "86-real" or "75-virtual" (never "native")'
+
+_GFX_CHIP = r"gfx[0-9]{1,2}[0-9a-f]{2}"                 # gfx803, gfx90a, gfx942, gfx1100, gfx1151
+_GFX_GENERIC = r"gfx[0-9]{1,2}(?:-[0-9]+)?-generic"     # gfx11-generic, gfx9-4-generic
+_GFX = re.compile(rf"^(?P<arch>{_GFX_CHIP}|{_GFX_GENERIC})(?P<features>(?::(?:xnack|sramecc)[+-])*)$")
+GFX_FORMS = '"gfx1100", "gfx90a:xnack-" or "gfx11-generic" (the arch rocminfo shows)'
+GFX_TOKEN = re.compile(rf"{_GFX_GENERIC}|{_GFX_CHIP}")  # a gfx arch inside a longer name (data files)
+
+
+@dataclass(frozen=True)
+class CudaArch:
+    number: int                 # compute capability x10: 90, 120
+    suffix: str = ""            # "" | "a" (arch-specific) | "f" (family-specific)
+    kind: str = ""              # "" (real + PTX) | "real" | "virtual"
+
+    @classmethod
+    def parse(cls, text: str, where: str = "") -> CudaArch:
+        m = _CUDA.match(text.strip()) if isinstance(text, str) else None
+        if not m:
+            raise AssembleError(f"{text!r} is not a CUDA architecture", where=where or None,
+                                fix=f"write it as {CUDA_FORMS}")
+        return cls(int(m.group("number")), m.group("suffix"), m.group("kind") or "")
+
+    @classmethod
+    def parse_list(cls, text: str, where: str) -> tuple[CudaArch, ...]:
+        """A comma list from the command line: "90,120"; an empty entry is an error, not ignored."""
+        items = text.split(",")
+        if any(not i.strip() for i in items):
+            raise AssembleError(f"{text!r} has an empty entry", where=where, fix=f"write e.g. 90,120 ({CUDA_FORMS})")
+        return tuple(cls.parse(i, where) for i in items)
+
+    @classmethod
+    def from_nvcc(cls, text: str) -> tuple[CudaArch, ...]:
+        """What `nvcc --list-gpu-arch` names (compute_90, compute_120f), sorted, without repeats."""
+        found = {cls(int(m.group("number")), m.group("suffix")) for m in _NVCC.finditer(text)}
+        return tuple(sorted(found, key=lambda a: (a.number, a.suffix)))
+
+    @property
+    def base(self) -> str:
+        """"120" for 120a-real: what toolkits and rules compare."""
+        return str(self.number)
+
+    def __str__(self) -> str:
+        return f"{self.number}{self.suffix}" + (f"-{self.kind}" if self.kind else "")
+
+
+@dataclass(frozen=True)
+class GfxTarget:
+    arch: str                        # "gfx90a", "gfx11-generic"
+    features: tuple[str, ...] = ()   # ("xnack-",), ("sramecc+", "xnack-")
+
+    @classmethod
+    def parse(cls, text: str, where: str = "") -> GfxTarget:
+        m = _GFX.match(text.strip()) if isinstance(text, str) else None
+        if not m:
+            raise AssembleError(f"{text!r} is not a gfx target", where=where or None, fix=f"write it as {GFX_FORMS}")
+        features = tuple(f for f in m.group("features").split(":") if f)
+        if len({f[:-1] for f in features}) != len(features):
+            raise AssembleError(f"{text!r} names a target feature twice", where=where or None,
+                                fix=f"write it as {GFX_FORMS}")
+        return cls(m.group("arch"), features)
+
+    @classmethod
+    def parse_list(cls, text: str, where: str) -> tuple[GfxTarget, ...]:
+        items = text.split(",")
+        if any(not i.strip() for i in items):
+            raise AssembleError(f"{text!r} has an empty entry", where=where, fix=f"write e.g. gfx1100,gfx942 ({GFX_FORMS})")
+        return tuple(cls.parse(i, where) for i in items)
+
+    @property
+    def generic(self) -> bool:
+        return self.arch.endswith("-generic")
+
+    def __str__(self) -> str:
+        return ":".join((self.arch, *self.features))
+
+
+def gfx_tokens(name: str) -> set[str]:
+    """The gfx chips a file name is specific to ("Kernels.so-000-gfx1100.hsaco" -> {"gfx1100"});
+    a generic family target belongs to no single chip."""
+    return {t for t in GFX_TOKEN.findall(name) if not t.endswith("-generic")}

