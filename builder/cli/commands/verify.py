@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from pathlib import Path
 
@@ -17,6 +18,12 @@ def env_pairs(items: list[str]) -> dict:
         k, v = item.split("=", 1)
         out[k] = v
     return out
+
+
+def looks_like_runtime(folder: Path) -> bool:
+    """Two lstat calls, never a walk: `verify /` is refused at once. A runtime that lost only its
+    manifest.json still qualifies (and then fails verify)."""
+    return os.path.lexists(folder / "manifest.json") or os.path.lexists(folder / "bin" / "llama-server")
 
 
 def register(sub, common) -> None:
@@ -45,6 +52,9 @@ def run(args) -> int:
     runtime = Path(args.runtime)
     if not runtime.is_dir():
         raise AssembleError("no such runtime folder", where=str(runtime), fix="give the path of a runtime-<recipe>/ folder")
+    if not looks_like_runtime(runtime):
+        raise AssembleError("not a runtime folder: it has neither manifest.json nor bin/llama-server", where=str(runtime),
+                            fix="give the path of a runtime-<recipe>/ folder made by assemble build")
     model = Path(args.model) if args.model else None
     if model is not None and not model.is_file():
         raise AssembleError("no such model file", where=str(model), fix="give a .gguf file, or drop --model")
