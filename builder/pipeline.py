@@ -7,12 +7,14 @@ and makes sure nothing is left half-written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import shutil
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import outdir, ui
+from builder import outdir, paths, ui
 from builder.build import collect, merge, run, unitfolder
 from builder.build.plan import UnitPlan, plan_unit
 from builder.build.unitfolder import UnitDescription
@@ -154,40 +156,65 @@ def build_unit(req: BuildRequest) -> Path:
 
 def build(req: BuildRequest) -> Path:
     recipe = req.config.recipe
-    out = req.out.resolve()
-    ui.step(f"recipe {recipe.name}: {recipe.description}")
-    # The output lock is taken first: an unwritable --out fails in a second, not after the compile,
-    # and a second run for the same output waits (or refuses) instead of building alongside.
     lib_dirs = _lib_paths(req.lib_paths)  # a typo fails now, not after the compile
-    with outdir.locked(out, wait=req.wait):
-        outdir.clear_leftovers(out)
-        prepared = prepare(req.config)
-        outputs = []
-        for plan in prepared.plans:
-            _run(plan, prepared)
-            outputs.append(collect.collect_unit(plan))
-        own = merge.merge_units(outputs)
-        staging = outdir.staging_dir(out)
-        try:
-            ui.step(f"bundle into {staging.name}")
-            bundle_plan = plan_bundle(own, recipe=recipe,
-                                      search_dirs=lib_dirs + _toolchain_lib_dirs(prepared.plans))
-            result = place_bundle(bundle_plan, staging)
-            _manifest(recipe, prepared, result).write(staging)
+    # --out is checked first (reads only, well under a second): a folder this tool did not make,
+    # or a dangerous one, is refused in one line before anything is fetched, compiled or written.
+    target = outdir.check_destination(req.out, cache=paths.cache_dir(),
+                                      source=Path(req.config.source).expanduser() if req.config.source else None,
+                                      inputs=_inputs(req, lib_dirs))
+    out = target.path
+    ui.step(f"recipe {recipe.name}: {recipe.description}")
+    # Temporary folders of this build (checks, probes) go under the cache, named with our pid, so a
+    # killed build leaves nothing in /tmp: the next run removes them (paths.clean_stale_scratch).
+    with paths.scratch("build-") as scratch, _tempdir(scratch), outdir.locked(target, wait=req.wait):
+        outdir.clear_leftovers(target)
+        # made before the compile, so an unwritable --out fails in a second; removed on any error,
+        # and only while it still is the folder made here (never the previous runtime)
+        with outdir.staged(target) as staging:
+            prepared = prepare(req.config)
+            outputs = []
+            for plan in prepared.plans:
+                _run(plan, prepared)
+                outputs.append(collect.collect_unit(plan))
+            own = merge.merge_units(outputs)
+            ui.step(f"bundle into {staging.path.name}")
+            bundle_plan = plan_bundle(own, recipe=recipe, search_dirs=lib_dirs + _toolchain_lib_dirs(prepared.plans))
+            result = place_bundle(bundle_plan, staging.path)
+            _manifest(recipe, prepared, result).write(staging.path)
             if req.verify:
                 from builder.check import verify
-                report = verify.verify_runtime(staging, recipe=recipe, extra_env=dict(req.check_env),
+                report = verify.verify_runtime(staging.path, recipe=recipe, extra_env=dict(req.check_env),
                                                static=req.verify_static)
                 verify.render(report)
                 if not report.passed:
                     raise AssembleError("the new runtime failed verification; the previous runtime is untouched",
                                         where=str(out), fix="see the failed checks above", code=1)
-            outdir.swap_in(staging, out, keep=req.keep)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
+            outdir.swap_in(target, staging, keep=req.keep)
     ui.step(ui.ok(f"runtime ready: {out}"))
     return out
+
+
+def _inputs(req: BuildRequest, lib_dirs: list[Path]) -> list[tuple[str, Path]]:
+    """Folders the build reads besides the source: the output may be neither one nor hold one."""
+    return ([(f"the --unit-from folder of {u.name}", Path(u.where.folder).expanduser()) for u in req.config.units
+             if u.where.kind == ADOPTED]
+            + [("a --lib-path folder", d) for d in lib_dirs])
+
+
+@contextlib.contextmanager
+def _tempdir(folder: Path):
+    """The temporary folder of this process (tempfile) and of the tools it runs (TMPDIR: a compiler
+    killed with us leaves its files there too) for the duration of the build."""
+    old, old_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir, os.environ["TMPDIR"] = str(folder), str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = old
+        if old_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_env
 
 
 def _lib_paths(paths: tuple[str, ...]) -> list[Path]:

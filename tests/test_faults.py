@@ -38,11 +38,15 @@ def _env() -> dict:
     return env
 
 
-def _start(*args: str, log: Path) -> subprocess.Popen:
+def _start(*args: str, log: Path, env: dict | None = None) -> subprocess.Popen:
     """The real CLI in its own process group, so a kill takes its children (patchelf, checks) too."""
     with open(log, "w") as f:
-        return subprocess.Popen([sys.executable, "-m", "builder", *args], cwd=REPO, env=_env(), stdout=f,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen([sys.executable, "-m", "builder", *args], cwd=REPO, env={**_env(), **(env or {})},
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _target(out: Path, cache: Path | None = None) -> outdir.Target:
+    return outdir.check_destination(out, cache=cache or Path(_env()["ASSEMBLE_CACHE"]))
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -75,10 +79,13 @@ def test_sigkill_during_build_leaves_a_whole_runtime(cpu_runtime, tmp_path):
     assemble(*build, check=True)
     duration = time.monotonic() - start
     rng = random.Random(SEED)
-    phases = []
+    phases, pids = [], []
+    tmp = tmp_path / "tmpdir"   # the killed runs' TMPDIR: a build keeps its temporary folders in the cache
+    tmp.mkdir()
     for trial in range(KILLS):
         log = tmp_path / f"kill-{trial}.log"
-        proc = _start(*build, log=log)
+        proc = _start(*build, log=log, env={"TMPDIR": str(tmp)})
+        pids.append(proc.pid)
         time.sleep(rng.uniform(0.1, duration * 1.05))
         _kill(proc)
         said = log.read_text()
@@ -94,6 +101,14 @@ def test_sigkill_during_build_leaves_a_whole_runtime(cpu_runtime, tmp_path):
     print("phases reached before each kill:", phases)
     # the kills landed across the run, not only in its start-up
     assert sum(p != "plan" for p in phases) >= KILLS // 3, phases
+    assert assemble(*build).returncode == 0
+    assert not list(tmp.iterdir()), "a killed build left temporary folders in TMPDIR"
+    scratch = Path(_env()["ASSEMBLE_CACHE"]) / "tmp"
+    left = [p.name for p in scratch.glob("*") if any(f"-{pid}-" in p.name for pid in pids)] if scratch.is_dir() else []
+    assert left == [], f"scratch folders of killed builds were not removed: {left}"
+    # nothing but the runtime and what the runs recorded is beside it: no lock, no journal
+    beside = {p.name for p in tmp_path.iterdir()} - {"tmpdir", "runtime-cpu"}
+    assert all(n.endswith(".log") or n.startswith(f"runtime-cpu{outdir.OLD_TAG}") for n in beside), beside
 
 
 def test_sigkill_during_package_leaves_old_or_new_files(cpu_runtime, tmp_path):
@@ -116,6 +131,7 @@ def test_sigkill_during_package_leaves_old_or_new_files(cpu_runtime, tmp_path):
     assert assemble("package", str(cpu_runtime), "--out-dir", str(dist)).returncode == 0
     assert (dist / expected.archive.name).read_bytes() == expected.archive.read_bytes()
     assert package.check_sums(dist) == [] and not list(dist.glob(f".*{package.PART_TAG}*"))
+    assert sorted(p.name for p in dist.iterdir()) == sorted([expected.archive.name, expected.sbom.name, package.SUMS])
 
 
 # --- every step of the swap, interrupted ----------------------------------------------------
@@ -138,17 +154,32 @@ def _label(runtime: Path) -> str:
     return (runtime / "bin" / "tool").read_text()
 
 
+def _staged(target: outdir.Target, label: str) -> outdir.Staging:
+    """A staging folder made (and recorded) as a build makes it, holding a runtime labelled `label`."""
+    staging = outdir._make_staging(target)
+    _fake_runtime(staging.path, label)
+    return staging
+
+
+def _ledger(target: outdir.Target):
+    from builder import locks
+    return locks.load(target.ledger, target.path)
+
+
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
 def test_swap_interrupted_at_every_step_is_finished_or_undone(tmp_path, monkeypatch, exchange):
     if exchange and not outdir._exchange(*(_fake_runtime(tmp_path / n, n) for n in ("p", "q"))):
         pytest.skip("this filesystem has no RENAME_EXCHANGE")
-    real_exchange = outdir._exchange if exchange else (lambda a, b: False)
-    real_rename, real_replace, real_unlink = os.rename, os.replace, Path.unlink
+    from builder import locks
+    real = {"_exchange": outdir._exchange if exchange else (lambda a, b: False),
+            "_rename_noreplace": outdir._rename_noreplace}
+    real_save = locks.save
     steps = 0
     for kill_at in range(1, 10):
         root = tmp_path / f"k{kill_at}"
         out = _fake_runtime(root / "runtime", "old")
-        staging = _fake_runtime(root / f"runtime{outdir.STAGING_TAG}99", "new")
+        target = _target(out, tmp_path / "cache")
+        staging = _staged(target, "new")
         count = [0]
 
         def step(fn):
@@ -158,69 +189,195 @@ def test_swap_interrupted_at_every_step_is_finished_or_undone(tmp_path, monkeypa
                     raise Killed()
                 return fn(*a, **kw)
             return wrapped
-        monkeypatch.setattr(os, "rename", step(real_rename))
-        monkeypatch.setattr(os, "replace", step(real_replace))
-        monkeypatch.setattr(Path, "unlink", step(real_unlink))
-        monkeypatch.setattr(outdir, "_exchange", step(real_exchange))
+        for name, fn in real.items():
+            monkeypatch.setattr(outdir, name, step(fn))
+        monkeypatch.setattr(locks, "save", step(real_save))
         try:
-            outdir.swap_in(staging, out)
+            outdir.swap_in(target, staging)
             finished = True
         except Killed:
             finished = False
         finally:
-            monkeypatch.setattr(outdir, "_exchange", real_exchange)
-            monkeypatch.setattr(os, "rename", real_rename)
-            monkeypatch.setattr(os, "replace", real_replace)
-            monkeypatch.setattr(Path, "unlink", real_unlink)
+            for name, fn in real.items():
+                monkeypatch.setattr(outdir, name, fn)
+            monkeypatch.setattr(locks, "save", real_save)
         if finished:
             steps = kill_at - 1
             break
         # the next run, holding the lock, recovers
-        outdir.clear_leftovers(out)
+        outdir.clear_leftovers(target)
         assert whole(out) and _label(out) in ("old", "new"), kill_at
         olds = _siblings(out, outdir.OLD_TAG)
         labels = sorted([_label(out)] + [_label(p) for p in olds])
         assert labels in (["new", "old"], ["old"]), (kill_at, labels)   # the old runtime is never lost
         if _label(out) == "old":
             assert not olds
-        assert not _siblings(out, outdir.STAGING_TAG) and not (root / ".runtime.swap.json").exists()
-    # journal written, swapped (one exchange, or two renames), moved aside, journal removed: each interrupted
+        else:   # the moved-aside runtime is recorded: --keep may act on it, and only on it
+            assert [e.path for e in _ledger(target).entries] == [str(olds[0])]
+        assert not _siblings(out, outdir.STAGING_TAG) and _ledger(target).swap is None
+        assert sorted(p.name for p in root.iterdir()) == sorted(["runtime"] + [p.name for p in olds])
+    # journal written, swapped (one exchange, or two renames), moved aside, recorded: each interrupted
     assert steps == (4 if exchange else 5)
 
 
-def test_unreadable_journal_keeps_every_staging_folder(tmp_path):
+def test_an_unreadable_ledger_leaves_every_folder_alone(tmp_path):
     out = _fake_runtime(tmp_path / "runtime", "old")
-    staging = _fake_runtime(tmp_path / f"runtime{outdir.STAGING_TAG}7", "new")
-    (tmp_path / ".runtime.swap.json").write_text("{not json")
-    outdir.clear_leftovers(out)
-    assert _label(out) == "old" and not staging.exists()
-    kept = _siblings(out, outdir.OLD_TAG)
-    assert [_label(p) for p in kept] == ["new"]
+    target = _target(out, tmp_path / "cache")
+    staging = _staged(target, "new")
+    target.ledger.write_text("{not json")
+    outdir.clear_leftovers(target)
+    assert _label(out) == "old" and _label(staging.path) == "new"   # not provably ours any more: kept
+    assert _ledger(target).entries == ()
 
 
-def test_keep_prunes_through_a_rename_and_leftovers_go(tmp_path):
+def test_keep_prunes_only_recorded_runtimes_through_a_rename(tmp_path):
     out = tmp_path / "runtime"
+    target = _target(out, tmp_path / "cache")
+    # look-alikes a user made: our names, even a whole runtime, but never recorded
+    lookalikes = [_fake_runtime(tmp_path / f"runtime{outdir.OLD_TAG}20200101-000000-1", "user"),
+                  _fake_runtime(tmp_path / f"runtime{outdir.DELETING_TAG}5-0", "user"),
+                  _fake_runtime(tmp_path / f"runtime{outdir.STAGING_TAG}1", "user")]
+    before = {p: sha256_file(p / "manifest.json") for p in lookalikes}
     for label in ("1", "2", "3"):
-        staging = _fake_runtime(tmp_path / f"runtime{outdir.STAGING_TAG}{label}", label)
-        outdir.swap_in(staging, out, keep=1)   # three swaps within a second: names must not clash
-    assert _label(out) == "3" and [_label(p) for p in _siblings(out, outdir.OLD_TAG)] == ["2"]
-    half = tmp_path / f"runtime{outdir.DELETING_TAG}5-0"   # a prune killed half-way
-    (half / "lib").mkdir(parents=True)
-    outdir.clear_leftovers(out)
-    assert not half.exists() and _label(out) == "3"
+        outdir.swap_in(target, _staged(target, label), keep=1)   # three swaps within a second: names must not clash
+    assert _label(out) == "3"
+    recorded = [Path(e.path) for e in _ledger(target).entries]
+    assert [_label(p) for p in recorded] == ["2"]
+    # a prune killed after its rename: recorded as being deleted, so the next run finishes it
+    from builder import locks
+    half = tmp_path / f"runtime{outdir.DELETING_TAG}{os.getpid()}-abc"
+    os.rename(recorded[0], half)
+    ident = locks.identity(half)
+    locks.save(target.ledger, locks.Ledger(str(out), (locks.Entry("deleting", str(half), *ident, was=str(recorded[0])),)))
+    outdir.clear_leftovers(target)
+    assert not half.exists() and _label(out) == "3" and _ledger(target).entries == ()
+    assert {p: sha256_file(p / "manifest.json") for p in lookalikes} == before
+
+
+# --- Ctrl-C and errors in the window between the exchange and the rename -------------------------
+
+def test_ctrl_c_during_the_swap_is_held_until_the_swap_is_done(tmp_path, monkeypatch):
+    out = _fake_runtime(tmp_path / "runtime", "old")
+    target = _target(out, tmp_path / "cache")
+    real = outdir._exchange
+
+    def exchange_then_ctrl_c(a, b):
+        done = real(a, b)
+        os.kill(os.getpid(), signal.SIGINT)    # a real Ctrl-C, right between the exchange and the rename
+        return done
+    monkeypatch.setattr(outdir, "_exchange", exchange_then_ctrl_c)
+    try:
+        with pytest.raises(AssembleError) as info:
+            with outdir.staged(target) as staging:     # as build() uses it
+                _fake_runtime(staging.path, "new")
+                outdir.swap_in(target, staging)
+    except KeyboardInterrupt:
+        pytest.fail("the Ctrl-C was not held until the swap was done")
+    aside = _siblings(out, outdir.OLD_TAG)
+    line = info.value.line()
+    assert info.value.code == 130 and "interrupted after the swap" in line and str(aside[0]) in line, line
+    assert _label(out) == "new" and whole(out) and [_label(p) for p in aside] == ["old"] and whole(aside[0])
+    assert [e.path for e in _ledger(target).entries] == [str(aside[0])] and _ledger(target).swap is None
+    assert not _siblings(out, outdir.STAGING_TAG)
+
+
+def test_ctrl_c_before_the_swap_removes_only_the_staging_folder(tmp_path):
+    out = _fake_runtime(tmp_path / "runtime", "old")
+    target = _target(out, tmp_path / "cache")
+    before = sha256_file(out / "manifest.json"), out.stat().st_ino
+    with pytest.raises(AssembleError) as info:
+        with outdir.staged(target) as staging:
+            _fake_runtime(staging.path, "new")
+            raise KeyboardInterrupt
+    assert info.value.code == 130 and "interrupted before the swap" in info.value.line()
+    assert (sha256_file(out / "manifest.json"), out.stat().st_ino) == before and whole(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "runtime"] and _ledger(target).entries == ()
+
+
+@pytest.mark.parametrize("fails", ["once", "always"])
+def test_an_error_between_exchange_and_rename_never_deletes_the_previous_runtime(tmp_path, monkeypatch, fails):
+    """The old bug: build()'s cleanup removed the staging path, which after the exchange is the previous runtime."""
+    out = _fake_runtime(tmp_path / "runtime", "old")
+    target = _target(out, tmp_path / "cache")
+    if not outdir._exchange(*(_fake_runtime(tmp_path / n, n) for n in ("p", "q"))):
+        pytest.skip("this filesystem has no RENAME_EXCHANGE")
+    for n in ("p", "q"):
+        shutil.rmtree(tmp_path / n)
+    real, calls = outdir._rename_noreplace, [0]
+
+    def broken(a, b):
+        calls[0] += 1
+        if fails == "always" or calls[0] == 1:
+            raise RuntimeError("boom")
+        return real(a, b)
+    monkeypatch.setattr(outdir, "_rename_noreplace", broken)
+    with pytest.raises((RuntimeError, BuildFailed)) as info:
+        with outdir.staged(target) as staging:
+            _fake_runtime(staging.path, "new")
+            outdir.swap_in(target, staging)
+    assert _label(out) == "new" and whole(out)
+    monkeypatch.setattr(outdir, "_rename_noreplace", real)
+    if fails == "always":   # the message names where the previous runtime is, and it is there, whole
+        held = _siblings(out, outdir.STAGING_TAG)
+        assert isinstance(info.value, BuildFailed) and str(held[0]) in info.value.line()
+        assert [_label(p) for p in held] == ["old"] and whole(held[0])
+        outdir.clear_leftovers(target)    # the next run finishes the swap from the journal
+    aside = _siblings(out, outdir.OLD_TAG)
+    assert [_label(p) for p in aside] == ["old"] and whole(aside[0]) and not _siblings(out, outdir.STAGING_TAG)
+    assert [e.path for e in _ledger(target).entries] == [str(aside[0])]
+
+
+def test_ctrl_c_during_a_real_build_says_what_is_true(cpu_runtime, tmp_path):
+    out = tmp_path / "runtime-cpu"
+    build = ("build", "--recipe", "cpu", "--out", str(out))
+    start = time.monotonic()
+    assemble(*build, check=True)
+    duration = time.monotonic() - start
+    rng = random.Random(SEED + 2)
+    said = []
+    for trial in range(8):
+        before = (out.stat().st_ino, sha256_file(out / "manifest.json"))
+        log = tmp_path / f"int-{trial}.log"
+        proc = _start(*build, log=log)
+        started = time.monotonic()
+        # from the build's first line on (a Ctrl-C while Python imports is not this test's matter)
+        while "==> recipe" not in log.read_text() and proc.poll() is None:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, max(0.1, duration - (time.monotonic() - started))))
+        os.killpg(proc.pid, signal.SIGINT)   # what a terminal's Ctrl-C does
+        code = proc.wait(timeout=300)
+        text = log.read_text()
+        assert "Traceback" not in text, text
+        errors = [line for line in text.splitlines() if line.startswith("error: ")]
+        assert code == 0 or len(errors) == 1, text
+        claim = errors[0] if errors else "finished"
+        said.append((code, claim.split(" -- ")[0].split(": ", 2)[-1][:60]))
+        now = (out.stat().st_ino, sha256_file(out / "manifest.json"))
+        assert whole(out), text
+        if "untouched" in claim or "not touched" in claim or "before the swap" in claim:
+            assert now == before, claim
+        if "after the swap" in claim:
+            assert now[0] != before[0], claim
+            if "previous runtime is at " in claim:
+                assert whole(Path(claim.split("previous runtime is at ")[1].split(" -- ")[0].split(";")[0]))
+        for old in _siblings(out, outdir.OLD_TAG):
+            assert whole(old)
+    print("what each interrupted run said:", said)
+    assert assemble(*build).returncode == 0 and not _siblings(out, outdir.STAGING_TAG)
 
 
 def test_os_errors_in_the_locked_section_become_one_line(tmp_path):
     out = tmp_path / "runtime"
     cases = [(errno.ENOSPC, BuildFailed, 1, "no space left"), (errno.EROFS, AssembleError, 2, "read-only"),
              (errno.EACCES, AssembleError, 2, "cannot write the output")]
+    target = _target(out, tmp_path / "cache")
     for code, cls, exit_code, words in cases:
         with pytest.raises(cls) as info:
-            with outdir.locked(out):
+            with outdir.locked(target):
                 raise OSError(code, os.strerror(code), str(tmp_path / "x"))
         assert info.value.code == exit_code and words in info.value.line()
     with pytest.raises(FileNotFoundError):   # anything else is a bug and keeps its traceback
-        with outdir.locked(out):
+        with outdir.locked(target):
             raise FileNotFoundError(errno.ENOENT, "gone", "/elsewhere")
 
 
@@ -273,7 +430,7 @@ def test_full_disk_fails_clearly_and_keeps_the_previous_runtime(cpu_runtime, tmp
     pkg = assemble("package", str(out), "--out-dir", str(disk / "dist"))
     assert pkg.returncode == 1 and "no space left" in _one_error_line(pkg.stderr)
     left = sorted(p.name for p in (disk / "dist").glob("*")) if (disk / "dist").exists() else []
-    assert left in ([], [".assemble-package.lock"]), left
+    assert left == [], left   # no partial archive, no lock file
 
 
 def test_read_only_output_folder_is_refused_clearly(cpu_runtime, tmpfs):
@@ -312,7 +469,7 @@ def test_concurrent_builds_of_one_output_never_interleave(cpu_runtime, tmp_path)
 
 def test_a_held_output_makes_a_build_wait_or_refuse(cpu_runtime, tmp_path):
     out = tmp_path / "runtime-cpu"
-    lock = os.open(tmp_path / ".runtime-cpu.lock", os.O_RDWR | os.O_CREAT)
+    lock = os.open(_target(out).lock, os.O_RDWR | os.O_CREAT)   # in the cache: nothing beside the output
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         refused = assemble("build", "--recipe", "cpu", "--out", str(out), "--no-wait", "-q")

@@ -207,6 +207,24 @@ def test_a_changed_runtime_is_refused(tmp_path):
     assert not (tmp_path / "d").exists() or not any((tmp_path / "d").glob("runtime-*"))
 
 
+def test_a_killed_runs_temporaries_go_only_as_recorded(tmp_path, isolated_cache):
+    rt = make_runtime(tmp_path)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    killed = package._Temps(dist)
+    half, f = killed.new(dist / "runtime-cpu.tar.gz")   # a run killed while writing: its finally never ran
+    f.write(b"half an archive")
+    f.close()
+    lookalike = dist / f".runtime-cpu.tar.gz{package.PART_TAG}{os.getpid()}-00000000"   # the user's, same form
+    lookalike.write_text("mine\n")
+    result = package.package(rt, dist)
+    assert not half.exists() and lookalike.read_text() == "mine\n"
+    # no lock file and no other temporary in the folder: only the three outputs and the user's file
+    assert sorted(os.listdir(dist)) == sorted([lookalike.name, result.archive.name, result.sbom.name, package.SUMS])
+    assert not (isolated_cache / "packages").exists() or all(
+        package.locks.load(p, dist).entries == () for p in (isolated_cache / "packages").iterdir())
+
+
 def test_package_cli_json(tmp_path):
     rt = make_runtime(tmp_path)
     proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "d"), "--json", "--format", "tar.zst")

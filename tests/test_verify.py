@@ -26,7 +26,7 @@ from builder.runtime.layout import OwnFile, arch_tokens
 from builder.runtime.place import place_bundle
 from builder.runtime.elf import read_elf, section_strings
 from builder.config.recipe import parse_recipe
-from builder.check.verify import FAIL, PASS, WARN, Report, verify_runtime
+from builder.check.verify import FAIL, PASS, SKIP, WARN, Report, verify_runtime
 
 from tests.conftest import assemble
 from builder.digest import sha256_file
@@ -98,9 +98,9 @@ def test_good_cpu_runtime_passes_every_check(good):
     report = verify_runtime(good)
     checks = checks_of(report)
     assert report.passed, [(c.name, c.reason) for c in report.checks if c.status != PASS]
-    for name in ("manifest hashes", "libraries resolve", "RPATH of own files", "LD_LIBRARY_PATH lookups",
-                 "never-bundled libraries", "module cpu", "--list-devices", "working-directory modules",
-                 "LD_LIBRARY_PATH decoys"):
+    for name in ("manifest hashes", "file modes", "symlinks", "unlisted modules", "libraries resolve",
+                 "RPATH of own files", "LD_LIBRARY_PATH lookups", "never-bundled libraries", "module cpu",
+                 "--list-devices", "working-directory modules", "LD_LIBRARY_PATH decoys"):
         assert checks[name].status == PASS, (name, checks[name].reason)
     assert "constructor never ran" in checks["working-directory modules"].reason
 
@@ -281,6 +281,163 @@ def test_missing_backend_module(good):
     assert check.status == FAIL
     assert "no libggml-cpu*.so in bin/" in check.reason and f"found lib/{module.name}" in check.reason
     assert not any(c.name.startswith("load libggml-cpu") for c in report.checks)
+
+
+# --- what a stranger breaks: modes, links, planted modules (builder/check/integrity.py) ----------
+
+def cli_fails(runtime: Path, name: str) -> dict:
+    """Through the real CLI: exit 1, one report, no traceback; the named check's row."""
+    proc = assemble("verify", str(runtime), "--json")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    row = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}[name]
+    assert row["status"] == "fail"
+    return row
+
+
+def assert_not_run_because_the_server_did_not_start(checks: dict, why: str) -> None:
+    for name in ("working-directory modules", "LD_LIBRARY_PATH decoys"):
+        assert checks[name].status == SKIP, (name, checks[name].reason)
+        assert checks[name].reason.startswith("not run: llama-server did not start (") and why in checks[name].reason
+
+
+def test_executable_that_lost_its_x_bit(good):
+    (good / "bin" / "llama-server").chmod(0o644)
+    report = verify_runtime(good)
+    assert_only_failures(report, "file modes", "--list-devices")
+    checks = checks_of(report)
+    assert checks["file modes"].reason == ("bin/llama-server is not executable (mode 0644, built 0755): "
+                                          "it cannot be started")
+    assert checks["manifest hashes"].status == PASS
+    assert_not_run_because_the_server_did_not_start(checks, "cannot execute bin/llama-server")
+    assert "bin/llama-server is not executable" in cli_fails(good, "file modes")["reason"]
+
+
+def test_setuid_library(good):
+    lib = good / "lib" / os.readlink(good / "lib" / "libggml.so.0")
+    lib.chmod(0o4755)
+    report = verify_runtime(good)
+    assert_only_failures(report, "file modes")
+    assert checks_of(report)["file modes"].reason == (f"lib/{lib.name} has the setuid bit (mode 4755): "
+                                                     "a runtime never needs it")
+
+
+@pytest.mark.parametrize("where", ["lib/libmtmd.so.0", "lib"])
+def test_world_writable_file_or_folder(good, where):
+    target = good / where
+    target = target.parent / os.readlink(target) if target.is_symlink() else target
+    target.chmod(target.stat().st_mode & 0o7777 | 0o002)
+    report = verify_runtime(good, static=True)
+    assert_only_failures(report, "file modes")
+    shown = target.relative_to(good).as_posix() + ("/" if target.is_dir() else "")
+    assert checks_of(report)["file modes"].reason.startswith(f"{shown} is world-writable (mode 0757)")
+    assert f"{shown} is world-writable" in cli_fails(good, "file modes")["reason"]
+
+
+def test_manifest_json_that_is_a_symlink(good, tmp_path):
+    """A link to a perfectly valid manifest: it could vouch for files it does not describe."""
+    elsewhere = tmp_path / "elsewhere.json"
+    shutil.copy2(good / manifest.NAME, elsewhere)
+    (good / manifest.NAME).unlink()
+    (good / manifest.NAME).symlink_to(elsewhere)
+    assert Manifest.from_json(elsewhere.read_text()).files                       # valid where it points
+    checks = checks_of(verify_runtime(good, static=True))
+    assert checks["manifest"].status == FAIL and "is a symlink, not the file the build wrote" in checks["manifest"].reason
+    assert checks["symlinks"].status == FAIL and f"manifest.json -> {elsewhere}: an absolute target" in \
+        checks["symlinks"].reason
+    assert "is a symlink" in cli_fails(good, "manifest")["reason"]
+
+
+@pytest.mark.parametrize("listed", [False, True])
+@pytest.mark.parametrize("target", ["/etc/passwd", "../../../etc"])
+def test_symlink_leaving_the_runtime(good, listed, target):
+    (good / "lib" / "evil").symlink_to(target)
+    if listed:
+        reseal(good)                  # the manifest now lists it: the typed reader refuses such a manifest
+    checks = checks_of(verify_runtime(good, static=True))
+    words = "an absolute target" if target.startswith("/") else "leads outside the runtime"
+    assert checks["symlinks"].status == FAIL and checks["symlinks"].reason.startswith(f"lib/evil -> {target}: {words}")
+    if listed:
+        assert checks["manifest"].status == FAIL and f"lib/evil -> {target!r} leads outside the runtime" in \
+            checks["manifest"].reason
+    else:
+        assert "lib/evil: not in the manifest" in checks["manifest hashes"].reason
+
+
+def test_manifest_entry_outside_the_runtime(good):
+    data = read_raw(good)
+    data["files"][0]["path"] = "../x"
+    write_raw(good, data)
+    report = verify_runtime(good, static=True)
+    check = checks_of(report)["manifest"]
+    assert check.status == FAIL and "files[0].path '../x' is not a clean path inside the runtime" in check.reason
+    assert "'../x' is not a clean path" in cli_fails(good, "manifest")["reason"]
+
+
+def test_planted_module_of_an_unlisted_backend(good, tmp_path):
+    """A libggml-cuda.so dropped into bin/ of a cpu runtime (and the manifest resealed around it):
+    ggml's loader loads it into llama-server, as its constructor's marker proves."""
+    marker = tmp_path / "cuda-plant-ran"
+    plant = devices.build_plant(tmp_path, marker)
+    if plant is None:
+        pytest.skip("no C compiler")
+    shutil.copy2(plant, good / "bin" / "libggml-cuda.so")
+    assert "bin/libggml-cuda.so: not in the manifest" in checks_of(verify_runtime(good, static=True))[
+        "manifest hashes"].reason
+    reseal(good)
+    report = verify_runtime(good)
+    assert_only_failures(report, "unlisted modules")
+    assert checks_of(report)["unlisted modules"].reason.startswith(
+        "bin/libggml-cuda.so is a cuda backend module, but the runtime lists cpu")
+    assert marker.exists()            # the verify's own llama-server runs loaded it: why the check fails
+    assert "libggml-cuda.so" in cli_fails(good, "unlisted modules")["reason"]
+
+
+def test_listed_backend_whose_module_was_removed(good):
+    module = devices.module_files(good, "cpu")[0]
+    module.unlink()
+    reseal(good)
+    report = verify_runtime(good)
+    check = checks_of(report)["module cpu"]
+    assert check.status == FAIL and check.reason.startswith("no libggml-cpu*.so in bin/ (ggml's loader looks next to "
+                                                           "the executable): its devices would silently vanish")
+    assert checks_of(report)["manifest hashes"].status == PASS
+    assert cli_fails(good, "module cpu")
+
+
+def test_a_server_that_cannot_start_proves_nothing(good):
+    """The real library behind lib/libllama.so.0 removed: llama-server cannot start. The checks that
+    see why fail; those that need a started server say "not run" and why, never PASS."""
+    real = good / "lib" / os.readlink(good / "lib" / "libllama.so.0")
+    real.unlink()
+    report = verify_runtime(good)
+    checks = checks_of(report)
+    assert_only_failures(report, "manifest hashes", "libraries resolve", "--list-devices")
+    assert "libllama.so.0: cannot open shared object file" in checks["--list-devices"].reason
+    assert_not_run_because_the_server_did_not_start(checks, "libllama.so.0: cannot open shared object file")
+    proc = assemble("verify", str(good))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "working-directory modules  SKIP  not run: llama-server did not start (exit 127:" in proc.stderr
+
+
+def test_a_server_that_fails_is_never_a_pass(tmp_path):
+    """The dynamic checks look at the same run's exit status and device list before reading its trace."""
+    runtime = tmp_path / "rt"
+    (runtime / "bin").mkdir(parents=True)
+    server = runtime / "bin" / "llama-server"
+    server.write_text("#!/bin/sh\necho 'ggml: something went wrong' >&2\nexit 3\n")
+    server.chmod(0o755)
+    planted = devices.planted_module_loaded(runtime, {})
+    assert planted.loaded is None and planted.how == "llama-server did not start (exit 3: ggml: something went wrong)"
+    assert devices.ld_library_path_searched(runtime, {}).not_run == planted.how
+    server.write_text("#!/bin/sh\necho 'Available devices:'\n")        # starts and lists no device: now it counts
+    assert devices.ld_library_path_searched(runtime, {}) == devices.Searched(found=(), not_run=None)
+    assert devices.planted_module_loaded(runtime, {}).loaded is False
+
+
+def test_a_runtime_without_its_manifest_still_gets_a_report(good):
+    (good / manifest.NAME).unlink()
+    row = cli_fails(good, "manifest")
+    assert row["reason"].startswith("manifest.json missing")
 
 
 # --- the command line --------------------------------------------------------------

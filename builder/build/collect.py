@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from builder.runtime.layout import OwnFile, module_backend, own_file
 from builder.build.plan import UnitPlan
 from builder.runtime.elf import read_elf
-from builder.errors import AssembleError, BuildFailed
+from builder.errors import BuildFailed
 
 
 

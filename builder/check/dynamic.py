@@ -14,14 +14,14 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
 
-from builder.runtime.layout import module_backend
+from builder.check.integrity import modules_in_bin
+from builder.paths import scratch
 
 RUN_TIMEOUT = 120
 
@@ -62,10 +62,7 @@ class Probe:
 
 
 def module_files(runtime: Path, backend: str) -> list[Path]:
-    bindir = runtime / "bin"
-    if not bindir.is_dir():
-        return []
-    return sorted(p for p in bindir.iterdir() if p.is_file() and module_backend(p.name) == backend)
+    return [p for p, b in modules_in_bin(runtime) if b == backend]
 
 
 def _run(argv: list[str], env: dict, cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
@@ -73,9 +70,9 @@ def _run(argv: list[str], env: dict, cwd: Path, timeout: float = RUN_TIMEOUT) ->
 
 
 def probe_module(runtime: Path, module: Path, env: dict) -> Probe:
-    with tempfile.TemporaryDirectory(prefix="assemble-probe-") as cwd:
+    with scratch("probe-") as cwd:
         try:
-            proc = _run([sys.executable, "-c", _PROBE, str(runtime), str(module)], env, Path(cwd))
+            proc = _run([sys.executable, "-c", _PROBE, str(runtime), str(module)], env, cwd)
         except subprocess.TimeoutExpired:
             return Probe(error=f"loading {module.name} hung for {RUN_TIMEOUT}s")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -98,17 +95,36 @@ _DEVICE_LINE = re.compile(r"^\s+([A-Za-z]+\d+): ")
 
 
 def list_devices(runtime: Path, env: dict) -> Listed:
-    with tempfile.TemporaryDirectory(prefix="assemble-neutral-") as cwd:
-        try:
-            proc = _run([str(runtime / "bin" / "llama-server"), "--list-devices"], env, Path(cwd))
-        except subprocess.TimeoutExpired:
-            return Listed(error=f"--list-devices hung for {RUN_TIMEOUT}s")
-        except OSError as exc:
-            return Listed(error=f"cannot start llama-server: {exc}")
-    if proc.returncode != 0 or "Available devices" not in proc.stdout:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Listed(error=f"llama-server --list-devices exited {proc.returncode}: {tail}")
-    return Listed([m.group(1) for ln in proc.stdout.splitlines() if (m := _DEVICE_LINE.match(ln))])
+    with scratch("neutral-") as cwd:
+        run = server_run(runtime, env, cwd)
+    if run.not_started:
+        return Listed(error=f"llama-server --list-devices did not start ({run.not_started})")
+    return Listed([m.group(1) for ln in run.proc.stdout.splitlines() if (m := _DEVICE_LINE.match(ln))])
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    """One `llama-server --list-devices`: a check may read its output only if it started."""
+    proc: subprocess.CompletedProcess | None
+    not_started: str | None = None    # why not: the first error line (None: it ran and listed devices)
+
+
+# ld.so's LD_DEBUG trace lines ("  1234:\tfile=..."): never the error that stopped a start
+_TRACE_LINE = re.compile(r"^\s*\d+:\s")
+
+
+def server_run(runtime: Path, env: dict, cwd: Path) -> ServerRun:
+    """Run llama-server --list-devices; it started only if it exited 0 and listed its devices."""
+    try:
+        proc = _run([str(runtime / "bin" / "llama-server"), "--list-devices"], env, cwd)
+    except subprocess.TimeoutExpired:
+        return ServerRun(None, f"--list-devices hung for {RUN_TIMEOUT}s")
+    except OSError as exc:
+        return ServerRun(None, f"cannot execute bin/llama-server: {exc.strerror or exc}")
+    if proc.returncode == 0 and "Available devices" in proc.stdout:
+        return ServerRun(proc)
+    errors = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip() and not _TRACE_LINE.match(ln)]
+    return ServerRun(proc, f"exit {proc.returncode}: {errors[0] if errors else 'no error output'}")
 
 
 # A module that looks like a CPU backend variant to ggml's loader (libggml-cpu-*.so exporting
@@ -131,8 +147,8 @@ def build_plant(folder: Path, marker: Path) -> Path | None:
     if cc is None:
         return None
     out = folder / PLANT_NAME
-    with tempfile.TemporaryDirectory(prefix="assemble-plant-src-") as tmp:
-        src = Path(tmp) / "planted.c"
+    with scratch("plant-src-") as tmp:
+        src = tmp / "planted.c"
         src.write_text(_PLANT_SOURCE % {"marker": json.dumps(str(marker))})   # a valid C string literal
         proc = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(src)], capture_output=True)
     return out if proc.returncode == 0 else None
@@ -151,26 +167,27 @@ def planted_module_loaded(runtime: Path, env: dict) -> Planted:
     without one the plant is a copy of the runtime's CPU module and ld.so's own trace
     (LD_DEBUG=files) shows whether dlopen() mapped it.
     """
-    with tempfile.TemporaryDirectory(prefix="assemble-planted-") as cwd, \
-            tempfile.TemporaryDirectory(prefix="assemble-marker-") as markdir:
-        marker = Path(markdir) / "planted-module-ran"
-        plant = build_plant(Path(cwd), marker)
+    with scratch("planted-") as tmp:
+        cwd, markdir = tmp / "cwd", tmp / "marker"     # the marker is kept out of the working directory
+        cwd.mkdir()
+        markdir.mkdir()
+        marker = markdir / "planted-module-ran"
+        plant = build_plant(cwd, marker)
         compiled = plant is not None
         if plant is None:
             cpu = module_files(runtime, "cpu")
             if not cpu:
                 return Planted(None, "no C compiler and no CPU module to plant")
-            plant = Path(cwd) / PLANT_NAME
+            plant = cwd / PLANT_NAME
             shutil.copyfile(cpu[0], plant)
-        try:
-            proc = _run([str(runtime / "bin" / "llama-server"), "--list-devices"], {**env, "LD_DEBUG": "files"},
-                        Path(cwd))
-        except (subprocess.TimeoutExpired, OSError) as exc:
-            return Planted(None, f"llama-server did not run ({exc.__class__.__name__})")
-        if marker.exists():
+        run = server_run(runtime, {**env, "LD_DEBUG": "files"}, cwd)
+        if marker.exists():       # proof of a load, whether or not the server then got far
             return Planted(True, f"the constructor of {plant} ran")
-        if str(plant) in proc.stderr:
+        if run.proc is not None and str(plant) in run.proc.stderr:
             return Planted(True, f"ld.so mapped {plant}")
+        if run.not_started:       # a server that never started proves nothing about what it would load
+            return Planted(None, f"llama-server did not start ({run.not_started})")
+        proc = run.proc
         if compiled:
             return Planted(False, "a planted libggml-cpu-*.so in the working directory was ignored "
                            "(its constructor never ran)")
@@ -180,34 +197,32 @@ def planted_module_loaded(runtime: Path, env: dict) -> Planted:
                        "(absent from ld.so's trace)")
 
 
-def loads_from_cwd(runtime: Path, env: dict) -> str | None | bool:
-    """The planted path if llama-server loaded it from its working directory, False if not, None if untestable."""
-    result = planted_module_loaded(runtime, env)
-    if result.loaded is None:
-        return None
-    return result.how if result.loaded else False
+@dataclass(frozen=True)
+class Searched:
+    found: tuple[tuple[str, str], ...] = ()   # (library, requester) looked for on LD_LIBRARY_PATH
+    not_run: str | None = None                # why it could not tell
 
 
-def ld_library_path_searched(runtime: Path, env: dict) -> list[tuple[str, str]] | None:
+def ld_library_path_searched(runtime: Path, env: dict) -> Searched:
     """(library, requester) for each carried library ld.so looked for on LD_LIBRARY_PATH before finding it.
 
     llama-server --list-devices runs with LD_LIBRARY_PATH naming an empty folder and
     ld.so's search trace on (LD_DEBUG=libs,files): a good runtime finds every carried
     library through DT_RPATH first, so the folder is never tried for one of them.
-    Empty folder: nothing there can break the run. None: no trace (cannot tell).
+    Empty folder: nothing there can break the run. The trace counts only from a run that
+    started: a failed start searches everywhere for what it lacks, and proves nothing.
     """
     carried = carried_names(runtime)
-    with tempfile.TemporaryDirectory(prefix="assemble-ldlp-") as tmp:
-        decoy, cwd = Path(tmp) / "decoy", Path(tmp) / "cwd"
+    with scratch("ldlp-") as tmp:
+        decoy, cwd = tmp / "decoy", tmp / "cwd"
         decoy.mkdir()
         cwd.mkdir()
-        try:
-            proc = _run([str(runtime / "bin" / "llama-server"), "--list-devices"],
-                        {**env, "LD_LIBRARY_PATH": str(decoy), "LD_DEBUG": "libs,files"}, cwd)
-        except (subprocess.TimeoutExpired, OSError):
-            return None
+        run = server_run(runtime, {**env, "LD_LIBRARY_PATH": str(decoy), "LD_DEBUG": "libs,files"}, cwd)
+    if run.not_started:
+        return Searched(not_run=f"llama-server did not start ({run.not_started})")
+    proc = run.proc
     if "find library=" not in proc.stderr:
-        return None
+        return Searched(not_run="no ld.so search trace (LD_DEBUG) on this host")
     root, found, requester = str(runtime) + os.sep, [], {}
     current = None
     for line in proc.stderr.splitlines():
@@ -225,7 +240,7 @@ def ld_library_path_searched(runtime: Path, env: dict) -> list[tuple[str, str]] 
                 continue              # a host library's own lookup: not the runtime's doing
             if tried.startswith(str(decoy) + os.sep) and (current, who) not in found:
                 found.append((current, who))
-    return found
+    return Searched(found=tuple(found))
 
 
 _NEEDED_BY = re.compile(r"^file=(\S+) \[\d+\];\s+(?:needed|dynamically loaded) by (.+?) \[\d+\]$")  # paths may hold spaces
@@ -324,8 +339,8 @@ def smoke(runtime: Path, model: Path, device_args: list[str], env: dict, timeout
     """
     port = _free_port()
     owned = carried_names(runtime)
-    with tempfile.TemporaryDirectory(prefix="assemble-smoke-run-") as cwd:
-        log_path = Path(cwd) / "server.log"
+    with scratch("smoke-run-") as cwd:
+        log_path = cwd / "server.log"
         with open(log_path, "w") as log:
             proc = subprocess.Popen([str(runtime / "bin" / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
                                      "--port", str(port), "-c", "2048", "-np", "1", *device_args],

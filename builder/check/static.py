@@ -73,9 +73,15 @@ def host_glibc() -> str | None:
     return version if libc == "glibc" and version else None
 
 
+_GLIBC_VERSION = re.compile(r"\d{1,4}(\.\d{1,4}){1,2}")
+
+
 def glibc_check(need: str | None, have: str | None, here: bool) -> Check:
     if not need:
         return Check("glibc floor", PASS, "the manifest records no GLIBC_ symbol versions")
+    if not _GLIBC_VERSION.fullmatch(need):      # read from the manifest: never parse an arbitrary string as numbers
+        return Check("glibc floor", FAIL, f"the manifest's glibc_min {need[:40]!r} is not a glibc version",
+                     "rebuild the runtime with assemble build; never edit manifest.json by hand")
     if not have:
         return Check("glibc floor", SKIP, f"not run: this host's C library is not glibc (the runtime needs {need})")
     if version_tuple(have) >= version_tuple(need):

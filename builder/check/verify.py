@@ -9,45 +9,15 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 from builder import ui
 from builder.check import dynamic as devices
+from builder.check import integrity
 from builder.check import static as staticcheck
-from builder.runtime import manifest
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
 from builder.config.recipe import DEVICE_PREFIX, Recipe
-from builder.errors import AssembleError
-
-
-
-def _manifest_checks(runtime: Path, m: manifest.Manifest | None, invalid: AssembleError | None) -> list[Check]:
-    if m is None:
-        return [Check("manifest", FAIL, invalid.what if invalid else "manifest.json is missing",
-                      "rebuild the runtime with assemble build; a runtime without a valid manifest cannot be verified")]
-    problems = manifest.check_files(runtime, m)
-    if problems:
-        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
-        return [Check("manifest hashes", FAIL, "; ".join(problems[:3]) + more,
-                      "a file was changed, removed or added after the build: rebuild, or copy the whole runtime again")]
-    return [Check("manifest hashes", PASS, f"{len(m.files)} files match their sha256")]
-
-
-def _module_checks(runtime: Path, backends: tuple[str, ...]) -> list[Check]:
-    checks = []
-    for backend in backends:
-        found = devices.module_files(runtime, backend)
-        if found:
-            checks.append(Check(f"module {backend}", PASS, ", ".join(f"bin/{p.name}" for p in found)))
-            continue
-        elsewhere = sorted(p.relative_to(runtime).as_posix() for p in runtime.rglob(f"libggml-{backend}*.so")
-                           if p.parent != runtime / "bin")
-        where = f"; found {', '.join(elsewhere)}, where it is never looked for" if elsewhere else ""
-        checks.append(Check(f"module {backend}", FAIL, f"no libggml-{backend}*.so in bin/ (ggml's loader looks "
-                            f"next to the executable){where}: its devices would silently vanish",
-                            "rebuild, or copy the whole runtime again; never move backend modules out of bin/"))
-    return checks
+from builder.paths import scratch
 
 
 def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict) -> tuple[list[Check], list[str]]:
@@ -94,10 +64,10 @@ def _planted_check(runtime: Path, env: dict) -> Check:
 
 def _ld_library_path_check(runtime: Path, env: dict) -> Check:
     searched = devices.ld_library_path_searched(runtime, env)
-    if searched is None:
-        return Check("LD_LIBRARY_PATH decoys", SKIP, "not run: no ld.so search trace (LD_DEBUG) on this host")
-    if searched:
-        items = "; ".join(f"{name} (needed by {who})" for name, who in searched[:4])
+    if searched.not_run:
+        return Check("LD_LIBRARY_PATH decoys", SKIP, f"not run: {searched.not_run}")
+    if searched.found:
+        items = "; ".join(f"{name} (needed by {who})" for name, who in searched.found[:4])
         return Check("LD_LIBRARY_PATH decoys", FAIL, f"ld.so searched LD_LIBRARY_PATH for {items} before the "
                      "runtime's own copy: a library of that name there would be loaded instead",
                      "our files need DT_RPATH, not DT_RUNPATH (see 'RPATH of own files'): rebuild")
@@ -107,10 +77,10 @@ def _ld_library_path_check(runtime: Path, env: dict) -> Check:
 
 def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict, model: Path | None) -> list[Check]:
     checks = []
-    with tempfile.TemporaryDirectory(prefix="assemble-smoke-") as tmp:
+    with scratch("smoke-") as tmp:
         if model is None:
             from builder.check.tinymodel import write_tiny_llama
-            model = write_tiny_llama(Path(tmp) / "tiny-random-llama.gguf")
+            model = write_tiny_llama(tmp / "tiny-random-llama.gguf")
         configs = [("CPU", ["--device", "none"])] + [(d, ["--device", d, "-ngl", "99"]) for d in devices_listed]
         if len(devices_listed) >= 2:
             pair = ",".join(devices_listed[:2])
@@ -134,15 +104,11 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     the AMD data and code for these cards."""
     runtime = Path(runtime).resolve()
     env = dict(extra_env or {})
-    m, invalid = None, None
-    try:
-        m = manifest.Manifest.load(runtime)
-    except manifest.ManifestInvalid as exc:
-        invalid = exc
-    backends = recipe.backends if recipe else (m.recipe.backends if m else ("cpu",))
-    checks = _manifest_checks(runtime, m, invalid)
+    m, invalid = integrity.load(runtime)
+    listed = recipe.backends if recipe else (m.recipe.backends if m else None)
+    backends = listed or ("cpu",)
+    checks = integrity.checks(runtime, m, invalid, backends, listed)
     checks += staticcheck.run(runtime, m, backends, recipe=recipe, extra_hip_targets=hip_targets, here=not static)
-    checks += _module_checks(runtime, backends)
     if static:
         checks.append(Check("devices, loader and smoke", SKIP, "not run: --static reads files only"))
     elif (runtime / "bin" / "llama-server").is_file():

@@ -18,15 +18,17 @@ import json
 import os
 import platform
 import re
+import secrets
 import stat
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import locks, ui
+from builder import locks, paths, ui
 from builder.digest import sha256_file
 from builder.runtime import manifest
+from builder.check import integrity
 from builder.errors import AssembleError, BuildFailed
 from builder.runtime.elf import read_elf
 from builder.runtime.layout import runtime_dir_name
@@ -206,29 +208,115 @@ def check_sums(folder: Path) -> list[str]:
     return problems
 
 
-def _write_temp(path: Path, data: bytes) -> Path:
-    """`data` in a temporary file beside `path`, to be renamed onto it."""
-    tmp = path.with_name(f".{path.name}{PART_TAG}{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    return tmp
+class _Temps:
+    """The temporary files of one packaging run in the destination folder: each recorded in the
+    cache before it is made, made with O_EXCL under a name of its own, and removed unless renamed
+    into place. A killed run's temporaries are removed by the next run only as recorded (the same
+    path and inode): a user's file is never taken for one by its name."""
+
+    def __init__(self, dest: Path):
+        self.dest = dest
+        self.record = paths.cache_dir() / "packages" / f"{locks.place_key(dest)}.json"
+        self.open: dict[Path, locks.Entry] = {}
+
+    def _save(self) -> None:
+        with contextlib.suppress(OSError):   # no record (a read-only cache): only a killed run's files stay
+            locks.save(self.record, locks.Ledger(str(self.dest), tuple(self.open.values())))
+
+    def clear_recorded(self) -> None:
+        """Remove what a killed earlier run recorded and left (call it holding the lock)."""
+        with contextlib.suppress(locks.LedgerUnreadable):
+            for e in locks.load(self.record, self.dest).entries:
+                p = Path(e.path)
+                if p.parent == self.dest and (e.holds() or (e.ino is None and _fresh_file(p, e.time))):
+                    p.unlink()
+        self._save()
+
+    def new(self, final: Path):
+        """An open binary file to write `final`'s bytes to."""
+        tmp = final.with_name(f".{final.name}{PART_TAG}{os.getpid()}-{secrets.token_hex(4)}")
+        self.open[tmp] = locks.made("part", tmp)
+        self._save()
+        f = open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb")
+        self.open[tmp] = locks.made("part", tmp, mark=locks.mark(tmp))
+        self._save()
+        return tmp, f
+
+    def write(self, final: Path, data: bytes) -> Path:
+        tmp, f = self.new(final)
+        with f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return tmp
+
+    def put(self, tmp: Path, final: Path) -> None:
+        os.replace(tmp, final)
+        del self.open[tmp]
+        locks.unmark(final)
+
+    def remove_left(self) -> None:
+        for tmp, e in list(self.open.items()):
+            if e.holds():
+                tmp.unlink()
+            del self.open[tmp]
+        self._save()
+
+
+def _fresh_file(p: Path, since: float) -> bool:
+    """A regular file made no earlier than its record (the record comes first)."""
+    try:
+        st = p.lstat()
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_mtime >= since - 2
 
 
 @contextlib.contextmanager
-def _locked(dest: Path):
-    """One packaging run per destination folder: SHA256SUMS is shared by every archive in it."""
-    with locks.exclusive(dest / ".assemble-package.lock",
-                         f"waiting for another assemble package run writing to {dest} ..."):
-        # Holding the lock, any temporary file is a leftover of an interrupted run.
-        for p in dest.glob(f".*{PART_TAG}*"):
-            p.unlink(missing_ok=True)
+def _writing(dest: Path) -> Iterator[_Temps]:
+    """One packaging run per destination folder (SHA256SUMS is shared by every archive in it): an
+    flock on the folder itself, so no lock file is left there."""
+    with locks.exclusive_folder(dest, f"waiting for another assemble package run writing to {dest} ..."):
+        temps = _Temps(dest)
+        temps.clear_recorded()
         try:
-            yield
+            yield temps
         finally:  # a failed run (a full disk) leaves no partial file behind
-            for p in dest.glob(f".*{PART_TAG}{os.getpid()}"):
-                p.unlink(missing_ok=True)
+            temps.remove_left()
+
+
+def _out_dir(runtime: Path, dest: Path) -> Path:
+    """The resolved --out-dir, refused when writing there would change the runtime or cannot work."""
+    real, inside = Path(os.path.realpath(dest)), Path(os.path.realpath(runtime))
+    if real == inside or real.is_relative_to(inside):
+        raise AssembleError("--out-dir is inside the runtime folder: the archive would change the runtime it "
+                            "packs", where=str(real), fix="choose a folder outside it, e.g. --out-dir dist")
+    for above in [real, *real.parents]:
+        if os.path.lexists(above):
+            if not above.is_dir():
+                raise AssembleError(f"--out-dir {'is' if above == real else 'is under'} a file, not a folder",
+                                    where=str(above), fix="choose a folder for --out-dir")
+            break
+    return real
+
+
+def _plain_name(stem: str, runtime: Path) -> str:
+    """The archive's stem comes from the manifest: it must be a plain file name, never a path."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", stem):
+        raise BuildFailed(f"the manifest makes the archive name {stem!r}, which is not a plain file name",
+                          where=str(runtime / manifest.NAME), fix="rebuild the runtime with assemble build")
+    return stem
+
+
+def _sums_lines(path: Path) -> dict[str, str]:
+    """The SHA256SUMS already there, refused when it holds lines this tool would drop on rewriting."""
+    if not os.path.lexists(path):
+        return {}
+    text = path.read_text(errors="replace") if path.is_file() else None
+    if text is None or any(line and not _SUMS_LINE.match(line) for line in text.splitlines()):
+        raise AssembleError("is not in sha256sum's format: rewriting it would lose what it holds",
+                            where=str(path), fix="move it away, or choose another --out-dir")
+    return read_sums(path)
 
 
 def _io_error(exc: OSError, dest: Path) -> AssembleError:
@@ -252,35 +340,38 @@ def package(runtime: Path, dest: Path, fmt: str = "tar.gz") -> PackageResult:
     runtime = Path(runtime)
     if not runtime.is_dir():
         raise AssembleError("no such runtime folder", where=str(runtime), fix="give the path of a runtime-<recipe>/ folder")
+    if not os.path.lexists(runtime / manifest.NAME):   # the wrong folder given: bad input, not a broken runtime
+        raise AssembleError("no manifest.json: not a runtime folder made by assemble build", where=str(runtime),
+                            fix="give the path of a runtime-<recipe>/ folder")
     data = Manifest.load(runtime)          # ManifestInvalid: one line, exit 1
-    problems = manifest.check_files(runtime, data)
+    problems = integrity.problems(runtime, data)     # what verify's file checks would fail: never archived
     if problems:
-        raise BuildFailed(f"the runtime differs from its manifest ({len(problems)} problem(s), e.g. {problems[0]})",
+        raise BuildFailed(f"the runtime fails verify's file checks ({len(problems)} problem(s), e.g. {problems[0]})",
                           where=str(runtime), fix="rebuild it with assemble build; never edit a runtime by hand")
     if fmt == "tar.zst":
         _zstandard()
     mtime = epoch_for(data)
-    stem = archive_stem(runtime, data)
-    dest = Path(dest)
+    stem = _plain_name(archive_stem(runtime, data), runtime)
+    dest = _out_dir(runtime, Path(dest))
     archive = dest / f"{stem}.{fmt}"
     bom_path = dest / f"{stem}.cdx.json"
     try:
         dest.mkdir(parents=True, exist_ok=True)
-        with _locked(dest):
+        with _writing(dest) as temps:
+            sums = _sums_lines(dest / SUMS)   # other archives' lines are kept
             ui.step(f"package {runtime} -> {archive.name}")
-            tmp = archive.with_name(f".{archive.name}{PART_TAG}{os.getpid()}")
+            tmp, f = temps.new(archive)
+            f.close()
             digest, size = write_archive(runtime, tmp, fmt, mtime, top=runtime_folder_name(data))
             bom = sbom.build(runtime, data, name=stem, epoch=mtime)
             bom_bytes = (json.dumps(bom, indent=2) + "\n").encode()
-            sums = read_sums(dest / SUMS)   # other archives' lines are kept
             sums[archive.name] = digest
             sums[bom_path.name] = hashlib.sha256(bom_bytes).hexdigest()
             sums_bytes = "".join(f"{h}  {n}\n" for n, h in sorted(sums.items())).encode()
             # Every byte is on disk before the first rename: the renames are the only window.
-            temps = [(tmp, archive), (_write_temp(bom_path, bom_bytes), bom_path),
-                     (_write_temp(dest / SUMS, sums_bytes), dest / SUMS)]
-            for src, dst in temps:
-                os.replace(src, dst)
+            for src, dst in [(tmp, archive), (temps.write(bom_path, bom_bytes), bom_path),
+                             (temps.write(dest / SUMS, sums_bytes), dest / SUMS)]:
+                temps.put(src, dst)
     except OSError as exc:
         raise _io_error(exc, dest) from None
     ui.info(f"{archive} ({ui.fmt_bytes(size)}, sha256 {digest[:16]}...), {bom_path.name}, {SUMS}")

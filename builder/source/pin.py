@@ -36,7 +36,7 @@ from builder.errors import AssembleError, BuildFailed
 from builder.source.features import (BlobCache, CommitView, Feature, FeatureReport, StateView, check_view, evaluate, lookup)
 from builder.source.gitobjects import Change, GitRepo
 from builder.paths import cache_dir
-from builder.config.recipe import Recipe, lock_path, parse_recipe, read_lock
+from builder.config.recipe import Recipe, lock_path, parse_recipe
 
 
 @dataclass(frozen=True)

@@ -18,15 +18,16 @@ def register(sub, common) -> None:
                        "into a relocatable runtime-<recipe>/ folder, and verify it.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--recipe", required=True, help="recipe name, alias or path to a .toml file")
-    p.add_argument("--out", metavar="DIR", help="output folder (default: ./runtime-<recipe>)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: ./runtime-<recipe>): a new folder, an empty "
+                   "one, or a runtime assemble built (moved aside, never deleted); anything else is refused")
     add_plan_options(p)
     p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
                    help="variable for the device checks' otherwise empty environment; repeatable")
     p.add_argument("--no-verify", action="store_true", help="skip the checks after bundling (not recommended)")
     p.add_argument("--verify-static", action="store_true", help="after bundling, run only the checks that read "
                    "files (for a runtime meant for another host, e.g. one needing a newer glibc than this one)")
-    p.add_argument("--keep", type=int, metavar="N", help="keep only the newest N moved-aside runtimes "
-                   "(default: keep all; nothing is deleted)")
+    p.add_argument("--keep", type=int, metavar="N", help="delete the runtimes this tool moved aside from this --out "
+                   "beyond the newest N (default: keep all; nothing is deleted)")
     p.add_argument("--no-wait", action="store_true", help="fail instead of waiting when another run holds the output")
     p.add_argument("--lib-path", action="append", default=[], metavar="DIR",
                    help="also bundle vendor libraries from DIR (e.g. cuBLAS from NVIDIA's wheel); repeatable")

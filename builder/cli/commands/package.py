@@ -22,7 +22,8 @@ def register(sub, common) -> None:
     p.add_argument("runtime", metavar="RUNTIME_DIR", help="the runtime folder (runtime-<recipe>/)")
     p.add_argument("--format", choices=FORMATS, default="tar.gz", help="archive format (default tar.gz)")
     p.add_argument("--out-dir", metavar="DIR", default="dist",
-                   help="where the archive, SBOM and SHA256SUMS go (default ./dist; other archives' sums are kept)")
+                   help="where the archive, SBOM and SHA256SUMS go (default ./dist; other archives' sums are kept; "
+                   "never inside the runtime; nothing else there is touched)")
     p.set_defaults(func=run)
 
 

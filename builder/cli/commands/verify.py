@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from builder.cli.args import env_pairs
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
+
+
+def looks_like_runtime(folder: Path) -> bool:
+    """Two lstat calls, never a walk: `verify /` is refused at once. A runtime that lost only its
+    manifest.json still qualifies (and then fails verify)."""
+    return os.path.lexists(folder / "manifest.json") or os.path.lexists(folder / "bin" / "llama-server")
 
 
 def register(sub, common) -> None:
@@ -36,6 +43,9 @@ def run(args) -> int:
     runtime = Path(args.runtime)
     if not runtime.is_dir():
         raise AssembleError("no such runtime folder", where=str(runtime), fix="give the path of a runtime-<recipe>/ folder")
+    if not looks_like_runtime(runtime):
+        raise AssembleError("not a runtime folder: it has neither manifest.json nor bin/llama-server", where=str(runtime),
+                            fix="give the path of a runtime-<recipe>/ folder made by assemble build")
     model = Path(args.model) if args.model else None
     if model is not None and not model.is_file():
         raise AssembleError("no such model file", where=str(model), fix="give a .gguf file, or drop --model")
