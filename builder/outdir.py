@@ -24,6 +24,7 @@ import os
 import secrets
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -360,12 +361,28 @@ def _discard(target: Target, staging: Staging) -> None:
 
 @contextlib.contextmanager
 def _signals_deferred():
-    """Block Ctrl-C and termination signals: a pending one is delivered (raised) on leaving."""
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    """Hold Ctrl-C and termination signals until the swap is done; the first one held is delivered on
+    leaving. Python runs signal handlers in the main thread whichever thread the kernel picked (a
+    copy or probe pool may still be alive), so a mask on this thread alone is not enough: the
+    handlers themselves are swapped for ones that only remember the signal."""
+    if threading.current_thread() is not threading.main_thread():   # handlers can only be set there
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        return
+    held: list[int] = []
+    previous = {s: signal.getsignal(s) for s in _DEFERRED}
+    for s in _DEFERRED:
+        signal.signal(s, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if held:
+            signal.raise_signal(held[0])   # now, to the handler that was there (Ctrl-C: KeyboardInterrupt)
 
 
 @functools.cache

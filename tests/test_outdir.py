@@ -280,7 +280,7 @@ def test_package_refuses_a_runtime_that_fails_its_file_checks(tmp_path):
     rt = make_runtime(tmp_path)
     (rt / "lib" / "extra.so").write_bytes(b"planted")
     proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "dist"))
-    one_error_line(proc, 1, ["differs from its manifest", "extra.so"])
+    one_error_line(proc, 1, ["fails verify's file checks", "extra.so"])
     assert not (tmp_path / "dist").exists()
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from builder.cli.commands import pin as pin_cmd
-from builder.config.recipe import parse_recipe
+from builder.config.recipe import parse_recipe, read_lock
 from builder.errors import AssembleError
 from builder.source import features as F
 from builder.source import pin as P
@@ -387,7 +387,7 @@ def test_command_writes_sha_keeping_comments(history, tmp_path, capsys):
     assert _run_cmd(["pin", str(recipe), "--repo", str(repo), "--ref", "main", "--lock"]) == 0
     assert recipe.read_text() == text
     lock = json.loads((tmp_path / "test.lock.json").read_text())
-    assert lock["sha"] == model.main[-1] and P.read_lock(recipe) == model.main[-1]
+    assert lock["sha"] == model.main[-1] and read_lock(recipe) == model.main[-1]
     # ... and the lock wins when the recipe is loaded (what `assemble build` builds)
     loaded = parse_recipe(recipe)
     assert loaded.pin.sha == model.main[-1] and loaded.pin.lock == str(tmp_path / "test.lock.json")

@@ -317,8 +317,26 @@ class _Reader:
 _KIND_WORDS = {str: "a string", int: "a whole number", list: "a list", dict: "an object", bool: "true or false"}
 
 
+MAX_DEPTH = 32     # no record of ours nests deeper; a deeper one is not ours (and could not be written back)
+
+
+def _depth(value: Any, limit: int = MAX_DEPTH) -> int:
+    """How deep a JSON value nests, counting no further than limit + 1 (iterative: no recursion to exhaust)."""
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            if deepest > limit:
+                return deepest
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def _parse(raw: Any, where: str) -> Manifest:
     r = _Reader(where)
+    if _depth(raw) > MAX_DEPTH:
+        raise r.fail("", f"nests deeper than {MAX_DEPTH} levels")
     top = r.obj(raw, "")
     schema = r.get(top, "schema", "", int)
     if schema not in READABLE:
@@ -396,12 +414,13 @@ def _parse(raw: Any, where: str) -> Manifest:
 
 
 def _provenance(r: _Reader, d: dict) -> Provenance:
-    known = {f.name: f.type for f in fields(Provenance)}
-    unknown = sorted(set(d) - set(known))
+    known = {f.name for f in fields(Provenance)}
+    unknown = sorted(set(d) - known)
     if unknown:
         raise r.fail("llama_cpp.source", f"has unknown key(s) {', '.join(unknown)}")
-    values = {k: r.get(d, k, "llama_cpp.source", bool if k == "dirty" else str, required=k == "kind") for k in d}
-    return Provenance(**values)
+    values = {k: r.get(d, k, "llama_cpp.source", bool if k == "dirty" else str, required=k == "kind")
+              for k in known | set(d)}
+    return Provenance(**{k: v for k, v in values.items() if v is not None})
 
 
 def _recipe_name(r: _Reader, rec: dict) -> str:
