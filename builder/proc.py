@@ -41,11 +41,18 @@ def run(argv: Sequence[str | Path], *, cwd: Path | str | None = None, env: Mappi
                           timeout=timeout, input=input, **({"errors": "replace"} if text else {}))
 
 
+# Variables that point git at another repository, index or object store than the one asked for.
+# Everything else the user set (GIT_SSL_CAINFO, proxies, ...) is kept: a network fetch needs it.
+_GIT_REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR",
+                  "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE", "GIT_PREFIX", "GIT_QUARANTINE_PATH",
+                  "GIT_CEILING_DIRECTORIES")
+
+
 def git_env(extra: Mapping[str, str] | None = None, ceiling: Path | None = None) -> dict:
-    """git's environment: no prompts, C locale, none of the caller's GIT_* variables (a GIT_DIR or
-    GIT_INDEX_FILE of the user's would point git at another repository); with `ceiling`, a
-    repository above that folder is never found."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    """git's environment: no prompts, C locale, none of the caller's repository-locating variables (a
+    GIT_DIR or GIT_INDEX_FILE of the user's would point git elsewhere); with `ceiling`, a repository
+    above that folder is never found."""
+    env = {k: v for k, v in os.environ.items() if k not in _GIT_REPO_VARS}
     env.update(GIT_TERMINAL_PROMPT="0", LC_ALL="C")
     if ceiling is not None:
         env["GIT_CEILING_DIRECTORIES"] = str(Path(ceiling).resolve().parent)

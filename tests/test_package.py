@@ -294,7 +294,7 @@ def test_matrix_covers_every_recipe_and_hip_target():
     recipes = all_recipes()
     for r in recipes:
         mine = [e for e in entries if e.recipe == r.name]
-        units = len(r.units) - 1 if matrix.split_units(resolve(r)) else 0   # one --only-unit job per unit after the first
+        units = len(r.units) - 1 if resolve(r).split() else 0   # one --only-unit job per unit after the first
         assert len(mine) == (len(r.hip.targets) if "hip" in r.backends else 1) + units, r.name
     by = {e.name: e for e in entries}
     assert by["cpu"].needs.summary == "C/C++ compiler only" and by["cpu"].gpu_arch == "none"
@@ -328,8 +328,7 @@ def test_matrix_splits_a_recipe_whose_units_need_different_toolkits():
         assert m.args == f"--recipe rocm-cuda-units --hip-target {gfx} --unit-from cuda={unit.artifact}"
         assert m.needs.rocm == ">=6.1" and m.needs.cuda_toolkit is None and "cuBLAS" in m.needs.summary
     # a container unit keeps the recipe on one runner
-    assert not matrix.split_units(resolve(load_recipe("rocm-cuda128")))
-    assert not matrix.split_units(resolve(load_recipe("rocm-cuda")))
+    assert not resolve(load_recipe("rocm-cuda128")).split() and not resolve(load_recipe("rocm-cuda")).split()
 
 
 def test_matrix_args_are_accepted_by_assemble():

@@ -425,10 +425,9 @@ class Verdict:
 
 
 def _elsewhere_hint(config: BuildConfig, missing: list[Check]) -> str:
-    """A split recipe (matrix.split_units) whose only gaps are a later unit's toolkit can take that
+    """A split recipe (BuildConfig.split) whose only gaps are a later unit's toolkit can take that
     unit from another machine."""
-    from builder.release.matrix import split_units
-    if not split_units(config):
+    if not config.split():
         return ""
     backend_of = {t.name: t.backend for t in rules.TOPICS}
     for unit in config.units[1:]:

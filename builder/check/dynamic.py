@@ -22,6 +22,7 @@ import requests
 
 from builder.check.integrity import modules_in_bin
 from builder.paths import scratch
+from builder.proc import run
 
 RUN_TIMEOUT = 120
 
@@ -66,7 +67,7 @@ def module_files(runtime: Path, backend: str) -> list[Path]:
 
 
 def _run(argv: list[str], env: dict, cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, errors="replace", timeout=timeout)
+    return run(argv, env=env, cwd=cwd, timeout=timeout)
 
 
 def probe_module(runtime: Path, module: Path, env: dict) -> Probe:
@@ -150,7 +151,7 @@ def build_plant(folder: Path, marker: Path) -> Path | None:
     with scratch("plant-src-") as tmp:
         src = tmp / "planted.c"
         src.write_text(_PLANT_SOURCE % {"marker": json.dumps(str(marker))})   # a valid C string literal
-        proc = subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(src)], capture_output=True)
+        proc = run([cc, "-shared", "-fPIC", "-O1", "-o", str(out), str(src)])
     return out if proc.returncode == 0 else None
 
 

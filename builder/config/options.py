@@ -151,6 +151,12 @@ class BuildConfig:
         """The units this run builds or merges (--only-unit: that one alone)."""
         return tuple(u for u in self.units if self.only_unit in (None, u.name))
 
+    def split(self) -> bool:
+        """Host units that need different GPU toolkits: built on different machines (--only-unit there,
+        --unit-from here), as `matrix` splits the jobs and `doctor` suggests."""
+        host = [u for u in self.units if u.where.kind != CONTAINER and {"cuda", "hip"} & set(u.backends)]
+        return len(host) >= 2 and len({b for u in host for b in u.backends} & {"cuda", "hip"}) >= 2
+
     def cuda_unit(self) -> UnitConfig | None:
         return next((u for u in self.units if "cuda" in u.backends), None)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from builder.config.options import CONTAINER, BuildConfig, CliOptions, UnitConfig, resolve
+from builder.config.options import CONTAINER, BuildConfig, CliOptions, resolve
 from builder.config.recipe import Recipe, all_recipes
 from builder.config.targets import CudaArch, GfxTarget
 from builder.toolchain.rules import BLACKWELL_ARCHS, MIN_ROCM
@@ -60,16 +60,6 @@ def _cuda_min(archs: tuple[CudaArch, ...]) -> str:
     return "any"
 
 
-def _gpu_toolkits(unit: UnitConfig) -> set[str]:
-    return {b for b in unit.backends if b in ("cuda", "hip")}
-
-
-def split_units(config: BuildConfig) -> bool:
-    """Host units that need different GPU toolkits are built on different runners and merged."""
-    host = [u for u in config.units if u.where.kind != CONTAINER and _gpu_toolkits(u)]
-    return len(host) >= 2 and len(set().union(*(_gpu_toolkits(u) for u in host))) >= 2
-
-
 def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -> Needs:
     """What a runner needs to build `units` (default: all); bundles_from: backends of units built
     elsewhere whose vendor libraries this runner still has to bundle."""
@@ -110,7 +100,7 @@ def entries(recipes: list[Recipe] | None = None, hip_targets: tuple[GfxTarget, .
     for r in recipes if recipes is not None else all_recipes():
         config = resolve(r)
         base = f"--recipe {r.name}"
-        if split_units(config):
+        if config.split():
             out += _split_entries(r, hip_targets)
             continue
         if "hip" in r.backends:
@@ -151,8 +141,9 @@ def _split_entries(r: Recipe, hip_targets: tuple[GfxTarget, ...]) -> list[Entry]
     from_args = " ".join(f"--unit-from {u}={a}" for u, _, a in imports)
     bundled = tuple(b for u in others for b in u.backends)
     targets = (hip_targets or r.hip.targets) if "hip" in first.backends else (None,)
+    adopted = tuple((u, a) for u, _, a in imports)     # the merge takes them with --unit-from, as resolved here
     for gfx in targets:
-        c = resolve(r, CliOptions(hip_target=gfx)) if gfx else config
+        c = resolve(r, CliOptions(hip_target=gfx, unit_from=adopted))
         label = f"{r.name}-{gfx}" if gfx else r.name
         hip = f" --hip-target {gfx}" if gfx else ""
         jobs.append(Entry(label, r.name, r.backends, str(gfx) if gfx else "none", f"--recipe {r.name}{hip} {from_args}",

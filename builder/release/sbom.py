@@ -20,6 +20,7 @@ from pathlib import Path
 
 from builder import __version__, ui
 from builder.paths import data_dir
+from builder.proc import run
 from builder.runtime.layout import runtime_dir_name
 from builder.runtime.manifest import GpuTargets, Manifest, UnitRecord
 
@@ -66,8 +67,7 @@ def dpkg_owners(paths: list[str], timeout: float = DPKG_TIMEOUT) -> dict[str, Ow
         return {}
     alias_of = {a: p for p in paths for a in _aliases(p)}
     try:
-        proc = subprocess.run(["dpkg-query", "-S", *alias_of], capture_output=True, text=True, timeout=timeout,
-                              env=dict(os.environ, LC_ALL="C"))
+        proc = run(["dpkg-query", "-S", *alias_of], timeout=timeout, env=dict(os.environ, LC_ALL="C"))
     except (OSError, subprocess.TimeoutExpired) as exc:
         ui.detail(f"sbom: no package owners from dpkg ({exc})")
         return {}
@@ -91,8 +91,8 @@ def dpkg_owners(paths: list[str], timeout: float = DPKG_TIMEOUT) -> dict[str, Ow
 
 def _dpkg_versions(pkgs: list[str], timeout: float) -> dict[str, tuple[str, str]]:
     try:
-        proc = subprocess.run(["dpkg-query", "-W", "-f", "${binary:Package}\t${Version}\t${Architecture}\n", *pkgs],
-                              capture_output=True, text=True, timeout=timeout, env=dict(os.environ, LC_ALL="C"))
+        proc = run(["dpkg-query", "-W", "-f", "${binary:Package}\t${Version}\t${Architecture}\n", *pkgs],
+                   timeout=timeout, env=dict(os.environ, LC_ALL="C"))
     except (OSError, subprocess.TimeoutExpired):
         return {}
     out = {}

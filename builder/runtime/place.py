@@ -12,7 +12,6 @@ import errno
 import os
 import shutil
 import stat
-import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Sequence
 
 from builder import ui
 from builder.digest import sha256_file
+from builder.proc import run
 from builder.errors import AssembleError, BuildFailed
 from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_files
 from builder.runtime.elf import read_elf
@@ -136,7 +136,7 @@ def _patch(tool: str, path: Path, plan: OwnPlan) -> None:
     for soname, _ in plan.pins:
         cmd += ["--add-needed", soname]
     cmd.append(str(path))
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = run(cmd)
     if proc.returncode != 0:
         raise BuildFailed(f"patchelf failed on {plan.dest}", where=str(plan.source), fix="see the output below",
                           details=(proc.stderr or proc.stdout).strip()[-2000:])

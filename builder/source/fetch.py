@@ -27,8 +27,9 @@ from urllib.parse import urlparse
 import requests
 
 from builder import locks, ui
+from builder.proc import git
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.manifest import sha256_file
+from builder.digest import sha256_file
 from builder.toolchain.provision import fetch_verified
 from builder.paths import cache_dir
 from builder.config.recipe import Mirror, Recipe
@@ -50,10 +51,8 @@ class MirrorFailed(Exception):
 
 
 def _git(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> str:
-    full_env = dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C")
-    full_env.update(env or {})
-    proc = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True, text=True,
-                          errors="replace", timeout=timeout)
+    """stdout of git, or MirrorFailed with its last line: this mirror is done, try the next."""
+    proc = git(*args, cwd=cwd, env=env, timeout=timeout)
     if proc.returncode != 0:
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise MirrorFailed(f"git {args[0]} failed: {last[0]}")
@@ -79,7 +78,7 @@ def verify_git_tree(tree: Path, sha: str) -> dict:
     head = _git("rev-parse", "HEAD", cwd=tree).strip()
     if head != sha:
         raise MirrorFailed(f"tree is at {head}, not the pinned {sha}")
-    body = subprocess.run(["git", "cat-file", "commit", sha], cwd=tree, capture_output=True, check=False).stdout
+    body = git("cat-file", "commit", sha, cwd=tree, text=False).stdout
     computed = hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest()
     if computed != sha:
         raise MirrorFailed(f"commit object of {sha} is missing or corrupt (hashes to {computed})")
@@ -263,7 +262,7 @@ def local_tree(path: str, recipe: Recipe) -> SourceTree:
     if not (tree / "CMakeLists.txt").is_file() or not (tree / "ggml").is_dir():
         raise AssembleError("not a llama.cpp source tree (no CMakeLists.txt and ggml/)", where=str(tree),
                             fix="point --source at the top of a llama.cpp checkout")
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tree, capture_output=True, text=True)
+    proc = git("rev-parse", "HEAD", cwd=tree)
     if proc.returncode != 0:
         ui.warn(f"{tree} is not a git checkout: its commit cannot be verified; recorded as local")
         return SourceTree(tree, None, {"kind": "local", "path": str(tree), "verified_by": "nothing (not git)"})
@@ -271,7 +270,6 @@ def local_tree(path: str, recipe: Recipe) -> SourceTree:
     if head != recipe.pin.sha:
         raise AssembleError(f"the local tree is at {head}, the recipe pins {recipe.pin.sha}", where=str(tree),
                             fix=f"git -C {tree} checkout {recipe.pin.sha}, or re-pin the recipe (assemble pin)")
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=tree,
-                           capture_output=True, text=True).stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no", cwd=tree).stdout.strip()
     return SourceTree(tree, head, {"kind": "local", "path": str(tree), "dirty": bool(dirty),
                                    "verified_by": "git rev-parse HEAD" + (" (uncommitted changes!)" if dirty else "")})

@@ -7,13 +7,13 @@ commits almost every subtree is shared, so most lookups never reach git.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import AssembleError
+from builder.proc import git, git_env
 
 TREE_MODE = b"40000"
 _CACHE_LIMIT = 200_000   # (tree id, name) lookups kept; ~40 MB at most
@@ -29,10 +29,6 @@ class Entry:
         return self.mode == "40000"
 
 
-def _git_env() -> dict:
-    return dict(os.environ, GIT_TERMINAL_PROMPT="0", LC_ALL="C")
-
-
 class GitRepo:
     """A git repository (bare or not) read through `git cat-file --batch`.
 
@@ -41,8 +37,7 @@ class GitRepo:
 
     def __init__(self, path: Path | str):
         self.path = Path(path).expanduser().resolve()
-        proc = subprocess.run(["git", "-C", str(self.path), "rev-parse", "--absolute-git-dir"],
-                              capture_output=True, text=True, env=_git_env())
+        proc = git("-C", str(self.path), "rev-parse", "--absolute-git-dir")
         if proc.returncode != 0:
             raise AssembleError("not a git repository", where=str(self.path),
                                 fix="pass --repo with a git clone of llama.cpp (bare or not)")
@@ -68,8 +63,7 @@ class GitRepo:
 
     def git(self, *args: str, check: bool = True) -> str:
         """Run one git command in the repository and return its stdout."""
-        proc = subprocess.run(["git", "--git-dir", str(self.git_dir), *args], capture_output=True,
-                              text=True, env=_git_env())
+        proc = git("--git-dir", str(self.git_dir), *args, timeout=None)
         if check and proc.returncode != 0:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
             raise AssembleError(f"git {args[0]} failed: {last[0]}", where=str(self.path),
@@ -79,7 +73,7 @@ class GitRepo:
     def _batch(self) -> subprocess.Popen:
         if self._proc is None:
             self._proc = subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", "--batch"],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_git_env())
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=git_env())
         return self._proc
 
     def read(self, oid: str) -> tuple[str, bytes]:
@@ -100,9 +94,8 @@ class GitRepo:
 
     def resolve(self, ref: str) -> str:
         """The full sha of the commit `ref` names."""
-        proc = subprocess.run(["git", "--git-dir", str(self.git_dir), "rev-parse", "--verify", "--quiet",
-                               "--end-of-options", f"{ref}^{{commit}}"],
-                              capture_output=True, text=True, env=_git_env())
+        proc = git("--git-dir", str(self.git_dir), "rev-parse", "--verify", "--quiet", "--end-of-options",
+                   f"{ref}^{{commit}}")
         if proc.returncode != 0:
             fix = "give a branch, tag or sha that exists there (git fetch first?)"
             if self.is_shallow():

@@ -27,7 +27,7 @@ from pathlib import Path
 from builder import ui
 from builder.proc import git
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.manifest import sha256_file
+from builder.digest import sha256_file
 from builder.source.features import check_tree, lookup
 from builder.paths import cache_dir, data_dir
 from builder.config.recipe import SHA_RE, Recipe

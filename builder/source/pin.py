@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from builder import ui
+from builder.proc import git
 from builder.errors import AssembleError, BuildFailed
 from builder.source.features import (BlobCache, CommitView, Feature, FeatureReport, StateView, check_view, evaluate, lookup)
 from builder.source.gitobjects import Change, GitRepo
@@ -238,23 +238,22 @@ def open_repo(spec: str) -> GitRepo:
         raise AssembleError("no such repository directory, and not a URL", where=spec,
                             fix="give a git clone's directory or a clone URL with --repo")
     dest = cache_dir() / "git" / f"{_mirror_name(spec)}.git"
-    env = dict(os.environ, GIT_TERMINAL_PROMPT="0")
     if dest.is_dir():
-        _mirror_git(["git", "--git-dir", str(dest), "fetch", "--quiet", "--prune", "--tags", spec,
-                     "+refs/heads/*:refs/heads/*"], spec, dest, env)
+        _mirror_git(["--git-dir", str(dest), "fetch", "--quiet", "--prune", "--tags", spec,
+                     "+refs/heads/*:refs/heads/*"], spec, dest)
         return GitRepo(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     # A full bare clone (a blobless one would fetch each blob the scan reads, one round trip
     # at a time); cloned beside the destination and renamed, so an interrupted clone is never used.
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}-") as tmp:
-        _mirror_git(["git", "clone", "--bare", "--quiet", spec, f"{tmp}/repo.git"], spec, dest, env)
+        _mirror_git(["clone", "--bare", "--quiet", spec, f"{tmp}/repo.git"], spec, dest)
         os.replace(f"{tmp}/repo.git", dest)
     return GitRepo(dest)
 
 
-def _mirror_git(cmd: list[str], spec: str, dest: Path, env: dict) -> None:
+def _mirror_git(args: list[str], spec: str, dest: Path) -> None:
     ui.step(f"{'updating' if dest.exists() else 'cloning'} {spec} into {dest}")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = git(*args, timeout=None)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise AssembleError(f"cannot mirror {spec}: {last}", where=str(dest),

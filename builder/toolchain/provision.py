@@ -30,7 +30,7 @@ import requests
 
 from builder import ui
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.manifest import sha256_file
+from builder.digest import sha256_file
 from builder.paths import cache_dir
 from builder.toolchain.detect import cuda_toolkit, version_tuple
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from builder.cli.args import EXAMPLES, add_plan_options, cli_options, env_pairs
-from builder.config.options import resolve
+from builder.config.options import BuildConfig, resolve
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
 from builder.runtime.layout import runtime_dir_name
@@ -39,8 +39,14 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def config_of(args) -> BuildConfig:
+    """The build's resolved configuration: what `show`, `doctor` and `matrix` resolve the same way."""
     from builder.build import unitfolder
+    return resolve(load_recipe(args.recipe), cli_options(args, unit_from=unitfolder.parse_specs(args.unit_from),
+                                                         only_unit=args.only_unit))
+
+
+def run(args) -> int:
     from builder.pipeline import BuildRequest, build, build_unit  # heavy imports only when building
 
     recipe = load_recipe(args.recipe)
@@ -52,8 +58,7 @@ def run(args) -> int:
         raise AssembleError("--only-unit builds no runtime, so --out has nothing to receive", where="--out",
                             fix="drop --out; the unit's folder is printed at the end")
     out = Path(args.out) if args.out else Path.cwd() / runtime_dir_name(recipe.name)
-    config = resolve(recipe, cli_options(args, unit_from=unitfolder.parse_specs(args.unit_from),
-                                         only_unit=args.only_unit))
+    config = config_of(args)
     req = BuildRequest(config=config, out=out, check_env=env_pairs(args.check_env), verify=not args.no_verify,
                        verify_static=args.verify_static, keep=args.keep, wait=not args.no_wait,
                        lib_paths=tuple(args.lib_path))
