@@ -1,30 +1,35 @@
 """Shared fixtures. Real builds share one cache per machine so the suite builds
-each runtime once (ccache makes the second recipe cheap)."""
+each runtime once (ccache makes the second recipe cheap).
+
+Every test that compiles llama.cpp or downloads (the sdist, vendor libraries, a chroot) is
+marked `slow`, here, by the fixtures it uses: `pytest -m "not slow"` is the quick first run."""
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-TEST_CACHE = Path(os.environ.get("ASSEMBLE_TEST_CACHE", Path.home() / ".cache" / "assemble-tests"))
+from tests.support.common import REPO, SHA, TEST_CACHE, assemble  # noqa: F401  (fixtures below use them)
 
 
-def assemble(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = False,
-             timeout: float = 3600) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess, as a user would."""
-    full_env = dict(os.environ)
-    full_env.setdefault("ASSEMBLE_CACHE", str(TEST_CACHE / "cache"))
-    full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-m", "builder", *args], cwd=cwd or REPO, env=full_env,
-                          capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"assemble {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+# Fixtures that compile llama.cpp or download: a test using one (directly or through another
+# fixture) is slow. Names are per file where they are defined; over-marking is harmless.
+HEAVY_FIXTURES = {
+    "llama_tree", "cpu_runtime", "vulkan_runtime",          # here: the sdist, the cpu and vulkan builds
+    "cuda", "rocm", "rocm_bundle",                          # unit/runtime/test_bundle.py: NVIDIA wheels, sid debs
+    "sid",                                                  # unit/toolchain/test_rules_rocm.py: sid's ROCm debs
+    "good", "rocm_runtime", "rocm_copy",                    # unit/check/test_verify.py: copies of the cpu build
+    "sid_chroot",                                           # integration/test_rocm_chroot.py: debootstrap
+    "spm_model",                                            # integration/test_e2e_cpu.py
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture
@@ -32,9 +37,6 @@ def isolated_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("ASSEMBLE_CACHE", str(cache))
     return cache
-
-
-SHA = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
 
 
 @pytest.fixture(scope="session")

@@ -40,6 +40,7 @@ def register(sub, common) -> None:
 def run(args) -> int:
     from builder.check.verify import render, verify_runtime
 
+    targets = tuple(str(GfxTarget.parse(gfx, "--hip-target")) for gfx in args.hip_target)   # arguments first
     runtime = Path(args.runtime)
     if not runtime.is_dir():
         raise AssembleError("no such runtime folder", where=str(runtime), fix="give the path of a runtime-<recipe>/ folder")
@@ -49,7 +50,6 @@ def run(args) -> int:
     model = Path(args.model) if args.model else None
     if model is not None and not model.is_file():
         raise AssembleError("no such model file", where=str(model), fix="give a .gguf file, or drop --model")
-    targets = tuple(str(GfxTarget.parse(gfx, "--hip-target")) for gfx in args.hip_target)
     if args.static and args.smoke:
         raise AssembleError("--static runs nothing, --smoke runs the server", fix="pick one")
     report = verify_runtime(runtime, smoke=args.smoke, model=model, extra_env=dict(env_pairs(args.check_env)),

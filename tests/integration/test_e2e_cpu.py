@@ -1,0 +1,102 @@
+"""The cpu recipe end to end: real llama.cpp from the PyPI sdist mirror, bundled, moved,
+started with an empty environment and a hostile LD_LIBRARY_PATH, answering a request."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder.check.tinymodel import write_tiny_llama
+from tests.support.common import SHA, TEST_CACHE, assemble
+from tests.support.server import complete, server
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def spm_model(tmp_path_factory, cpu_runtime) -> Path:
+    vocab = TEST_CACHE / "cache" / "sources" / SHA / "models" / "ggml-vocab-llama-spm.gguf"
+    return write_tiny_llama(tmp_path_factory.mktemp("model") / "tiny.gguf", vocab_from=vocab)
+
+
+def test_runtime_layout(cpu_runtime):
+    m = json.loads((cpu_runtime / "manifest.json").read_text())
+    assert m["llama_cpp"]["sha"] == SHA
+    assert m["llama_cpp"]["source"]["kind"] in ("sdist", "git")
+    assert (cpu_runtime / "bin" / "llama-server").is_file()
+    assert (cpu_runtime / "bin" / "libggml-cpu.so").is_file()  # modules sit next to the executable
+    assert (cpu_runtime / "lib" / "libllama.so.0").is_symlink()  # SONAME chains kept
+    assert not list((cpu_runtime / "lib").glob("libstdc++*")) and not list((cpu_runtime / "lib").glob("libc.so*"))
+    roles = {f["path"]: f["role"] for f in m["files"]}
+    assert roles["bin/llama-server"] == "own"
+    assert any(p.startswith("lib/libgomp") and r == "vendor" for p, r in roles.items())
+
+
+def test_moved_runtime_serves_with_empty_env_and_decoys(cpu_runtime, spm_model, tmp_path):
+    # A second build into another folder reuses the build tree: nothing is compiled again.
+    second = tmp_path / "second" / "runtime-cpu"
+    proc = assemble("build", "--recipe", "cpu", "--out", str(second), "-v", check=True)
+    assert "reusing" in proc.stderr
+    assert "Building C" not in proc.stderr and "unchanged since its last build" in proc.stderr  # the build stamp
+
+    moved = tmp_path / "a folder with spaces" / "runtime cpu"
+    moved.parent.mkdir()
+    shutil.move(second, moved)
+    decoy = tmp_path / "decoy"
+    decoy.mkdir()
+    for name in ("libllama.so.0", "libggml-base.so.0", "libggml.so.0"):
+        (decoy / name).write_bytes(b"not an ELF file: loading this must never happen\n")
+    neutral = tmp_path / "cwd"
+    neutral.mkdir()
+    env = {"LD_LIBRARY_PATH": str(decoy)}
+    with server(moved, spm_model, [], env, neutral) as (base, proc, log):
+        body = complete(base, n=16)
+        assert body["tokens_predicted"] == 16
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        assert str(decoy) not in maps
+        assert str(moved / "lib" / "libllama.so.0.5.0") in maps or str(moved / "lib") in maps
+
+
+def test_verify_smoke_cpu(cpu_runtime):
+    proc = assemble("verify", str(cpu_runtime), "--smoke", "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stdout
+    names = {c["name"]: c["status"] for c in report["checks"]}
+    assert names["smoke CPU"] == "pass"
+    assert names["--list-devices"] == "pass"
+
+
+def test_planted_module_in_working_directory(cpu_runtime, tmp_path):
+    """The loader patch closes the hole: without it, llama-server dlopen()s a planted
+    libggml-cpu-*.so from its working directory and runs its constructor."""
+    import subprocess
+
+    from tests.support.planted import build_planted_module
+
+    def marker_after_start(runtime: Path, name: str) -> bool:
+        cwd = tmp_path / f"shared-models-{name}"
+        marker = tmp_path / f"marker-{name}"
+        build_planted_module(cwd, marker)
+        subprocess.run([str(runtime / "bin" / "llama-server"), "--list-devices"], cwd=cwd, env={},
+                       capture_output=True, timeout=120)
+        return marker.exists()
+
+    assert not marker_after_start(cpu_runtime, "patched")
+    manifest = json.loads((cpu_runtime / "manifest.json").read_text())
+    assert [p["name"] for p in manifest["llama_cpp"]["patches"]] == ["backend-loader-no-cwd"]
+
+    # The same recipe with the patch disabled (ccache makes this build cheap: one file differs).
+    recipe = tmp_path / "cpu-unpatched.toml"
+    recipe.write_text((Path(__file__).parent.parent / "recipes" / "cpu.toml").read_text()
+                      + '\n[patches]\ndisable = { "backend-loader-no-cwd" = "test: show the hole it closes" }\n')
+    unpatched = tmp_path / "runtime-unpatched"
+    assemble("build", "--recipe", str(recipe), "--out", str(unpatched), "--no-verify", check=True)
+    assert json.loads((unpatched / "manifest.json").read_text())["llama_cpp"]["patches"] == []
+    assert marker_after_start(unpatched, "unpatched")
+    # and verify names the hole
+    proc = assemble("verify", str(unpatched), "--json")
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert proc.returncode == 1 and checks["working-directory modules"]["status"] == "fail"

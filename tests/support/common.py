@@ -1,0 +1,26 @@
+"""What most tests need: where the checkout is, the pinned sha, the shared test cache, and the
+real CLI run as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SHA = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+TEST_CACHE = Path(os.environ.get("ASSEMBLE_TEST_CACHE", Path.home() / ".cache" / "assemble-tests"))
+
+
+def assemble(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = False,
+             timeout: float = 3600) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would."""
+    full_env = dict(os.environ)
+    full_env.setdefault("ASSEMBLE_CACHE", str(TEST_CACHE / "cache"))
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-m", "builder", *args], cwd=cwd or REPO, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"assemble {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc

@@ -1,0 +1,73 @@
+"""A small runtime folder with a manifest, made of real files with real origins (for the release
+and output-folder tests, which need no compiled llama.cpp)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from builder.digest import sha256_file
+from builder.paths import data_dir
+from builder.runtime import manifest
+from builder.runtime.manifest import Manifest
+from tests.support.common import SHA
+from tests.support.manifests import write_raw
+
+
+COMMIT_TIME = 1761900000
+
+
+PATCH = "backend-loader-no-cwd.patch"
+
+
+def _record(rt: Path, rel: str, role: str, origin: str) -> dict:
+    p = rt / rel
+    return {"path": rel, "role": role, "origin": origin, "sha256": sha256_file(p),
+            "size": p.stat().st_size, "mode": p.stat().st_mode & 0o777}
+
+
+def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str = "cpu",
+                 hip: tuple[str, ...] = ()) -> Path:
+    """A small runtime with a manifest, made of real files with real origins."""
+    rt = root / f"runtime-{name}"
+    (rt / "bin").mkdir(parents=True)
+    (rt / "lib" / "data").mkdir(parents=True)
+    files = []
+    exe = Path(shutil.which("true")).resolve()
+    shutil.copyfile(exe, rt / "bin" / "llama-server")
+    os.chmod(rt / "bin" / "llama-server", 0o775)
+    files.append(_record(rt, "bin/llama-server", "own", "/build/bin/llama-server"))
+    shutil.copyfile(exe, rt / "bin" / "libggml-cpu.so")       # the CPU backend module every runtime carries
+    files.append(_record(rt, "bin/libggml-cpu.so", "own", "/build/bin/libggml-cpu.so"))
+    zlib = Path("/lib/x86_64-linux-gnu/libz.so.1").resolve()   # from a Debian package
+    shutil.copyfile(zlib, rt / "lib" / zlib.name)
+    os.symlink(zlib.name, rt / "lib" / "libz.so.1")
+    files.append(_record(rt, f"lib/{zlib.name}", "vendor", str(zlib)))
+    import zstandard   # a library that lives in a wheel
+    wheel_lib = Path(zstandard.__file__).parent / "backend_c.cpython-311-x86_64-linux-gnu.so"
+    wheel_lib = next(Path(zstandard.__file__).parent.glob("backend_c*.so"), wheel_lib).resolve()
+    shutil.copyfile(wheel_lib, rt / "lib" / wheel_lib.name)
+    files.append(_record(rt, f"lib/{wheel_lib.name}", "vendor", str(wheel_lib)))
+    copyright_ = Path("/usr/share/doc/zlib1g/copyright")
+    shutil.copyfile(copyright_, rt / "lib" / "data" / "zlib.txt")
+    files.append(_record(rt, "lib/data/zlib.txt", "data", str(copyright_)))
+    patch = data_dir("patches") / PATCH
+    write_raw(rt, {
+        "recipe": {"name": name, "description": "test runtime", "backends": ["cpu"], "targets": ["llama-server"],
+                   "file": f"{name}.toml"},
+        "llama_cpp": {"sha": SHA, "commit_time": commit_time,
+                      "source": {"kind": "sdist", "package": "llama-cpp-python", "version": "0.3.36",
+                                 "sha256": "8" * 64, "verified_by": "git"},
+                      "features": {}, "patches": [{"name": "backend-loader-no-cwd", "file": PATCH,
+                                                   "sha256": sha256_file(patch), "fixes": "cwd loading"}]},
+        "gpu_targets": {"cuda": [], "hip": list(hip)},
+        "units": [{"name": "main", "backends": ["cpu"], "container": None,
+                   "toolchain": {"cmake": {"path": "/usr/bin/cmake", "version": "3.31.6"},
+                                 "cc": {"path": "/usr/bin/cc", "version": "12.2.0"},
+                                 "launcher": "/usr/bin/ccache"}}],
+        "glibc_min": "2.34", "glibcxx_min": None, "size_by_role": {},
+        "files": files, "symlinks": [{"path": "lib/libz.so.1", "target": zlib.name}],
+    })
+    assert manifest.check_files(rt, Manifest.load(rt)) == []
+    return rt

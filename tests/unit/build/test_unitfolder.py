@@ -1,0 +1,172 @@
+"""Units built elsewhere: --only-unit builds one unit of a multi-unit recipe and describes it;
+--unit-from merges such a folder instead of compiling, and refuses one that does not belong.
+
+The real round trip builds the Vulkan unit of tests/data/vulkan-units.toml alone, carries
+its bin/ and assemble-unit.json to another folder, merges it over a separately built CPU
+base, and serves a request through the carried module on Mesa's lavapipe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builder.build import unitfolder
+from builder.errors import AssembleError
+from builder.config.options import resolve
+from builder.config.recipe import load_recipe
+from tests.support.common import REPO, SHA, TEST_CACHE, assemble
+
+RECIPE = REPO / "tests" / "data" / "vulkan-units.toml"
+LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0"}
+TREE = "backend-loader-no-cwd:dc3ae380d808"
+
+
+def _unit_folder(path: Path, **changes) -> Path:
+    """A folder shaped like --only-unit's output, with its description changed as asked."""
+    desc = {"format": unitfolder.FORMAT, "recipe": "vulkan-units", "unit": "vulkan", "backends": ["vulkan"],
+            "sha": SHA, "tree": TREE, "defines": {"GGML_BACKEND_DL": "ON", "BUILD_SHARED_LIBS": "ON", "GGML_VULKAN": "ON"},
+            "targets": ["llama-server"], "cmake": "cmake", "source_dir": "/src", "build_dir": "/b", "jobs": 2,
+            "env": {}, "toolchain": {}, "key": "k", "container": None, "built_on": {"libc": "glibc 2.36"}}
+    desc.update(changes)
+    (path / "bin").mkdir(parents=True)
+    (path / unitfolder.UNIT_FILE).write_text(json.dumps(desc))
+    return path
+
+
+def _adopt(folder: Path, unit: str = "vulkan", sha: str = SHA, tree: str = TREE):
+    config = resolve(load_recipe(str(RECIPE)))
+    desc = unitfolder.read(folder, config.recipe, unit)
+    unitfolder.check_belongs(desc, config.recipe, config.unit(unit), sha, tree)
+    return unitfolder.adopt(desc, config, config.unit(unit))
+
+
+def test_a_matching_folder_is_adopted_with_its_recorded_plan(tmp_path):
+    plan = _adopt(_unit_folder(tmp_path / "u"))
+    assert plan.build_dir == (tmp_path / "u").resolve()
+    assert dict(plan.defines)["GGML_VULKAN"] == "ON" and plan.targets == ("llama-server",)
+    assert plan.source_dir == Path("/src") and plan.tree == TREE
+    assert plan.configure[:3] == ("cmake", "-S", "/src") and plan.build[3:5] == ("-j", "2")
+    old = _unit_folder(tmp_path / "old", format=1)       # a folder an older assemble wrote: rebuild it
+    with pytest.raises(AssembleError, match="format 1"):
+        _adopt(old)
+
+
+@pytest.mark.parametrize("changes, unit, words", [
+    ({"sha": "4df29be4f4c3673f428170fda944a5b19f743bb8"}, "vulkan", "built at 4df29be4f4c3"),
+    ({"tree": ""}, "vulkan", "patched with [nothing]"),
+    ({}, "base", "it is unit 'vulkan'"),
+    ({"backends": ["vulkan", "cuda"]}, "vulkan", "backends vulkan, cuda"),
+    ({"recipe": "cuda-vulkan"}, "vulkan", "of recipe 'cuda-vulkan'"),
+])
+def test_a_folder_that_does_not_belong_is_refused_in_one_line(tmp_path, changes, unit, words):
+    folder = _unit_folder(tmp_path / "u", **changes)
+    with pytest.raises(AssembleError) as err:
+        _adopt(folder, unit=unit)
+    line = err.value.line()
+    assert "does not belong in this build" in line and words in line and "--only-unit" in line
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize("content, words", [
+    (None, "no assemble-unit.json"),
+    ("{not json", "unreadable"),
+    (json.dumps({"format": 99}), "format 99"),
+    (json.dumps([1, 2]), "format ?"),
+])
+def test_what_is_not_a_unit_folder_is_refused(tmp_path, content, words):
+    folder = tmp_path / "u"
+    folder.mkdir()
+    if content is not None:
+        (folder / unitfolder.UNIT_FILE).write_text(content)
+    with pytest.raises(AssembleError) as err:
+        _adopt(folder)
+    assert words in err.value.line()
+
+
+def test_unit_specs_are_name_equals_dir_once_each():
+    assert unitfolder.parse_specs(["cuda=/a=b", "hip=/x"]) == (("cuda", "/a=b"), ("hip", "/x"))
+    for bad in (["cuda"], ["=dir"], ["cuda=/a", "cuda=/b"]):
+        with pytest.raises(AssembleError):
+            unitfolder.parse_specs(bad)
+
+
+def test_cli_refusals_come_before_any_work(tmp_path):
+    cases = [
+        (["--only-unit", "nope"], "has no unit 'nope'"),
+        (["--unit-from", f"nope={tmp_path}"], "has no unit 'nope'"),
+        (["--unit-from", f"vulkan={tmp_path / 'missing'}"], "no such folder"),
+        (["--only-unit", "vulkan", "--unit-from", f"vulkan={tmp_path}"], "both to be built"),
+        (["--only-unit", "vulkan", "--out", str(tmp_path / "rt")], "--only-unit builds no runtime"),
+        (["--unit-from", f"vulkan={tmp_path}"], "no assemble-unit.json"),
+        (["--lib-path", str(tmp_path / "nope")], "--lib-path"),
+    ]
+    for extra, words in cases:
+        proc = assemble("build", "--recipe", str(RECIPE), *extra, cwd=tmp_path, env={"ASSEMBLE_CACHE": str(tmp_path / "c")})
+        assert proc.returncode == 2, (extra, proc.stderr)
+        assert words in proc.stderr and "Traceback" not in proc.stderr, (extra, proc.stderr)
+    assert not list(tmp_path.glob("runtime-*")) and not (tmp_path / "rt").exists()
+
+
+@pytest.mark.slow
+def test_a_unit_built_alone_and_carried_elsewhere_merges_and_serves(tmp_path):
+    """--only-unit vulkan, carry bin/ + assemble-unit.json, merge with --unit-from, serve on lavapipe."""
+    from builder.check.tinymodel import write_tiny_llama
+    from tests.support.server import complete, server
+
+    def base_units():   # the other unit's build folders, and when each last changed
+        cache = Path(os.environ.get("ASSEMBLE_CACHE", TEST_CACHE / "cache"))   # as conftest.assemble() sets it
+        return {d: d.stat().st_mtime_ns for d in (cache / "trees").glob("*/build/vulkan-units-base-*")}
+
+    before = base_units()
+    built = assemble("build", "--recipe", str(RECIPE), "--only-unit", "vulkan", check=True)
+    unit_dir = Path(built.stdout.strip().splitlines()[-1])
+    desc = json.loads((unit_dir / unitfolder.UNIT_FILE).read_text())
+    assert desc["unit"] == "vulkan" and desc["sha"] == SHA and desc["defines"]["GGML_BACKEND_DL"] == "ON"
+    assert base_units() == before, "--only-unit touched another unit"
+
+    carried = tmp_path / "carried unit"          # what a release job would upload and download
+    carried.mkdir()
+    shutil.copytree(unit_dir / "bin", carried / "bin", symlinks=True)
+    shutil.copy2(unit_dir / unitfolder.UNIT_FILE, carried)
+
+    out = tmp_path / "runtime-vulkan-units"
+    merged = assemble("build", "--recipe", str(RECIPE), "--unit-from", f"vulkan={carried}", "--out", str(out),
+                      "--check-env", "GGML_VK_VISIBLE_DEVICES=0", cwd=tmp_path)
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert f"unit vulkan: built elsewhere, taken from {carried}" in merged.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    units = {u["name"]: u for u in manifest["units"]}
+    assert units["vulkan"]["built_elsewhere"]["folder"] == str(carried)
+    assert units["base"]["built_elsewhere"] is None
+    # the module in the runtime is the carried one, byte for byte (only its RPATH was rewritten)
+    module = next(f for f in manifest["files"] if f["path"] == "bin/libggml-vulkan.so")
+    assert module["origin"] == str((carried / "bin" / "libggml-vulkan.so").resolve())
+    listed = subprocess.run([str(out / "bin" / "llama-server"), "--list-devices"], env=LAVAPIPE, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert "Vulkan0:" in listed.stdout, listed.stdout + listed.stderr
+    model = write_tiny_llama(tmp_path / "tiny.gguf")
+    with server(out, model, ["--device", "Vulkan0", "-ngl", "99"], LAVAPIPE, tmp_path) as (base, proc, log):
+        assert complete(base, n=8)["tokens_predicted"] == 8
+        assert str(out / "bin" / "libggml-vulkan.so") in Path(f"/proc/{proc.pid}/maps").read_text()
+
+    # the same folder with a flag that changes what the module expects of libggml-base: refused
+    desc["defines"]["LLAMA_OPENSSL"] = "OFF"
+    (carried / unitfolder.UNIT_FILE).write_text(json.dumps(desc))
+    refused = assemble("build", "--recipe", str(RECIPE), "--unit-from", f"vulkan={carried}",
+                       "--out", str(tmp_path / "second"), cwd=tmp_path)
+    assert refused.returncode == 2 and "disagree on ggml ABI flags: LLAMA_OPENSSL=ON vs OFF" in refused.stderr
+    assert not (tmp_path / "second").exists()
+
+
+def test_only_unit_needs_only_that_units_toolkit(llama_tree, tmp_path):
+    """--only-unit hip of rocm-cuda128 must not probe the CUDA unit's container (no engine here)."""
+    proc = assemble("build", "--recipe", "rocm-cuda128", "--only-unit", "hip", "--rocm-path", str(tmp_path / "none"),
+                    cwd=tmp_path, env={"ASSEMBLE_CONTAINER_ENGINE": str(tmp_path / "no-engine")})
+    assert proc.returncode == 2, proc.stderr
+    assert "unit hip: no ROCm found" in proc.stderr and "engine" not in proc.stderr, proc.stderr

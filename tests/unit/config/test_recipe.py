@@ -1,0 +1,91 @@
+"""Recipe loading: every shipped recipe is valid; every bad one gets one clear line and exit 2."""
+
+from __future__ import annotations
+
+import pytest
+
+from builder.errors import AssembleError
+from builder.config.recipe import all_recipes, load_recipe, parse_recipe
+from builder.config.targets import CudaArch
+from tests.support.common import assemble
+
+GOOD = '''
+name = "t"
+description = "test"
+backends = ["cuda", "vulkan"]
+[pin]
+sha = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+[[pin.mirrors]]
+kind = "git"
+url = "https://example.invalid/llama.cpp.git"
+[cuda]
+architectures = ["90"]
+'''
+
+
+def test_shipped_recipes_load():
+    names = {r.name for r in all_recipes()}
+    assert {"cpu", "vulkan", "cuda", "cuda-vulkan", "rocm", "rocm-cuda"} <= names
+    assert load_recipe("vulkan-cuda").name == "cuda-vulkan"  # alias
+    for r in all_recipes():
+        assert len(r.pin.sha) == 40 and "cpu" in r.backends
+        if r.hip:
+            assert len(r.hip.targets) == 1
+
+
+def test_good_recipe_parses(tmp_path):
+    r = parse_recipe(tmp_path / "t.toml", GOOD)
+    assert r.backends == ("cuda", "vulkan", "cpu")
+    assert r.cuda.architectures == (CudaArch(90),)
+    assert r.units[0].backends == r.backends
+
+
+BAD = {
+    "unknown key": (GOOD + 'colour = "red"\n', "colour", "unknown key"),
+    "wrong type": (GOOD.replace('description = "test"', "description = 5"), "description", "expected a string"),
+    "short sha": (GOOD.replace("0c1e57098bba43ac29e6e3b677cdceebdd22334f", "0c1e570"), "pin.sha", "40-hex"),
+    "unknown backend": (GOOD.replace('["cuda", "vulkan"]', '["cuda", "metalx"]'), "backends", "unknown backend"),
+    "rocm as backend": (GOOD.replace('["cuda", "vulkan"]', '["rocm"]'), "backends", "'hip'"),
+    "two hip targets": (GOOD.replace('["cuda", "vulkan"]', '["hip"]') + '[hip]\ntargets = ["gfx1100", "gfx1101"]\n',
+                        "hip.targets", "2 gfx targets"),
+    "no hip target": (GOOD.replace('["cuda", "vulkan"]', '["hip"]'), "hip.targets", "exactly one"),
+    "bad gfx": (GOOD.replace('["cuda", "vulkan"]', '["hip"]') + '[hip]\ntargets = ["1100"]\n', "hip.targets", "gfx"),
+    "native cuda arch": (GOOD.replace('["90"]', '["native"]'), "cuda.architectures", "never \"native\""),
+    "no cuda arch": (GOOD.replace('architectures = ["90"]', ''), "cuda.architectures", "explicit architecture"),
+    "no mirrors": (GOOD.split("[[pin.mirrors]]")[0] + '[cuda]\narchitectures = ["90"]\n', "pin.mirrors", "no source mirror"),
+    "bad mirror kind": (GOOD.replace('kind = "git"', 'kind = "ftp"'), "pin.mirrors[0].kind", "unknown mirror kind"),
+    "sdist without sha256": (GOOD.replace('kind = "git"\nurl = "https://example.invalid/llama.cpp.git"',
+                             'kind = "sdist"\npackage = "x"\nversion = "1"\nsubdir = "v"'), "sha256", "needs 'sha256'"),
+    "missing name": (GOOD.replace('name = "t"\n', ''), "name", "missing required key"),
+    "bad toml": (GOOD + "[[[", "t.toml", "not valid TOML"),
+    "unit backend not in recipe": (GOOD + '[[units]]\nname = "a"\nbackends = ["hip"]\n', "units[0].backends", "not among"),
+    "backend without unit": (GOOD + '[[units]]\nname = "a"\nbackends = ["cuda"]\n', "units", "no unit builds vulkan"),
+    "patch opt-out without reason": (GOOD + '[patches]\ndisable = { "x" = "" }\n', "patches.disable.x", "reason"),
+    "bad define name": (GOOD + '[cmake.defines]\n"A B" = "1"\n', "cmake.defines", "CMake variable"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_recipe_one_clear_line(tmp_path, case):
+    text, key, message = BAD[case]
+    path = tmp_path / "t.toml"
+    path.write_text(text)
+    with pytest.raises(AssembleError) as err:
+        parse_recipe(path)
+    line = err.value.line()
+    assert str(path) in line and key in line and message in line, line
+    assert "fix:" in line and "\n" not in line
+
+
+def test_bad_recipe_cli_exit_code(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(BAD["two hip targets"][0])
+    proc = assemble("show", str(path))
+    assert proc.returncode == 2
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "hip.targets" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_unknown_recipe_name():
+    proc = assemble("show", "no-such-recipe")
+    assert proc.returncode == 2 and "unknown recipe 'no-such-recipe'" in proc.stderr and "cpu" in proc.stderr

@@ -1,0 +1,432 @@
+"""Release pipelines and fast rebuilds: reproducible archives with SHA256SUMS, the SBOM, the
+CI matrix, and the stamp that lets an unchanged build skip configure and compile.
+
+Most archive tests use a small runtime made here from real files (an ELF executable,
+a Debian-packaged library, a file from a Python wheel) so they run in seconds; the
+end-to-end ones package the real cpu runtime."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from builder.build.plan import UnitPlan, plan_unit
+from builder.build.run import run_unit
+from builder.config.options import CliOptions, resolve
+from builder.config.targets import GfxTarget
+from builder.toolchain import survey
+from builder.runtime import manifest
+from builder.release import matrix
+from builder.release import package
+from builder.release import sbom
+from builder.errors import AssembleError
+from builder.paths import data_dir
+from builder.config.recipe import all_recipes, load_recipe, parse_recipe
+from tests.support.common import SHA, assemble
+from builder.runtime.manifest import Manifest
+from tests.support.manifests import read_raw
+from tests.support.runtimes import COMMIT_TIME, PATCH, make_runtime
+
+
+
+
+
+
+
+def members(archive: Path) -> list[tarfile.TarInfo]:
+    mode = "r:gz" if archive.name.endswith(".gz") else "r|"
+    if mode == "r|":
+        import zstandard
+        with open(archive, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as z, \
+                tarfile.open(fileobj=z, mode="r|") as tar:
+            return [m for m in tar]
+    with tarfile.open(archive, mode) as tar:
+        return tar.getmembers()
+
+
+# --- archives --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["tar.gz", "tar.zst"])
+def test_same_runtime_gives_the_same_bytes(tmp_path, fmt):
+    rt = make_runtime(tmp_path / "a")
+    first = package.package(rt, tmp_path / "dist1", fmt)
+    # A copy elsewhere with other mtimes, other permissions bits for group/other and another umask.
+    copy = tmp_path / "b" / rt.name
+    shutil.copytree(rt, copy, symlinks=True)
+    os.utime(copy / "bin" / "llama-server", (1, 1))
+    os.chmod(copy / "bin" / "llama-server", 0o700)
+    old = os.umask(0o077)
+    try:
+        second = package.package(copy, tmp_path / "dist2", fmt)
+    finally:
+        os.umask(old)
+    assert first.archive.name == f"runtime-cpu-{SHA[:12]}-linux-x86_64.{fmt}"
+    for a, b in ((first.archive, second.archive), (first.sbom, second.sbom), (first.sums, second.sums)):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    assert first.sha256 == hashlib.sha256(first.archive.read_bytes()).hexdigest()
+
+
+def test_archive_entries_are_normalised(tmp_path):
+    rt = make_runtime(tmp_path)
+    result = package.package(rt, tmp_path / "dist")
+    ms = members(result.archive)
+    names = [m.name for m in ms]
+    assert names[0] == "runtime-cpu" and "runtime-cpu/manifest.json" in names
+    assert names == sorted(names, key=lambda n: n.split("/"))
+    for m in ms:
+        assert (m.mtime, m.uid, m.gid, m.uname, m.gname) == (COMMIT_TIME, 0, 0, "", "")
+        assert not m.pax_headers, m.pax_headers
+    by_name = {m.name: m for m in ms}
+    assert by_name["runtime-cpu/bin/llama-server"].mode == 0o755
+    assert by_name["runtime-cpu/lib/data/zlib.txt"].mode == 0o644
+    link = by_name["runtime-cpu/lib/libz.so.1"]
+    assert link.issym() and link.linkname.startswith("libz.so.1.")
+    # gzip header: no file name, the commit's time
+    raw = result.archive.read_bytes()
+    assert raw[3] & 0x08 == 0 and int.from_bytes(raw[4:8], "little") == COMMIT_TIME
+    # unpacked, the runtime is whole again
+    out = tmp_path / "unpacked"
+    with tarfile.open(result.archive) as tar:
+        tar.extractall(out, filter="tar")
+    assert manifest.check_files(out / "runtime-cpu", Manifest.load(out / "runtime-cpu")) == []
+
+
+def test_checksum_file_verifies_and_catches_a_change(tmp_path):
+    rt = make_runtime(tmp_path)
+    dist = tmp_path / "dist"
+    result = package.package(rt, dist)
+    other = make_runtime(tmp_path / "other", name="vulkan")
+    package.package(other, dist, "tar.zst")
+    sums = package.read_sums(dist / package.SUMS)
+    assert set(sums) == {result.archive.name, result.sbom.name, f"runtime-vulkan-{SHA[:12]}-linux-x86_64.tar.zst",
+                         f"runtime-vulkan-{SHA[:12]}-linux-x86_64.cdx.json"}
+    ok = subprocess.run(["sha256sum", "-c", package.SUMS], cwd=dist, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert package.check_sums(dist) == []
+    with open(result.archive, "r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 1]))
+    bad = subprocess.run(["sha256sum", "-c", package.SUMS], cwd=dist, capture_output=True, text=True)
+    assert bad.returncode != 0 and f"{result.archive.name}: FAILED" in bad.stdout
+    assert package.check_sums(dist) == [f"{result.archive.name}: sha256 differs from SHA256SUMS"]
+
+
+def test_zst_archive_reads_with_the_zstd_tool(tmp_path):
+    if not shutil.which("zstd"):
+        pytest.skip("no zstd command on this host to cross-check the archive")
+    result = package.package(make_runtime(tmp_path), tmp_path / "dist", "tar.zst")
+    listing = subprocess.run(f"zstd -dc {result.archive} | tar -tvf -", shell=True, capture_output=True, text=True)
+    assert listing.returncode == 0, listing.stderr
+    assert "runtime-cpu/bin/llama-server" in listing.stdout
+
+
+def test_hip_runtime_name_carries_its_gfx_target(tmp_path):
+    rt = make_runtime(tmp_path, name="rocm", hip=("gfx1100",))
+    assert package.package(rt, tmp_path / "d").archive.name == f"runtime-rocm-gfx1100-{SHA[:12]}-linux-x86_64.tar.gz"
+
+
+def test_no_commit_date_needs_source_date_epoch(tmp_path, monkeypatch):
+    rt = make_runtime(tmp_path, commit_time=None)
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    with pytest.raises(AssembleError) as info:
+        package.package(rt, tmp_path / "d")
+    assert info.value.code == 2 and "SOURCE_DATE_EPOCH" in info.value.line()
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "soon")
+    with pytest.raises(AssembleError, match="not a whole number"):
+        package.package(rt, tmp_path / "d")
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    result = package.package(rt, tmp_path / "d")
+    assert {m.mtime for m in members(result.archive)} == {1700000000}
+    assert not list((tmp_path / "d").glob(".*part*"))
+
+
+def test_a_changed_runtime_is_refused(tmp_path):
+    rt = make_runtime(tmp_path)
+    (rt / "bin" / "extra").write_text("added by hand")
+    proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "d"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [l for l in proc.stderr.strip().splitlines() if l.startswith("error:")]
+    assert "fails verify's file checks" in proc.stderr and "bin/extra" in proc.stderr
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").glob("runtime-*"))
+
+
+def test_a_killed_runs_temporaries_go_only_as_recorded(tmp_path, isolated_cache):
+    rt = make_runtime(tmp_path)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    killed = package._Temps(dist)
+    half, f = killed.new(dist / "runtime-cpu.tar.gz")   # a run killed while writing: its finally never ran
+    f.write(b"half an archive")
+    f.close()
+    lookalike = dist / f".runtime-cpu.tar.gz{package.PART_TAG}{os.getpid()}-00000000"   # the user's, same form
+    lookalike.write_text("mine\n")
+    result = package.package(rt, dist)
+    assert not half.exists() and lookalike.read_text() == "mine\n"
+    # no lock file and no other temporary in the folder: only the three outputs and the user's file
+    assert sorted(os.listdir(dist)) == sorted([lookalike.name, result.archive.name, result.sbom.name, package.SUMS])
+    assert not (isolated_cache / "packages").exists() or all(
+        package.locks.load(p, dist).entries == () for p in (isolated_cache / "packages").iterdir())
+
+
+def test_package_cli_json(tmp_path):
+    rt = make_runtime(tmp_path)
+    proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "d"), "--json", "--format", "tar.zst")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert Path(out["archive"]).name.endswith(".tar.zst")
+    assert out["sha256"] == hashlib.sha256(Path(out["archive"]).read_bytes()).hexdigest()
+
+
+# --- SBOM --------------------------------------------------------------------------------
+
+def test_sbom_lists_sources_packages_and_toolchains(tmp_path):
+    rt = make_runtime(tmp_path)
+    result = package.package(rt, tmp_path / "dist")
+    bom = json.loads(result.sbom.read_text())
+    assert bom["bomFormat"] == "CycloneDX" and bom["specVersion"] == "1.5"
+    comps = {c["bom-ref"]: c for c in bom["components"]}
+    llama = comps["llama.cpp"]
+    assert llama["version"] == SHA and llama["purl"] == f"pkg:github/ggml-org/llama.cpp@{SHA}"
+    patch = llama["pedigree"]["patches"][0]
+    assert patch["resolves"][0]["name"] == "backend-loader-no-cwd"
+    assert patch["diff"]["text"]["content"] == (data_dir("patches") / PATCH).read_text()
+
+    data = read_raw(rt)
+    files = {f["path"]: f for f in data["files"]}
+    zlib = next(c for p, c in comps.items() if p.startswith("file:lib/libz.so"))
+    assert zlib["hashes"] == [{"alg": "SHA-256", "content": files[zlib["bom-ref"][5:]]["sha256"]}]
+    version = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "zlib1g"], capture_output=True,
+                             text=True).stdout if shutil.which("dpkg-query") else None
+    if version:   # a Debian host: the owning package is named, with its version
+        assert zlib["purl"].startswith("pkg:deb/") and f"/zlib1g@{version}" in zlib["purl"]
+        data_comp = next(c for c in bom["components"] if c["type"] == "data")
+        assert data_comp["name"] == "zlib1g data files"
+    import zstandard
+    wheel = next(c for p, c in comps.items() if "backend_c" in p)
+    assert wheel["purl"] == f"pkg:pypi/zstandard@{zstandard.__version__}"
+    assert comps["file:bin/llama-server"]["type"] == "file"
+    tools = {t["name"]: t for t in bom["metadata"]["tools"]["components"]}
+    assert tools["cmake"]["version"] == "3.31.6" and tools["cc"]["version"] == "12.2.0" and "launcher" in tools
+    assert bom["metadata"]["timestamp"] == "2025-10-31T08:40:00Z"
+
+
+def test_sbom_is_valid_cyclonedx(tmp_path):
+    validation = pytest.importorskip("cyclonedx.validation.json", reason="pip install "
+                                     "'cyclonedx-python-lib[json-validation]' (test extra) to check the schema")
+    from cyclonedx.schema import SchemaVersion
+    result = package.package(make_runtime(tmp_path), tmp_path / "dist")
+    error = validation.JsonStrictValidator(SchemaVersion.V1_5).validate_str(result.sbom.read_text())
+    assert error is None, error
+
+
+def test_dpkg_owner_lookup_follows_merged_usr():
+    if not shutil.which("dpkg-query"):
+        pytest.skip("not a Debian host: package owners are recorded as unknown")
+    real = str(Path("/lib/x86_64-linux-gnu/libz.so.1").resolve())
+    owners = sbom.dpkg_owners([real, "/nonexistent/libnothing.so"])
+    assert owners[real].name == "zlib1g" and owners[real].version
+    assert "/nonexistent/libnothing.so" not in owners
+
+
+# --- the CI matrix -----------------------------------------------------------------------
+
+def test_matrix_covers_every_recipe_and_hip_target():
+    entries = matrix.entries()
+    recipes = all_recipes()
+    for r in recipes:
+        mine = [e for e in entries if e.recipe == r.name]
+        units = len(r.units) - 1 if resolve(r).split() else 0   # one --only-unit job per unit after the first
+        assert len(mine) == (len(r.hip.targets) if "hip" in r.backends else 1) + units, r.name
+    by = {e.name: e for e in entries}
+    assert by["cpu"].needs.summary == "C/C++ compiler only" and by["cpu"].gpu_arch == "none"
+    assert by["cuda-vulkan"].needs.cuda_toolkit == ">=12.8" and by["cuda-vulkan"].needs.vulkan_sdk  # sm_120
+    r128 = by["rocm-cuda128-gfx1100"]
+    assert r128.needs.rocm == ">=6.1" and r128.needs.cuda_toolkit is None   # CUDA is in the container
+    assert r128.needs.container_engine and r128.needs.containers == ("cuda12.8-build",)
+    assert r128.args == "--recipe rocm-cuda128 --hip-target gfx1100"
+
+
+def test_matrix_hip_targets_and_github_format():
+    proc = assemble("matrix", "--format", "github", "--hip-targets", "gfx1100,gfx942", "--recipe", "rocm",
+                    "--recipe", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("\n") == 1     # one line for $GITHUB_OUTPUT
+    include = json.loads(proc.stdout)["include"]
+    assert [e["name"] for e in include] == ["rocm-gfx1100", "rocm-gfx942", "cpu"]
+    assert include[1]["artifact"] == f"runtime-rocm-gfx942-{load_recipe('rocm').pin.sha[:12]}-linux-x86_64"
+
+
+def test_matrix_splits_a_recipe_whose_units_need_different_toolkits():
+    """rocm-cuda-units: the CUDA unit on a CUDA runner, once; per gfx target a ROCm runner merges it."""
+    entries = matrix.entries([load_recipe("rocm-cuda-units")],
+                             hip_targets=(GfxTarget.parse("gfx1100"), GfxTarget.parse("gfx942")))
+    unit, *merges = entries
+    assert unit.unit == "cuda" and unit.args == "--recipe rocm-cuda-units --only-unit cuda"
+    assert unit.needs.cuda_toolkit and unit.needs.rocm is None and unit.artifact.startswith("unit-rocm-cuda-units-cuda-")
+    assert [m.name for m in merges] == ["rocm-cuda-units-gfx1100", "rocm-cuda-units-gfx942"]
+    for m, gfx in zip(merges, ("gfx1100", "gfx942")):
+        assert m.after == (unit.name,) and m.unit is None and m.gpu_arch == gfx
+        assert m.args == f"--recipe rocm-cuda-units --hip-target {gfx} --unit-from cuda={unit.artifact}"
+        assert m.needs.rocm == ">=6.1" and m.needs.cuda_toolkit is None and "cuBLAS" in m.needs.summary
+    # a container unit keeps the recipe on one runner
+    assert not resolve(load_recipe("rocm-cuda128")).split() and not resolve(load_recipe("rocm-cuda")).split()
+
+
+def test_matrix_args_are_accepted_by_assemble(capsys):
+    """Every entry's arguments plan cleanly (show parses exactly what build parses); unit and merge
+    jobs' --only-unit / --unit-from are build options, parsed by build's own parser."""
+    from builder.cli import main as cli
+    for e in matrix.entries():
+        args = e.args.split()
+        if e.unit or e.after:
+            parsed = cli.parser().parse_args(["build", *args])
+            assert parsed.only_unit == e.unit and len(parsed.unit_from) == len(e.after), e.name
+            args = [a for a in args if not a.startswith("--only-unit") and not a.startswith("--unit-from")
+                    and a not in (e.unit,) and "=unit-" not in a]
+        assert cli.main(["show", args[1], *args[2:], "--json", "--container", "none"]) == 0, e.name
+        shown = json.loads(capsys.readouterr().out)
+        if e.gpu_arch.startswith("gfx"):
+            assert all(u["defines"].get("GPU_TARGETS") == e.gpu_arch for u in shown["units"] if "hip" in u["backends"])
+
+
+# --- fast rebuilds -----------------------------------------------------------------------
+
+TWO_UNITS = f'''
+name = "two"
+description = "two units"
+backends = ["vulkan", "hip"]
+[pin]
+sha = "{SHA}"
+[[pin.mirrors]]
+kind = "git"
+url = "https://example.invalid/llama.cpp.git"
+[hip]
+targets = ["gfx1100"]
+[[units]]
+name = "vk"
+backends = ["vulkan"]
+[[units]]
+name = "amd"
+backends = ["hip"]
+'''
+
+
+def _build_dirs(tmp_path: Path, text: str, *args: str) -> dict[str, str]:
+    path = tmp_path / "two.toml"
+    path.write_text(text)
+    proc = assemble("show", str(path), "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return {u["name"]: u["build_dir"] for u in json.loads(proc.stdout)["units"]}
+
+
+def test_a_changed_flag_changes_only_its_units_build_dir(tmp_path):
+    base = _build_dirs(tmp_path, TWO_UNITS)
+    assert base == _build_dirs(tmp_path, TWO_UNITS)     # same inputs, same folders: a rebuild reuses them
+    unit_flag = _build_dirs(tmp_path, TWO_UNITS + '[units.defines]\nGGML_HIP_GRAPHS = "ON"\n')
+    assert unit_flag["amd"] != base["amd"] and unit_flag["vk"] == base["vk"]
+    cli_flag = _build_dirs(tmp_path, TWO_UNITS, "-D", "GGML_SCHED_MAX_COPIES=2")
+    assert cli_flag["amd"] != base["amd"] and cli_flag["vk"] != base["vk"]
+    launcher = _build_dirs(tmp_path, TWO_UNITS, "--launcher", "none")
+    if shutil.which("ccache") or shutil.which("sccache"):
+        assert launcher["vk"] != base["vk"]    # a different compiler launcher is a different build
+
+
+TINY = """cmake_minimum_required(VERSION 3.14)
+project(tiny C)
+set(CMAKE_RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+add_executable(llama-server main.c)
+target_compile_definitions(llama-server PRIVATE GREETING=\\"${GREETING}\\")
+"""
+
+
+def _tiny_plan(cache: Path, *defines: tuple[str, str], source: Path | None = None) -> UnitPlan:
+    src = source or cache / "sources" / SHA
+    src.mkdir(parents=True, exist_ok=True)
+    (src / "CMakeLists.txt").write_text(TINY)
+    (src / "main.c").write_text('#include <stdio.h>\nint main(void) { puts(GREETING); return 0; }\n')
+    recipe = parse_recipe(Path("tiny.toml"), f'name = "tiny"\ndescription = "t"\nbackends = ["cpu"]\n'
+                          f'targets = ["llama-server"]\n[pin]\nsha = "{SHA}"\n[[pin.mirrors]]\nkind = "git"\n'
+                          f'url = "https://example.invalid/x.git"\n')
+    config = resolve(recipe, CliOptions(defines=(("GREETING", "hello"), *defines), launcher="none", jobs=2))
+    return plan_unit(config, config.units[0], survey.host(config, config.units), src, SHA)
+
+
+def _runs(log: Path) -> int:
+    return log.read_text().count("\n$ ") if log.exists() else 0
+
+
+def test_unchanged_unit_skips_configure_and_build(isolated_cache, tmp_path):
+    plan = _tiny_plan(isolated_cache)
+    log = plan.build_dir / "assemble-build.log"
+    run_unit(plan)
+    assert _runs(log) == 2         # configure, build
+    exe = plan.build_dir / "bin" / "llama-server"
+    assert subprocess.run([exe], capture_output=True, text=True).stdout == "hello\n"
+    run_unit(_tiny_plan(isolated_cache))
+    assert _runs(log) == 2         # nothing ran: the stamp holds
+    exe.unlink()                   # the build tree changed under us: the stamp no longer holds
+    run_unit(_tiny_plan(isolated_cache))
+    assert _runs(log) == 3 and exe.is_file()
+    changed = _tiny_plan(isolated_cache, ("GREETING", "changed"))
+    assert changed.build_dir != plan.build_dir
+    run_unit(changed)
+    assert subprocess.run([changed.build_dir / "bin" / "llama-server"], capture_output=True,
+                          text=True).stdout == "changed\n"
+    assert _runs(log) == 3         # the first folder was not touched
+
+
+def test_a_source_folder_outside_the_cache_is_always_rebuilt(isolated_cache, tmp_path):
+    plan = _tiny_plan(isolated_cache, source=tmp_path / "checkout")
+    log = plan.build_dir / "assemble-build.log"
+    run_unit(plan)
+    run_unit(plan)
+    assert _runs(log) == 3         # configure, build, build: ninja decides, the stamp is not trusted
+
+
+def test_no_op_rebuild_of_the_cpu_runtime_skips_the_compiler(cpu_runtime, tmp_path):
+    proc = assemble("build", "--recipe", "cpu", "--out", str(tmp_path / "runtime-cpu"))
+    assert proc.returncode == 0, proc.stderr
+    assert "unchanged since its last build" in proc.stderr
+    assert "configure main" not in proc.stderr.replace("unchanged", "")
+
+
+# --- the real runtime --------------------------------------------------------------------
+
+def test_real_cpu_runtime_packages_reproducibly(cpu_runtime, tmp_path):
+    a = assemble("package", str(cpu_runtime), "--out-dir", str(tmp_path / "a"), "--json")
+    b = assemble("package", str(cpu_runtime), "--out-dir", str(tmp_path / "b"), "--json", "--format", "tar.gz")
+    assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
+    pa, pb = Path(json.loads(a.stdout)["archive"]), Path(json.loads(b.stdout)["archive"])
+    assert pa.read_bytes() == pb.read_bytes()
+    data = read_raw(cpu_runtime)
+    assert pa.name == f"runtime-cpu-{data['llama_cpp']['sha'][:12]}-linux-x86_64.tar.gz"
+    assert pa.name == next(e for e in matrix.entries() if e.name == "cpu").artifact + ".tar.gz"
+    assert subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=pa.parent, capture_output=True).returncode == 0
+    out = tmp_path / "unpacked"
+    with tarfile.open(pa) as tar:
+        tar.extractall(out, filter="tar")
+    rt = out / "runtime-cpu"
+    assert manifest.check_files(rt, Manifest.load(rt)) == []
+    ran = subprocess.run([rt / "bin" / "llama-cli", "--version"], capture_output=True, text=True, env={}, timeout=60)
+    assert ran.returncode == 0 and data["llama_cpp"]["sha"][:7] in (ran.stdout + ran.stderr)
+    bom = json.loads((pa.parent / (pa.name[: -len(".tar.gz")] + ".cdx.json")).read_text())
+    vendor = [f for f in data["files"] if f["role"] == "vendor"]
+    listed = {c["bom-ref"] for c in bom["components"]}
+    assert all(f"file:{f['path']}" in listed for f in vendor)
+
+
+def test_matrix_stages_put_unit_jobs_first():
+    units = json.loads(assemble("matrix", "--stage", "units", check=True).stdout)
+    rest = json.loads(assemble("matrix", "--stage", "runtimes", check=True).stdout)
+    assert units and all(e["unit"] for e in units) and not any(e["unit"] for e in rest)
+    assert {n for e in rest for n in e["after"]} <= {e["name"] for e in units}
+    assert len(units) + len(rest) == len(json.loads(assemble("matrix", check=True).stdout))

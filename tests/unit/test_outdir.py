@@ -1,0 +1,294 @@
+"""Never lose a user's file: a catalogue of every way `build --out` and `package --out-dir` were
+shown to move, prune or delete what they did not make (issue 15). Each refusal must come as one
+line with exit 2, before anything is fetched or compiled (in well under a few seconds), with no
+traceback and every file of the user's byte-identical afterwards. The cases where the run goes
+ahead (look-alike names, globs, another build's folders) must leave the user's folders alone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from builder import locks, outdir
+from builder.digest import sha256_file
+from builder.errors import AssembleError
+from builder.release import package
+from builder.runtime import manifest
+from builder.runtime.manifest import Manifest
+from tests.support.common import TEST_CACHE, assemble
+from tests.support.manifests import read_raw, whole, write_raw
+from tests.support.runtimes import make_runtime
+
+REFUSAL_SECONDS = 5.0   # the goal is < 2 s; the margin is for a loaded 2-core machine
+TIMES: dict[str, float] = {}
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every file, folder and link under root: kind, mode, content (sha256) or target."""
+    found = {}
+    for dirpath, dirs, files in os.walk(root):     # never follows a symlinked folder
+        for name in dirs + files:
+            p = Path(dirpath, name)
+            st = p.lstat()
+            rel = p.relative_to(root).as_posix()
+            if stat.S_ISLNK(st.st_mode):
+                found[rel] = ("link", os.readlink(p))
+            elif stat.S_ISDIR(st.st_mode):
+                found[rel] = ("dir", stat.S_IMODE(st.st_mode))
+            else:
+                found[rel] = ("file", stat.S_IMODE(st.st_mode), sha256_file(p))
+    return found
+
+
+def one_error_line(proc: subprocess.CompletedProcess, code: int, words: list[str]) -> str:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and "internal error" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for w in words:
+        assert w in lines[0], f"{w!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+def _fake_runtime(path: Path, label: str = "x") -> Path:
+    """A runtime this tool's manifest schema describes exactly (created_by 'assemble test')."""
+    (path / "bin").mkdir(parents=True)
+    (path / "bin" / "tool").write_text(label)
+    write_raw(path, {"recipe": {"name": "x", "backends": ["cpu"]},
+                     "llama_cpp": {"source": {"kind": "local", "verified_by": "nothing (a test)"}},
+                     "files": [{"path": "bin/tool", "role": "own", "sha256": sha256_file(path / "bin" / "tool"),
+                                "size": len(label), "mode": 0o644}]})
+    return path
+
+
+@pytest.fixture
+def sandbox(tmp_path):
+    """A user's world: a working directory, a home, a cache, folders and files of theirs."""
+    s = tmp_path / "s"
+    for d in ("work", "home", "cache", "docs", "other", "src", "libs"):
+        (s / d).mkdir(parents=True)
+    (s / "home" / ".bashrc").write_text("export PS1='$ '\n")
+    (s / "cache" / "keep.txt").write_text("cached\n")
+    (s / "docs" / "notes.txt").write_text("hi\n")
+    (s / "other" / "manifest.json").write_text('{"name": "another tool", "files": []}\n')
+    (s / "src" / "CMakeLists.txt").write_text("project(x)\n")
+    (s / "libs" / "libfoo.so").write_bytes(b"\x7fELF")
+    (s / "file.txt").write_text("a file\n")
+    os.symlink("docs", s / "link")
+    ours = _fake_runtime(s / "ours")
+    (ours / "notes.txt").write_text("added by the user\n")
+    return s
+
+
+# name: (--out relative to the sandbox, or absolute; extra arguments; words the one line must hold)
+BUILD_CASES = {
+    "a user folder": ("docs", [], ["did not make", "notes.txt"]),
+    "another tool's manifest, --keep 0": ("other", ["--keep", "0"], ["did not make", "not one assemble wrote"]),
+    "the working directory (.)": (".", [], ["is the working directory"]),
+    "a parent of it (..)": ("..", [], ["holds the working directory"]),
+    "the home directory": ("home", [], ["is your home directory"]),
+    "a symlink to a user folder": ("link", [], ["symlink", "docs"]),
+    "the cache": ("cache", [], ["is the assemble cache"]),
+    "a folder inside the cache": ("cache/runtime-cpu", [], ["inside the assemble cache"]),
+    "a regular file": ("file.txt", [], ["existing file"]),
+    "a path under a regular file": ("file.txt/runtime-cpu", [], ["which is a file"]),
+    "the source tree": ("src", ["--source", "{s}/src"], ["is the --source tree"]),
+    "inside the source tree": ("src/runtime-cpu", ["--source", "{s}/src"], ["inside the --source tree"]),
+    "a --lib-path folder": ("libs", ["--lib-path", "{s}/libs"], ["is a --lib-path folder"]),
+    "a runtime with a file added": ("ours", [], ["no longer matches its manifest", "notes.txt"]),
+    "/usr": ("/usr", [], ["system folder"]),
+    "/": ("/", [], ["system folder"]),
+    "/proc/self": ("/proc/self/rt", [], ["system folder"]),
+}
+
+
+def _refused_build(s: Path, out: str, extra: list[str], words: list[str], name: str) -> str:
+    """Run `assemble build` as the user would, from their working directory; check the refusal."""
+    before, top = snapshot(s), sorted(os.listdir("/"))
+    args = [a.replace("{s}", str(s)) for a in extra]
+    start = time.monotonic()
+    proc = assemble("build", "--recipe", "cpu", "--out", out if out.startswith(("/", "."))
+                    else str(s / out), *args, cwd=s / "work",
+                    env={"HOME": str(s / "home"), "ASSEMBLE_CACHE": str(s / "cache")}, timeout=120)
+    TIMES[name] = time.monotonic() - start
+    line = one_error_line(proc, 2, words)
+    assert TIMES[name] < REFUSAL_SECONDS, f"{name}: refused only after {TIMES[name]:.1f} s"
+    assert snapshot(s) == before, f"{name}: the user's files changed"
+    assert sorted(os.listdir("/")) == top
+    return line
+
+
+@pytest.mark.parametrize("case", sorted(BUILD_CASES))
+def test_build_refuses_what_it_did_not_make(case, sandbox):
+    out, extra, words = BUILD_CASES[case]
+    if out == "..":
+        words = words + [str(sandbox / "work")]
+    _refused_build(sandbox, out, extra, words, case)
+    # nothing was even locked: the cache holds no state for that output
+    assert not (sandbox / "cache" / "outputs").exists()
+
+
+def test_build_refuses_a_mount_point(sandbox):
+    mnt = sandbox / "mnt"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1024k", "tmpfs", str(mnt)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {proc.stderr.strip()}")
+    try:
+        (mnt / "data.txt").write_text("on the mount\n")
+        _refused_build(sandbox, "mnt", [], ["mount point", "choose a new folder inside it"], "a mount point")
+        (mnt / "data.txt").unlink()   # empty, it is still a mount point: never renamed
+        _refused_build(sandbox, "mnt", [], ["mount point"], "an empty mount point")
+        assert os.path.ismount(mnt) and not list(sandbox.glob(".*swap*"))
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_refusals_are_fast(sandbox):
+    """Measured on their own (the catalogue above asserts each under REFUSAL_SECONDS)."""
+    times = []
+    for case in ("a user folder", "the working directory (.)", "/usr", "a runtime with a file added"):
+        out, extra, words = BUILD_CASES[case]
+        _refused_build(sandbox, out, extra, words, case)
+        times.append(TIMES[case])
+    print("refusal times (s):", [f"{t:.2f}" for t in times])
+    assert sorted(times)[len(times) // 2] < 2.0, times
+
+
+# --- the runs that go ahead must leave look-alikes alone ------------------------------------------
+
+def test_look_alike_names_and_glob_characters_are_never_touched(cpu_runtime, tmp_path):
+    """`--out 'runtime[1]' --keep 0` once removed runtime1.previous-...; a user's runtime-cpu.assembling-v2
+    was taken for a leftover. Only what the ledger recorded may be removed."""
+    p = tmp_path / "p"
+    p.mkdir()
+    user = {n: p / n for n in ("runtime1.previous-20200101-000000-1", f"runtime[1]{outdir.OLD_TAG}20200101-000000-1",
+                               f"runtime[1]{outdir.STAGING_TAG}v2", f"runtime[1]{outdir.DELETING_TAG}1-0",
+                               f"runtime1{outdir.STAGING_TAG}1", f"runtime-cpu{outdir.STAGING_TAG}v2")}
+    for n, path in user.items():
+        if "previous" in n:    # whole runtimes (copies of a real one): valid manifests, but not recorded
+            shutil.copytree(cpu_runtime, path, symlinks=True)
+        else:
+            path.mkdir()
+            (path / "notes.txt").write_text(f"mine: {n}\n")
+    out = p / "runtime[1]"
+    out.mkdir()     # an empty folder may be used
+    before = {n: snapshot(path) for n, path in user.items()}
+    said = []
+    for _ in range(3):
+        proc = assemble("build", "--recipe", "cpu", "--out", str(out), "--keep", "0")
+        assert proc.returncode == 0, proc.stderr
+        said.append(proc.stderr)
+    assert "moved aside" not in said[1] and "removed the previous runtime beyond --keep 0" in said[1], said[1]
+    assert {n: snapshot(path) for n, path in user.items()} == before
+    assert sorted(os.listdir(p)) == sorted([*user, "runtime[1]"])   # no lock, no journal, no leftover
+    assert whole(out)
+
+
+def test_another_outputs_staging_folder_is_not_a_leftover(cpu_runtime, tmp_path):
+    """A concurrent `--out 'rt?'` once removed the rt1.assembling-* folder of another build."""
+    rt1 = outdir.check_destination(tmp_path / "rt1", cache=TEST_CACHE / "cache")
+    with outdir.locked(rt1):
+        staging = outdir._make_staging(rt1)     # a build of rt1, in progress
+        (staging.path / "half.so").write_bytes(b"\0" * 100)
+        for _ in range(2):
+            proc = assemble("build", "--recipe", "cpu", "--out", str(tmp_path / "rt?"), "--keep", "0")
+            assert proc.returncode == 0, proc.stderr
+        assert (staging.path / "half.so").read_bytes() == b"\0" * 100
+        outdir._discard(rt1, staging)   # rt1's own build removes it
+    assert whole(tmp_path / "rt?") and sorted(os.listdir(tmp_path)) == ["rt?"]
+
+
+def test_a_folder_filled_during_the_build_is_not_replaced(tmp_path):
+    out = tmp_path / "runtime"
+    target = outdir.check_destination(out, cache=tmp_path / "cache")   # new when checked
+    with pytest.raises(AssembleError) as info:
+        with outdir.locked(target), outdir.staged(target) as staging:
+            _fake_runtime(staging.path, "new")
+            out.mkdir()
+            (out / "notes.txt").write_text("the user's, written while the build ran\n")
+            outdir.swap_in(target, staging)
+    assert info.value.code == 2 and "changed during the build; nothing was replaced" in info.value.line()
+    assert sorted(os.listdir(tmp_path)) == ["cache", "runtime"] and os.listdir(out) == ["notes.txt"]
+
+
+def test_a_recorded_leftover_goes_only_while_it_is_the_recorded_folder(tmp_path):
+    """Recovery acts on (path, inode): a folder the user put at a recorded path is theirs."""
+    out = tmp_path / "runtime"
+    target = outdir.check_destination(out, cache=tmp_path / "cache")
+    ours = outdir._make_staging(target)          # a build killed here leaves this
+    theirs = outdir._make_staging(target)
+    shutil.rmtree(theirs.path)
+    theirs.path.mkdir()                          # the user's own folder now, at the recorded name
+    (theirs.path / "notes.txt").write_text("mine\n")
+    outdir.clear_leftovers(target)
+    assert not ours.path.exists() and (theirs.path / "notes.txt").read_text() == "mine\n"
+    assert locks.load(target.ledger, out).entries == ()
+
+
+# --- package ------------------------------------------------------------------------------------
+
+def _digest(runtime: Path) -> dict:
+    return snapshot(runtime)
+
+
+@pytest.mark.parametrize("where", ["the runtime", "inside the runtime"])
+def test_package_refuses_an_out_dir_inside_the_runtime(tmp_path, where):
+    rt = make_runtime(tmp_path)
+    before = _digest(rt)
+    dest = rt if where == "the runtime" else rt / "dist"
+    proc = assemble("package", str(rt), "--out-dir", str(dest))
+    one_error_line(proc, 2, ["--out-dir is inside the runtime folder", "--out-dir dist"])
+    assert _digest(rt) == before and manifest.check_files(rt, Manifest.load(rt)) == []
+
+
+def test_package_leaves_the_users_files_in_out_dir_alone(tmp_path):
+    rt = make_runtime(tmp_path)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    stem = package.archive_stem(rt, Manifest.load(rt))
+    mine = {f".notes.txt{package.PART_TAG}1": "mine\n",                           # the old glob took these
+            f".{stem}.tar.gz{package.PART_TAG}{os.getpid()}": "exactly our old temporary name\n",
+            "README": "release notes\n"}
+    for n, text in mine.items():
+        (dist / n).write_text(text)
+    result = package.package(rt, dist)
+    assert {n: (dist / n).read_text() for n in mine} == mine
+    assert sorted(os.listdir(dist)) == sorted([*mine, result.archive.name, result.sbom.name, package.SUMS])
+
+
+def test_package_never_names_a_file_outside_out_dir(tmp_path):
+    rt = make_runtime(tmp_path, hip=("gfx1100",))
+    raw = read_raw(rt)
+    raw["gpu_targets"]["hip"] = ["../../escaped"]
+    write_raw(rt, {k: v for k, v in raw.items() if k not in ("schema", "created_by")})
+    before = snapshot(tmp_path)
+    proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "dist"))
+    one_error_line(proc, 1, ["not a plain file name", "escaped"])
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith("dist")} == before
+
+
+def test_package_refuses_a_runtime_that_fails_its_file_checks(tmp_path):
+    rt = make_runtime(tmp_path)
+    (rt / "lib" / "extra.so").write_bytes(b"planted")
+    proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "dist"))
+    one_error_line(proc, 1, ["fails verify's file checks", "extra.so"])
+    assert not (tmp_path / "dist").exists()
+
+
+def test_package_keeps_a_sums_file_it_cannot_read_back(tmp_path):
+    rt = make_runtime(tmp_path)
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / package.SUMS).write_text("# release 1.2, signed by me\n")
+    proc = assemble("package", str(rt), "--out-dir", str(dist))
+    one_error_line(proc, 2, ["not in sha256sum's format", "another --out-dir"])
+    assert os.listdir(dist) == [package.SUMS] and (dist / package.SUMS).read_text().startswith("# release")
