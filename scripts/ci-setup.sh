@@ -5,19 +5,24 @@
 #   - Vulkan headers newer than Debian 12's 1.3.239 (this llama.cpp needs 1.4.x):
 #     libvulkan-dev + spirv-headers from Debian 13 (trixie), headers only, unpacked over /
 #   - debootstrap: the Debian sid chroot with ROCm 6.4 (tests/test_rocm_chroot.py)
-# Idempotent; run as root.
+# Idempotent; run as root. --check: exit 0 when everything is there, 1 when something is
+# missing (scripts/test asks first, so a complete machine needs no root).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
 for pkg in ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
+ver=$(grep -s -oP '#define VK_HEADER_VERSION \K[0-9]+' /usr/include/vulkan/vulkan_core.h || echo 0)
+if [ "${1:-}" = --check ]; then
+  [ ${#need[@]} -eq 0 ] && [ "$ver" -ge 300 ] && [ -f /usr/include/vulkan/vulkan.hpp ]
+  exit
+fi
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-ver=$(grep -s -oP '#define VK_HEADER_VERSION \K[0-9]+' /usr/include/vulkan/vulkan_core.h || echo 0)
 if [ "$ver" -lt 300 ]; then
   work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
   mkdir -p "$work/etc" "$work/lists/partial" "$work/debs"

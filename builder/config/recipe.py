@@ -5,6 +5,7 @@ Every error names the file, the key and the fix, in one line.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import tomllib
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError
-from builder.paths import data_dir
+from builder.paths import builtin_data, data_dir
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -204,11 +205,18 @@ def _backend_list(c: _Checker, raw: list, key: str) -> tuple[str, ...]:
 def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     path = Path(path)
     c = _Checker(path)
+    if text is None and path.is_dir():
+        raise AssembleError("is a folder, not a recipe file", where=str(path),
+                            fix="name one .toml file in it (assemble list shows the shipped recipes)")
     try:
-        data = tomllib.loads(text if text is not None else path.read_text(encoding="utf-8"))
+        # utf-8-sig: an editor's byte-order mark is not part of the recipe (TOML itself has no BOM)
+        data = tomllib.loads(text.removeprefix("\ufeff") if text is not None else path.read_text(encoding="utf-8-sig"))
     except tomllib.TOMLDecodeError as exc:
         raise AssembleError(f"not valid TOML ({exc})", where=str(path),
                             fix="correct the syntax at the position named") from None
+    except RecursionError:
+        raise AssembleError("arrays or tables nested too deeply to read", where=str(path),
+                            fix="a recipe nests a few levels at most: remove the deep nesting") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise AssembleError(f"cannot read recipe ({exc})", where=str(path), fix="check the path") from None
     c.table(data, _TOP, "")
@@ -233,7 +241,13 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
         raise c.fail("pin.mirrors", "no source mirror", "add at least one [[pin.mirrors]] table")
     mirrors = tuple(_mirror(c, m, f"pin.mirrors[{i}]", sha) for i, m in enumerate(mirrors_raw))
     locked = read_lock(path) if text is None else None  # a lock file next to the recipe wins
-    pin = Pin(sha=locked or sha, features=c.strings(pin_raw.get("features", []), "pin.features"), mirrors=mirrors,
+    features = c.strings(pin_raw.get("features", []), "pin.features")
+    known = registry_names()
+    for feature in features:
+        if feature not in known:
+            raise c.fail("pin.features", f"unknown feature '{feature}'",
+                         f"use names from the registry (builder/data/features.toml): {', '.join(sorted(known))}")
+    pin = Pin(sha=locked or sha, features=features, mirrors=mirrors,
               lock=str(lock_path(path)) if locked else None)
 
     targets = c.strings(data.get("targets", list(DEFAULT_TARGETS)), "targets")
@@ -315,6 +329,18 @@ def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Un
     return tuple(units)
 
 
+@functools.cache
+def registry_names() -> frozenset[str]:
+    """The feature names a recipe may require: the registry's, read here for the names only (the
+    detectors are builder.source.features' business), so `show` refuses a typo as `build` would."""
+    try:
+        data = tomllib.loads(builtin_data("features.toml").read_text(encoding="utf-8"))
+        return frozenset(f["name"] for f in data.get("feature", []))
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as exc:
+        raise AssembleError(f"cannot read the feature registry ({exc})", where=str(builtin_data("features.toml")),
+                            fix="reinstall assemble; the registry ships inside the package") from None
+
+
 # --- lock files (written by `assemble pin --lock`) ---------------------------
 
 def lock_path(recipe_path: Path) -> Path:
@@ -350,6 +376,8 @@ def all_recipes() -> list[Recipe]:
 def load_recipe(name_or_path: str) -> Recipe:
     """A recipe by name or alias among the shipped ones, or a path to a .toml file."""
     candidate = Path(name_or_path)
+    if candidate.is_dir() and ("/" in name_or_path or name_or_path in (".", "..")):
+        return parse_recipe(candidate)          # refused there, in one line: a folder is no recipe
     if name_or_path.endswith(".toml") or candidate.is_file():
         if not candidate.is_file():
             raise AssembleError("no such recipe file", where=name_or_path, fix="check the path")

@@ -7,7 +7,7 @@ import pytest
 from builder.errors import AssembleError
 from builder.config.recipe import all_recipes, load_recipe, parse_recipe
 from builder.config.targets import CudaArch
-from tests.support.common import assemble
+from tests.support.common import REPO, assemble
 
 GOOD = '''
 name = "t"
@@ -89,3 +89,25 @@ def test_bad_recipe_cli_exit_code(tmp_path):
 def test_unknown_recipe_name():
     proc = assemble("show", "no-such-recipe")
     assert proc.returncode == 2 and "unknown recipe 'no-such-recipe'" in proc.stderr and "cpu" in proc.stderr
+
+
+def test_hostile_recipe_files_are_one_line(tmp_path):
+    """A byte-order mark is an editor's, not the recipe's; deep nesting and a folder are refused in
+    one line; an unknown feature is refused by `show` and `build` alike, before any fetch."""
+    good = (REPO / "recipes" / "cpu.toml").read_text()
+    bom = tmp_path / "bom.toml"
+    bom.write_text("\ufeff" + good, encoding="utf-8")
+    assert parse_recipe(bom).name == "cpu"
+    deep = tmp_path / "deep.toml"
+    deep.write_text(good + "\nx = " + "[" * 5000 + "]" * 5000 + "\n")
+    feature = tmp_path / "feature.toml"
+    feature.write_text(good.replace('"backend-dl"]', '"backend-dl", "no-such-feature"]'))
+    cases = [(["show", str(deep)], "nested too deeply"), (["show", str(tmp_path)], "is a folder, not a recipe file"),
+             (["show", str(feature)], "pin.features: unknown feature 'no-such-feature'"),
+             (["build", "--recipe", str(feature), "--out", str(tmp_path / "rt")],
+              "pin.features: unknown feature 'no-such-feature'")]
+    for argv, words in cases:
+        proc = assemble(*argv, env={"ASSEMBLE_CACHE": str(tmp_path / "cache")})
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, argv
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "rt").exists()     # nothing fetched or written
