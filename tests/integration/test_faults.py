@@ -26,7 +26,8 @@ from builder.release import package
 from builder.errors import AssembleError, BuildFailed
 from tests.support.common import REPO, TEST_CACHE, assemble
 from builder.digest import sha256_file
-from tests.support.manifests import whole, write_raw
+from tests.support.runtimes import tiny_runtime
+from tests.support.manifests import whole
 
 SEED = 20251129
 KILLS = 20
@@ -140,14 +141,7 @@ class Killed(BaseException):
     """Stands for SIGKILL: nothing after it runs, no cleanup handler either."""
 
 
-def _fake_runtime(path: Path, label: str) -> Path:
-    (path / "bin").mkdir(parents=True)
-    (path / "bin" / "tool").write_text(label)
-    write_raw(path, {"recipe": {"name": "x", "backends": ["cpu"]},
-                     "llama_cpp": {"source": {"kind": "local", "verified_by": "nothing (a test)"}},
-                     "files": [{"path": "bin/tool", "role": "own", "sha256": sha256_file(path / "bin" / "tool"),
-                                "size": len(label), "mode": 0o644}]})
-    return path
+_fake_runtime = tiny_runtime
 
 
 def _label(runtime: Path) -> str:

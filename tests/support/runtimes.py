@@ -71,3 +71,15 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
     })
     assert manifest.check_files(rt, Manifest.load(rt)) == []
     return rt
+
+
+def tiny_runtime(path: Path, label: str = "x") -> Path:
+    """The smallest folder this tool's manifest schema describes exactly: bin/tool holding `label`
+    (created_by 'assemble test'), for the output-folder and swap tests."""
+    (path / "bin").mkdir(parents=True)
+    (path / "bin" / "tool").write_text(label)
+    write_raw(path, {"recipe": {"name": "x", "backends": ["cpu"]},
+                     "llama_cpp": {"source": {"kind": "local", "verified_by": "nothing (a test)"}},
+                     "files": [{"path": "bin/tool", "role": "own", "sha256": sha256_file(path / "bin" / "tool"),
+                                "size": len(label), "mode": 0o644}]})
+    return path

@@ -22,6 +22,7 @@ from builder.release import package
 from builder.runtime import manifest
 from builder.runtime.manifest import Manifest
 from tests.support.common import TEST_CACHE, assemble
+from tests.support.runtimes import tiny_runtime
 from tests.support.manifests import read_raw, whole, write_raw
 from tests.support.runtimes import make_runtime
 
@@ -56,15 +57,7 @@ def one_error_line(proc: subprocess.CompletedProcess, code: int, words: list[str
     return lines[0]
 
 
-def _fake_runtime(path: Path, label: str = "x") -> Path:
-    """A runtime this tool's manifest schema describes exactly (created_by 'assemble test')."""
-    (path / "bin").mkdir(parents=True)
-    (path / "bin" / "tool").write_text(label)
-    write_raw(path, {"recipe": {"name": "x", "backends": ["cpu"]},
-                     "llama_cpp": {"source": {"kind": "local", "verified_by": "nothing (a test)"}},
-                     "files": [{"path": "bin/tool", "role": "own", "sha256": sha256_file(path / "bin" / "tool"),
-                                "size": len(label), "mode": 0o644}]})
-    return path
+_fake_runtime = tiny_runtime
 
 
 @pytest.fixture

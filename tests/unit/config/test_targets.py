@@ -67,7 +67,7 @@ def test_gfx_tokens_in_data_file_names():
 
 
 def test_recipe_cli_matrix_and_verify_accept_and_refuse_the_same_values(tmp_path):
-    """The value rocmpolicy itself recommends (gfx90a:xnack-) is accepted everywhere; a bad one
+    """The value the ROCm rules themselves recommend (gfx90a:xnack-) is accepted everywhere; a bad one
     is refused everywhere, in one line naming the forms."""
     recipe = tmp_path / "r.toml"
     text = (REPO_RECIPE.read_text().replace('targets = ["gfx1100"]', 'targets = ["gfx90a:xnack-"]'))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.toolchain import rules as cudapolicy
+from builder.toolchain import rules
 from builder.source import patches
 from tests.support.toolkits import check_cuda_unit
 from builder.errors import AssembleError
@@ -87,7 +87,7 @@ def test_real_cuda13_with_blackwell_is_refused_with_three_ways_out(real_cuda13):
     assert e.where == "recipes/cuda.toml: units[0]"
     # the three ways out and the explicit acceptance, all in the one-line fix
     assert "assemble toolchain cuda 12.8.1" in e.fix and "cuda128-vulkan" in e.fix
-    assert cudapolicy.BLACKWELL_PATCH in e.fix
+    assert rules.BLACKWELL_PATCH in e.fix
     assert "Vulkan" in e.fix
     assert "--accept-blackwell-regression" in e.fix
     assert "\n" not in e.line()
@@ -197,18 +197,18 @@ def test_recipe_constraint(cuda128, real_cuda13):
     ("12.9", ">=13", False), ("12.8", ">=12.4,<13", True), ("13.0", "<13", False), ("13.0", "!=13.0", False),
     ("12.8", "12.8", True)])
 def test_satisfies(version, constraint, ok):
-    assert cudapolicy.satisfies(version, constraint) is ok
+    assert rules.satisfies(version, constraint) is ok
 
 
 def test_bad_constraint_is_a_clear_error():
     with pytest.raises(AssembleError, match="constraint"):
-        cudapolicy.satisfies("12.8", "~12")
+        rules.satisfies("12.8", "~12")
 
 
 # --- the Blackwell patch ------------------------------------------------------
 
 def test_patch_metadata_conditions():
-    meta = REPO / "patches" / f"{cudapolicy.BLACKWELL_PATCH}.toml"
+    meta = REPO / "patches" / f"{rules.BLACKWELL_PATCH}.toml"
     p = patches.load_patch(meta)
     assert "50-80%" in p.fixes
     ctx = lambda v, archs: patches.PatchContext(backends=("cuda", "cpu"), cuda_version=v, cuda_archs=archs,  # noqa: E731
@@ -227,7 +227,7 @@ def test_patch_applies_to_a_copy_of_the_pinned_file(tmp_path, llama_tree):
     dest = tree / "ggml" / "src" / "ggml-cuda" / "fattn.cu"
     dest.parent.mkdir(parents=True)
     shutil.copy2(src, dest)
-    patch = REPO / "patches" / f"{cudapolicy.BLACKWELL_PATCH}.patch"
+    patch = REPO / "patches" / f"{rules.BLACKWELL_PATCH}.patch"
     env = dict(os.environ, GIT_CEILING_DIRECTORIES=str(tmp_path))
     run = lambda *a: subprocess.run(["git", "apply", *a, str(patch)], cwd=tree, env=env,  # noqa: E731
                                     capture_output=True, text=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from builder.toolchain import detect as rocmpolicy
+from builder.toolchain import detect
 from builder.errors import AssembleError
 from builder.toolchain.detect import kernel_archs
 from tests.support.toolkits import check_hip_unit
@@ -232,10 +232,10 @@ def test_kernel_archs_with_an_arch_less_index(tmp_path):
 
 def test_searched_places_follow_the_probe_order(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert rocmpolicy.rocm_searched(None) == ["ROCM_PATH (unset)", "HIP_PATH (unset)", "hipconfig (not on PATH)",
+    assert detect.rocm_searched(None) == ["ROCM_PATH (unset)", "HIP_PATH (unset)", "hipconfig (not on PATH)",
                                               "/opt/rocm", "/usr"]
-    assert rocmpolicy.rocm_searched("/x") == ["--rocm-path /x"]
-    assert rocmpolicy.rocm_searched("/h", "HIP_PATH") == ["HIP_PATH=/h"]
+    assert detect.rocm_searched("/x") == ["--rocm-path /x"]
+    assert detect.rocm_searched("/h", "HIP_PATH") == ["HIP_PATH=/h"]
 
 
 # --- Debian sid's real packages (cached downloads, no chroot) -----------------------
