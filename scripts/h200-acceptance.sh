@@ -43,7 +43,7 @@ stage_setup() {
     nvcc --version | tail -2; ldconfig -p | grep -E 'libcuda.so.1 |libvulkan.so.1 ';
     nproc; grep PRETTY /etc/os-release; } > "$RESULTS/host.txt" 2>&1
   cat "$RESULTS/host.txt"
-  [ -f "$MODEL" ] || [ -n "${NO_MODEL:-}" ] || python3 -c "import sys; from builder.tinymodel import write_tiny_llama, ONE_B; \
+  [ -f "$MODEL" ] || [ -n "${NO_MODEL:-}" ] || python3 -c "import sys; from builder.check.tinymodel import write_tiny_llama, ONE_B; \
 write_tiny_llama(sys.argv[1], ONE_B, dtype='f16')" "$MODEL"
   ls -la "$MODEL" 2>/dev/null || true
 }

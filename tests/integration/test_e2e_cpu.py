@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from builder.check.tinymodel import write_tiny_llama
-from tests.support.common import SHA, TEST_CACHE, assemble
+from tests.support.common import REPO, SHA, TEST_CACHE, assemble
 from tests.support.server import complete, server
 
 pytestmark = pytest.mark.slow
@@ -90,7 +90,7 @@ def test_planted_module_in_working_directory(cpu_runtime, tmp_path):
 
     # The same recipe with the patch disabled (ccache makes this build cheap: one file differs).
     recipe = tmp_path / "cpu-unpatched.toml"
-    recipe.write_text((Path(__file__).parent.parent / "recipes" / "cpu.toml").read_text()
+    recipe.write_text((REPO / "recipes" / "cpu.toml").read_text()
                       + '\n[patches]\ndisable = { "backend-loader-no-cwd" = "test: show the hole it closes" }\n')
     unpatched = tmp_path / "runtime-unpatched"
     assemble("build", "--recipe", str(recipe), "--out", str(unpatched), "--no-verify", check=True)
