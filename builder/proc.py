@@ -27,6 +27,16 @@ PROBE_TIMEOUT = 5.0        # seconds; a healthy tool answers --version in well u
 _STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
+def stop(proc: subprocess.Popen, grace: float = 15) -> None:
+    """Ask a started process to end, then make it: SIGTERM, `grace` seconds, SIGKILL."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def command_line(argv: Sequence[str]) -> str:
     return shlex.join(str(a) for a in argv)
 

@@ -22,7 +22,7 @@ import requests
 
 from builder.check.integrity import modules_in_bin
 from builder.paths import scratch
-from builder.proc import run
+from builder.proc import run, stop
 
 RUN_TIMEOUT = 120
 
@@ -381,12 +381,7 @@ def smoke(runtime: Path, model: Path, device_args: list[str], env: dict, timeout
             return Smoke(predicted=predicted, prompt_tokens=prompt_tokens, seconds=seconds, foreign=foreign,
                          observed=observed)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def _tail(log: Path, n: int = 3) -> str:

@@ -30,6 +30,14 @@ GFX_FORMS = '"gfx1100", "gfx90a:xnack-" or "gfx11-generic" (the arch rocminfo sh
 GFX_TOKEN = re.compile(rf"{_GFX_GENERIC}|{_GFX_CHIP}")  # a gfx arch inside a longer name (data files)
 
 
+def _comma_list(text: str, where: str, example: str) -> list[str]:
+    # "90,,120" is a typo, not two entries: an empty entry is refused, never dropped
+    items = text.split(",")
+    if any(not i.strip() for i in items):
+        raise AssembleError(f"{text!r} has an empty entry", where=where, fix=f"write e.g. {example}")
+    return items
+
+
 @dataclass(frozen=True)
 class CudaArch:
     number: int                 # compute capability x10: 90, 120
@@ -46,11 +54,8 @@ class CudaArch:
 
     @classmethod
     def parse_list(cls, text: str, where: str) -> tuple[CudaArch, ...]:
-        """A comma list from the command line: "90,120"; an empty entry is an error, not ignored."""
-        items = text.split(",")
-        if any(not i.strip() for i in items):
-            raise AssembleError(f"{text!r} has an empty entry", where=where, fix=f"write e.g. 90,120 ({CUDA_FORMS})")
-        return tuple(cls.parse(i, where) for i in items)
+        """A comma list from the command line: "90,120"."""
+        return tuple(cls.parse(i, where) for i in _comma_list(text, where, f"90,120 ({CUDA_FORMS})"))
 
     @classmethod
     def from_nvcc(cls, text: str) -> tuple[CudaArch, ...]:
@@ -85,10 +90,8 @@ class GfxTarget:
 
     @classmethod
     def parse_list(cls, text: str, where: str) -> tuple[GfxTarget, ...]:
-        items = text.split(",")
-        if any(not i.strip() for i in items):
-            raise AssembleError(f"{text!r} has an empty entry", where=where, fix=f"write e.g. gfx1100,gfx942 ({GFX_FORMS})")
-        return tuple(cls.parse(i, where) for i in items)
+        """A comma list from the command line: "gfx1100,gfx942"."""
+        return tuple(cls.parse(i, where) for i in _comma_list(text, where, f"gfx1100,gfx942 ({GFX_FORMS})"))
 
     @property
     def generic(self) -> bool:

@@ -10,6 +10,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SHA = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
+# A small valid recipe (cuda + vulkan, one git mirror that is never reached) that tests edit one key of
+GOOD_RECIPE = f'''
+name = "t"
+description = "test"
+backends = ["cuda", "vulkan"]
+[pin]
+sha = "{SHA}"
+[[pin.mirrors]]
+kind = "git"
+url = "https://example.invalid/llama.cpp.git"
+[cuda]
+architectures = ["90"]
+'''
 TEST_CACHE = Path(os.environ.get("ASSEMBLE_TEST_CACHE", Path.home() / ".cache" / "assemble-tests"))
 
 

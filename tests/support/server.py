@@ -10,6 +10,8 @@ from pathlib import Path
 
 import requests
 
+from builder.proc import stop
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -40,12 +42,7 @@ def server(runtime: Path, model: Path, args: list[str], env: dict, cwd: Path, ti
             time.sleep(0.3)
         yield base, proc, log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, grace=20)
 
 
 def complete(base: str, n: int = 16, prompt: str = "The capital of France is") -> dict:

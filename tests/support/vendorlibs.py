@@ -23,6 +23,7 @@ import json
 import lzma
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -420,3 +421,12 @@ def get_or_skip(fetch: Callable):
         if offline():
             pytest.skip(str(exc))
         raise
+
+
+def readelf_dynamic(path: Path) -> dict[str, list[str]]:
+    """NEEDED/SONAME/RPATH/RUNPATH as binutils reads them: a second opinion on builder.runtime.elf."""
+    out = subprocess.run(["readelf", "-dW", str(path)], capture_output=True, text=True, check=True).stdout
+    facts: dict[str, list[str]] = {}
+    for tag, value in re.findall(r"\((NEEDED|SONAME|RPATH|RUNPATH)\)\s+[^\[]*\[(.*)\]", out):
+        facts.setdefault(tag, []).append(value)
+    return facts

@@ -13,20 +13,9 @@ import pytest
 from builder.cli import main as cli
 from builder.errors import AssembleError
 from builder.source.patches import load_patch
-from tests.support.common import SHA, assemble
+from tests.support.common import GOOD_RECIPE, SHA, assemble
 
-GOOD = f'''
-name = "t"
-description = "test"
-backends = ["cuda", "vulkan"]
-[pin]
-sha = "{SHA}"
-[[pin.mirrors]]
-kind = "git"
-url = "https://example.invalid/llama.cpp.git"
-[cuda]
-architectures = ["90"]
-'''
+GOOD = GOOD_RECIPE
 HIP = GOOD.replace('["cuda", "vulkan"]', '["hip"]').replace('[cuda]\narchitectures = ["90"]\n', "")
 
 # name: (recipe text, key words the line must hold)

@@ -7,20 +7,9 @@ import pytest
 from builder.errors import AssembleError
 from builder.config.recipe import all_recipes, load_recipe, parse_recipe
 from builder.config.targets import CudaArch
-from tests.support.common import REPO, assemble
+from tests.support.common import GOOD_RECIPE, REPO, assemble
 
-GOOD = '''
-name = "t"
-description = "test"
-backends = ["cuda", "vulkan"]
-[pin]
-sha = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
-[[pin.mirrors]]
-kind = "git"
-url = "https://example.invalid/llama.cpp.git"
-[cuda]
-architectures = ["90"]
-'''
+GOOD = GOOD_RECIPE
 
 
 def test_shipped_recipes_load():

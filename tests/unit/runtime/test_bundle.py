@@ -31,7 +31,7 @@ from builder.runtime.manifest import sha256_file
 from builder.runtime.policy import classify, data_rules_for, load_policy
 from builder.config.recipe import parse_recipe
 
-from tests.support.vendorlibs import (SID, compile_c, cuda_libs, extract_deb, fetch_deb, get_or_skip, loaded_probe,
+from tests.support.vendorlibs import (SID, compile_c, cuda_libs, extract_deb, fetch_deb, get_or_skip, loaded_probe, readelf_dynamic,
                         rocm_libs)
 
 LLAMA_OMP = r"""
@@ -48,12 +48,6 @@ __attribute__((constructor)) static void decoy(void) { fputs("DECOY %(name)s loa
 """
 
 
-def readelf_dynamic(path: Path) -> dict[str, list[str]]:
-    out = subprocess.run(["readelf", "-dW", str(path)], capture_output=True, text=True, check=True).stdout
-    facts: dict[str, list[str]] = {}
-    for tag, value in re.findall(r"\((NEEDED|SONAME|RPATH|RUNPATH)\)\s+[^\[]*\[(.*)\]", out):
-        facts.setdefault(tag, []).append(value)
-    return facts
 
 
 def run(exe: Path, ld_library_path: str | None = None) -> tuple[subprocess.CompletedProcess, dict[str, str]]:

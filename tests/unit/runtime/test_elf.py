@@ -15,7 +15,7 @@ import pytest
 from builder.runtime.elf import (ElfInfo, ldconfig_dirs, lookup, max_version, read_elf, resolve, section_strings, symlink_chain)
 from builder.errors import AssembleError
 
-from tests.support.vendorlibs import compile_c, cuda_libs, get_or_skip, loaded_probe
+from tests.support.vendorlibs import compile_c, cuda_libs, get_or_skip, loaded_probe, readelf_dynamic
 
 pytestmark = pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf as the oracle")
 
@@ -28,12 +28,6 @@ def libfoo(folder: Path, tag: str, *args: str) -> Path:
                      folder / "libfoo.so.1", "-shared", "-Wl,-soname,libfoo.so.1", *args)
 
 
-def readelf_dynamic(path: Path) -> dict[str, list[str]]:
-    out = subprocess.run(["readelf", "-dW", str(path)], capture_output=True, text=True, check=True).stdout
-    facts: dict[str, list[str]] = {}
-    for tag, value in re.findall(r"\((NEEDED|SONAME|RPATH|RUNPATH)\)\s+[^\[]*\[(.*)\]", out):
-        facts.setdefault(tag, []).append(value)
-    return facts
 
 
 def readelf_versions(path: Path) -> set[str]:
