@@ -166,12 +166,25 @@ def load(path: Path, place: Path) -> Ledger:
 
 
 def save(path: Path, ledger: Ledger) -> None:
-    """Atomically (a temporary file renamed over it): a kill leaves the old ledger or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    """Atomically: a kill leaves the old ledger or the new one."""
     body = {"place": ledger.place, "entries": [dataclasses.asdict(e) for e in ledger.entries], "swap": ledger.swap}
-    with open(tmp, "w") as f:
-        f.write(json.dumps(body, indent=1) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(body, indent=1) + "\n")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a temporary file beside path, flush it to disk, rename it over path: a kill leaves the old
+    file or the new one, never half of one. The mode of a file being replaced is kept."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(3)}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o777)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

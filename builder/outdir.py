@@ -100,7 +100,8 @@ def check_destination(out: Path | str, *, cache: Path, source: Path | None = Non
     if _is_system(path):
         raise _refuse(path, "--out is a system folder; a runtime never replaces one", _PICK)
     cache = Path(os.path.realpath(cache))
-    for words, folder in [("the working directory", Path.cwd()), ("your home directory", Path.home()),
+    homes = [("your home directory", paths.home())] if paths.home() is not None else []
+    for words, folder in [("the working directory", Path.cwd()), *homes,
                           ("the assemble installation", paths.PROJECT_DIR), *inputs]:
         _not_holding(path, words, Path(os.path.realpath(folder)))
     for words, folder in [("the assemble cache", cache)] + ([("the --source tree", source)] if source else []):

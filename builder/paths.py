@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
+import socket
 import tempfile
 from pathlib import Path
+
+from builder.errors import AssembleError
 
 _PKG = Path(__file__).resolve().parent
 PACKAGE_DIR = _PKG             # builder/ itself (a container build context copies it)
@@ -36,17 +40,35 @@ def cache_dir() -> Path:
     explicit = os.environ.get("ASSEMBLE_CACHE")
     if explicit:
         return Path(explicit).expanduser().resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        if home() is None:
+            raise AssembleError("no home directory to keep the cache in ($HOME is unset and this user has no "
+                                "passwd entry)", fix="set ASSEMBLE_CACHE=DIR (or HOME / XDG_CACHE_HOME)")
+        base = str(home() / ".cache")
     return (Path(base) / "assemble").resolve()
 
 
+def home() -> Path | None:
+    """The user's home folder; None without $HOME and a passwd entry (a container's --user uid:gid)."""
+    try:
+        return Path.home()
+    except (RuntimeError, KeyError):
+        return None
+
+
 # --- scratch folders ------------------------------------------------------------------
-# Temporary folders live under the cache, named with the pid that made them, so a run
-# killed with SIGKILL leaves nothing in /tmp and the next run can prove what is stale:
-# a folder here whose pid is no longer alive. Nothing outside this folder is touched.
+# Temporary folders live under the cache, named with the host and pid that made them, so a run
+# killed with SIGKILL leaves nothing in /tmp and the next run can prove what is stale: a folder
+# of this host whose pid is no longer alive (a cache shared between hosts, e.g. an NFS home, holds
+# other hosts' live folders too). Nothing outside this folder is touched.
 
 SCRATCH = "tmp"
-_SCRATCH_NAME = re.compile(r"^(?P<prefix>[a-z-]+-)(?P<pid>\d+)-[A-Za-z0-9_]+$")
+_SCRATCH_NAME = re.compile(r"^(?P<prefix>[a-z-]+-)(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+
+
+def _host_tag() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
 def scratch_root() -> Path:
@@ -62,8 +84,8 @@ def scratch(prefix: str):
     try:
         root = scratch_root()
         root.mkdir(parents=True, exist_ok=True)
-        path = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=root))
-    except OSError:
+        path = Path(tempfile.mkdtemp(prefix=f"{prefix}{_host_tag()}-{os.getpid()}-", dir=root))
+    except (OSError, AssembleError):
         path = Path(tempfile.mkdtemp(prefix=f"assemble-{prefix}{os.getpid()}-"))
     try:
         yield path
@@ -73,14 +95,14 @@ def scratch(prefix: str):
 
 def clean_stale_scratch() -> list[Path]:
     """Remove scratch folders of runs that are gone (killed before they could clean up)."""
-    root, removed = scratch_root(), []
+    removed, host = [], _host_tag()
     try:
-        entries = list(os.scandir(root))
-    except OSError:
+        entries = list(os.scandir(scratch_root()))
+    except (OSError, AssembleError):   # no cache yet, or none can be found: nothing of ours to clean
         return removed
     for entry in entries:
         m = _SCRATCH_NAME.match(entry.name)
-        if not m or not entry.is_dir(follow_symlinks=False) or _alive(int(m.group("pid"))):
+        if not m or m.group("host") != host or not entry.is_dir(follow_symlinks=False) or _alive(int(m.group("pid"))):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))

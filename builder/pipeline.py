@@ -65,11 +65,10 @@ def _adopt(config: BuildConfig) -> tuple[BuildConfig, dict[str, UnitDescription]
 
 
 def patch_context(config: BuildConfig, toolchains: dict[str, Toolchain]) -> patches.PatchContext:
+    """The patches' view of this build, with the CUDA toolkit its CUDA unit found."""
     cuda_unit = config.cuda_unit()
     tc = toolchains.get(cuda_unit.name) if cuda_unit else None
-    return patches.PatchContext(backends=config.recipe.backends, cuda_version=tc.cuda.version if tc and tc.cuda else None,
-                                cuda_archs=tuple(str(a) for a in cuda_unit.cuda_archs) if cuda_unit else (),
-                                backend_dl=config.units[0].value("GGML_BACKEND_DL") == "ON")
+    return patches.context_for(config, tc.cuda.version if tc and tc.cuda else None)
 
 
 def _enforce(config: BuildConfig, units: tuple[UnitConfig, ...], toolchains: dict[str, Toolchain],
@@ -101,9 +100,7 @@ def prepare(config: BuildConfig) -> Prepared:
     ui.info(f"features present: {', '.join(sorted(report.present)) or '(none required)'}")
     toolchains = survey.for_units(config, wanted, recorded, engine=_engine(config, wanted))
     prepared_tree = patches.prepare(tree, recipe, patch_context(config, toolchains))  # says what it applied
-    applied = {p.name for p in prepared_tree.applied}
-    blackwell_patch = None if rules.BLACKWELL_PATCH in applied else \
-        dict(prepared_tree.skipped).get(rules.BLACKWELL_PATCH, "not shipped")
+    blackwell_patch = rules.blackwell_patch_state([p.name for p in prepared_tree.applied], prepared_tree.skipped)
     records = _enforce(config, wanted, toolchains, blackwell_patch)
     tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in prepared_tree.applied)
     plans = []
@@ -234,7 +231,7 @@ def _toolchain_lib_dirs(plans: tuple[UnitPlan, ...]) -> list[Path]:
         cuda = plan.toolchain.get("cuda")
         if cuda:
             root = Path(cuda["root"])
-            dirs += [root / "lib64", root / "lib", root / "targets" / "x86_64-linux" / "lib"]
+            dirs += [root / "lib64", root / "lib", *sorted(root.glob("targets/*-linux/lib"))]   # x86_64, sbsa
         rocm = plan.toolchain.get("rocm")
         if rocm:
             dirs += [Path(rocm["path"]) / "lib", Path(rocm["path"]) / "lib64"]
@@ -259,9 +256,8 @@ def _manifest(recipe, prepared: Prepared, result) -> manifest.Manifest:
             source=manifest.Provenance.from_dict(tree.provenance),
             features=dict(prepared.feature_report.present),
             patches=tuple(manifest.PatchRecord(p.name, p.file, p.sha256, p.fixes) for p in prepared.build_tree.applied)),
-        gpu_targets=manifest.GpuTargets(
-            cuda=tuple(a for p in plans for a in dict(p.defines).get("CMAKE_CUDA_ARCHITECTURES", "").split(";") if a),
-            hip=tuple(t for p in plans for t in dict(p.defines).get("GPU_TARGETS", "").split(";") if t)),
+        gpu_targets=manifest.GpuTargets(cuda=tuple(str(a) for p in plans for a in p.unit.cuda_archs),
+                                        hip=tuple(str(t) for p in plans for t in p.unit.hip_targets)),
         units=tuple(manifest.UnitRecord(
             name=p.unit.name, backends=tuple(p.unit.backends),
             container=(prepared.adopted[p.unit.name].container if p.unit.name in prepared.adopted

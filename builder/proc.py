@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import ui
-from builder.errors import BuildFailed
+from builder.errors import AssembleError, BuildFailed
 
 PROBE_TIMEOUT = 5.0        # seconds; a healthy tool answers --version in well under one
 _STEP = re.compile(r"^\[(\d+)/(\d+)\]")
@@ -35,6 +35,12 @@ def stop(proc: subprocess.Popen, grace: float = 15) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def last_line(proc: subprocess.CompletedProcess) -> str:
+    """What a failed command said last (stderr, else stdout): the one line an error quotes."""
+    lines = (proc.stderr or proc.stdout or "").strip().splitlines()
+    return lines[-1] if lines else "(no output)"
 
 
 def command_line(argv: Sequence[str]) -> str:
@@ -75,7 +81,13 @@ def git(*args: str, cwd: Path | str | None = None, env: Mapping[str, str] | None
     """git ARGS in cwd. own_root: cwd is its own repository's top (a repository above it must not be
     found: git would treat cwd as a subfolder and, for `apply`, silently skip the patch's paths)."""
     full = git_env(env, ceiling=Path(cwd) if own_root and cwd else None)
-    return run(["git", *args], cwd=cwd, env=full, timeout=timeout, text=text)
+    try:
+        return run(["git", *args], cwd=cwd, env=full, timeout=timeout, text=text)
+    except FileNotFoundError as exc:
+        if exc.filename != "git":        # cwd missing: the caller's matter
+            raise
+        raise AssembleError("git is not installed: assemble fetches, verifies and patches llama.cpp with it",
+                            where="PATH", fix="install git (e.g. apt install git)") from None
 
 
 # --- bounded probes -------------------------------------------------------------------------

@@ -4,13 +4,15 @@
 #   - Vulkan on the CPU: Mesa's lavapipe + the loader (libvulkan1), Debian 12's glslc
 #   - Vulkan headers newer than Debian 12's 1.3.239 (this llama.cpp needs 1.4.x):
 #     libvulkan-dev + spirv-headers from Debian 13 (trixie), headers only, unpacked over /
-#   - debootstrap: the Debian sid chroot with ROCm 6.4 (tests/test_rocm_chroot.py)
+#   - debootstrap: the Debian sid chroot with ROCm 6.4 (tests/integration/test_rocm_chroot.py)
+#   - git (assemble fetches and patches llama.cpp with it), python3-venv (scripts/test makes a venv
+#     when python3 is the distribution's own, which refuses pip installs: PEP 668)
 # Idempotent; run as root. --check: exit 0 when everything is there, 1 when something is
 # missing (scripts/test asks first, so a complete machine needs no root).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap; do
+for pkg in git python3-venv ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 ver=$(grep -s -oP '#define VK_HEADER_VERSION \K[0-9]+' /usr/include/vulkan/vulkan_core.h || echo 0)

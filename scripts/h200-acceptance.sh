@@ -126,7 +126,7 @@ stage_split2() {
 }
 
 # The CUDA half of rocm-cuda-units, built here alone (--only-unit) for a merge on the ROCm side
-# (scripts/rocm-merge-check.sh): bin/ + assemble-unit.json as xz parts of at most 15 MiB.
+# (scripts/rocm-validate.sh merge, CUDA_UNIT=): bin/ + assemble-unit.json as xz parts of at most 15 MiB.
 stage_cudaunit() {
   log "CUDA unit of rocm-cuda-units for sm_$ARCH on $(nproc) cores"
   local t0=$SECONDS dir

@@ -26,7 +26,7 @@ json=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --json) json=${2:?--json needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) dir=$1; shift ;;
   esac
 done

@@ -29,7 +29,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 stages=(chroot fetch build verify gfx1201 merge)
-usage() { sed -n '2,29p' "$0"; }
+usage() { sed -n '2,28p' "$0"; }
 die() { echo "rocm-validate: $*" >&2; exit 2; }
 
 [ $# -gt 0 ] || { usage >&2; exit 2; }
@@ -41,6 +41,11 @@ for stage in "$@"; do
   esac
 done
 [ "$(id -u)" = 0 ] || die "needs root (debootstrap, chroot, bind mounts) -- fix: run it with sudo"
+case " $* " in *" merge "*)   # checked now, not after the hours the stages before it take
+  [ -f "${CUDA_UNIT:-}/assemble-unit.json" ] \
+    || die "merge needs CUDA_UNIT=<a folder from --only-unit cuda> (no assemble-unit.json at '${CUDA_UNIT:-}')"
+  [ -d "${CUDA_LIBS:-}" ] || die "merge needs CUDA_LIBS=<folder with libcudart/libcublas .so.13> (no folder '${CUDA_LIBS:-}')" ;;
+esac
 
 CHROOT=${CHROOT:-/var/tmp/sid-rocm}
 WORK=${WORK:-/var/tmp/rocm-validate}
@@ -149,10 +154,7 @@ stage_gfx1201() {
   [ ! -e "$WORK/runtime-rocm-gfx1201" ] || { log "UNEXPECTED: an output folder was written"; return 1; }
 }
 
-stage_merge() {
-  [ -f "${CUDA_UNIT:?set CUDA_UNIT}/assemble-unit.json" ] \
-    || { log "no unit folder at $CUDA_UNIT (no assemble-unit.json) -- fix: CUDA_UNIT=<a folder from --only-unit cuda>"; return 1; }
-  [ -d "${CUDA_LIBS:?set CUDA_LIBS}" ] || { log "no folder $CUDA_LIBS -- fix: CUDA_LIBS=<folder with libcudart/libcublas .so.13>"; return 1; }
+stage_merge() {   # CUDA_UNIT and CUDA_LIBS: checked before any stage ran
   log "merge: HIP unit built here in the chroot + CUDA unit from $CUDA_UNIT"
   local t0=$SECONDS
   inside --bind "$CUDA_UNIT" --bind "$CUDA_LIBS" -- build --recipe rocm-cuda-units --rocm-path /usr \
@@ -165,4 +167,9 @@ stage_merge() {
 }
 
 log "rocm-validate $* ($(date -u +%FT%TZ)): cache $ASSEMBLE_CACHE, chroot $CHROOT, host python $("$PYTHON" -c 'import sys; print(sys.executable)')"
-for stage in "$@"; do "stage_$stage" || { rc=$?; log "stage $stage failed (exit $rc)"; exit 1; }; done
+# Each stage runs with `set -e` in force (a `stage || ...` would switch it off inside the stage, and
+# only its last command would count): the first failing command ends the run, and this says which stage.
+current=""
+trap 'rc=$?; if [ "$rc" -ne 0 ] && [ -n "$current" ]; then log "stage $current failed (exit $rc)"; exit 1; fi' EXIT
+for stage in "$@"; do current=$stage; "stage_$stage"; done
+current=""

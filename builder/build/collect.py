@@ -16,9 +16,6 @@ from builder.runtime.elf import read_elf
 from builder.errors import BuildFailed
 
 
-
-
-
 @dataclass(frozen=True)
 class UnitOutput:
     plan: UnitPlan

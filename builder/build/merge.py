@@ -20,7 +20,7 @@ def merge_units(outputs: list[UnitOutput]) -> list[OwnFile]:
             raise AssembleError(f"units {primary.plan.unit.name} and {other.plan.unit.name} were built from "
                                 f"different shas ({primary.plan.sha} vs {other.plan.sha})",
                                 fix="build every unit of a recipe at the same sha")
-        a, b = primary.plan.abi(), other.plan.abi()
+        a, b = primary.plan.unit.abi(), other.plan.unit.abi()   # adopted units: as their folders record
         diff = sorted(k for k in a if a[k] != b[k])
         if diff:
             raise AssembleError(f"units {primary.plan.unit.name} and {other.plan.unit.name} disagree on ggml ABI "

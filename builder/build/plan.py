@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.config.options import ABI_DEFINES, CONTAINER, BuildConfig, UnitConfig
+from builder.config.options import CONTAINER, BuildConfig, UnitConfig
 from builder.paths import cache_dir
 from builder.proc import command_line
 from builder.toolchain.detect import Toolchain
@@ -53,10 +53,6 @@ class UnitPlan:
     @property
     def in_container(self) -> bool:
         return self.unit.where.kind == CONTAINER
-
-    def abi(self) -> dict:
-        d = dict(self.defines)
-        return {k: d.get(k) for k in ABI_DEFINES}
 
     def lines(self) -> tuple[str, str]:
         return command_line(self.configure), command_line(self.build)

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from builder.check.report import FAIL, INFO, PASS, SKIP, WARN, Check
 from builder.config.options import CONTAINER, BuildConfig, CliOptions, UnitConfig, resolve, resolve_places
 from builder.config.recipe import Recipe
+from builder.config.targets import CudaArch
 from builder.errors import AssembleError
-from builder.paths import data_dir
 from builder.source.fetch import cached_tree
 from builder.toolchain import detect as tc
-from builder.toolchain import provision, rules
+from builder.toolchain import container, provision, rules
 from builder.toolchain.detect import GlslcProbe, probe_glslc, version_tuple
 from builder.toolchain.hints import cublas_hint, install_hint, newer_glslc_hint
 
@@ -30,6 +30,7 @@ class Facts:
     cmake: tc.Tool | None
     ninja: tc.Tool | None
     patchelf: tc.Tool | None
+    git: tc.Tool | None
     cc: tc.Tool | None
     cxx: tc.Tool | None
     cuda: tc.CudaToolkit | None
@@ -45,12 +46,12 @@ class Facts:
     def toolchain(self, launcher_choice: str = "auto") -> tc.Toolchain:
         """The host's toolchain as the rules read it (doctor probes no launcher: auto finds one or none)."""
         return tc.Toolchain("host", self.cmake, self.ninja, self.cc, self.cxx, None, launcher_choice,
-                            self.cuda, self.rocm, self.vulkan, self.glslc, self.patchelf)
+                            self.cuda, self.rocm, self.vulkan, self.glslc, self.patchelf, self.git)
 
     def as_dict(self) -> dict:
         d = lambda x: x.as_dict() if x is not None else None  # noqa: E731
         return {"distro": self.distro.as_dict(), "python": d(self.python), "cmake": d(self.cmake),
-                "ninja": d(self.ninja), "patchelf": d(self.patchelf), "cc": d(self.cc), "cxx": d(self.cxx),
+                "ninja": d(self.ninja), "patchelf": d(self.patchelf), "git": d(self.git), "cc": d(self.cc), "cxx": d(self.cxx),
                 "cuda": d(self.cuda), "driver": d(self.driver), "vulkan": self.vulkan.as_dict(),
                 "glslc": d(self.glslc), "rocm": d(self.rocm),
                 "container_engines": {e.name: e.as_dict() for e in self.engines},
@@ -60,7 +61,6 @@ class Facts:
 
 
 # --- gathering -----------------------------------------------------------------
-
 
 
 def gather(timeout: float = tc.PROBE_TIMEOUT, cuda_root: str | None = None, rocm_path: str | None = None,
@@ -74,6 +74,7 @@ def gather(timeout: float = tc.PROBE_TIMEOUT, cuda_root: str | None = None, rocm
         "cmake": lambda: tc.find_tool("cmake", timeout=timeout),
         "ninja": lambda: tc.find_tool("ninja", timeout=timeout),
         "patchelf": lambda: tc.find_tool("patchelf", timeout=timeout),
+        "git": lambda: tc.find_tool("git", timeout=timeout),
         "cc": lambda: tc.compiler(cc, timeout),
         "cxx": lambda: tc.compiler(cxx, timeout),
         "cuda": lambda: tc.cuda_toolkit(cuda_root, timeout),
@@ -90,18 +91,8 @@ def gather(timeout: float = tc.PROBE_TIMEOUT, cuda_root: str | None = None, rocm
     sdk, glslc = r["vulkan"]
     gpus = {k: r[k] for k in ("nvidia-smi", "rocminfo", "vulkaninfo")}
     gpus["sysfs"] = tc.sysfs_gpus()
-    return Facts(tc.distro(), tc.python(), r["cmake"], r["ninja"], r["patchelf"], r["cc"], r["cxx"], r["cuda"],
+    return Facts(tc.distro(), tc.python(), r["cmake"], r["ninja"], r["patchelf"], r["git"], r["cc"], r["cxx"], r["cuda"],
                  r["driver"], sdk, glslc, r["rocm"], r["engines"], gpus, r["pcie"], r["provisioned"])
-
-
-# --- install hints per distribution ----------------------------------------------
-
-
-
-
-
-
-
 
 
 # --- host checks -------------------------------------------------------------------
@@ -112,7 +103,7 @@ def _tool_check(name: str, tool: tc.Tool | None, hint: str, meaning: str = "") -
     return _row(name, OK, f"{tool.version} ({tool.path})", meaning)
 
 
-def _archs_text(archs: tuple[str, ...]) -> str:
+def _archs_text(archs: tuple[CudaArch, ...]) -> str:
     return f"sm_{archs[0]} .. sm_{archs[-1]} ({len(archs)})" if archs else "none listed"
 
 
@@ -123,14 +114,14 @@ def _cuda_checks(f: Facts) -> list[Check]:
                          "the CUDA backend cannot build here", install_hint("cuda", f.distro)))
     else:
         out.append(_row("CUDA toolkit", OK, f"nvcc {tk.version} at {tk.root}", f"nvcc: {tk.nvcc}"))
-        bw = [a for a in tk.archs if rules.arch_base(a) in rules.BLACKWELL_ARCHS]
-        meaning = "can target Blackwell (sm_120/121)" if bw else "cannot target Blackwell (sm_120 needs CUDA >= 12.8)"
-        if bw and rules.regression_applies(tk.version, bw):
+        regression = rules.regression_applies(tk.version, tk.archs)
+        meaning = ("can target Blackwell (sm_120/121)" if rules.blackwell(tk.archs)
+                   else "cannot target Blackwell (sm_120 needs CUDA >= 12.8)")
+        if regression:
             meaning += f"; CUDA {tk.version} Blackwell builds lose 50-80% generation past 8k context " \
                        f"(the build policy refuses them unless CUDA 12.8, the {rules.BLACKWELL_PATCH} patch, " \
                        "Vulkan, or an explicit acceptance)"
-        out.append(_row("CUDA archs", WARN if bw and rules.regression_applies(tk.version, bw) else OK,
-                         _archs_text(tk.archs), meaning))
+        out.append(_row("CUDA archs", WARN if regression else OK, _archs_text(tk.archs), meaning))
         if tk.has_cublas:
             out.append(_row("cuBLAS", OK, "libcublas.so + cublas_v2.h", "ggml-cuda links it"))
         else:
@@ -164,9 +155,7 @@ def _vulkan_header_state(v: tc.VulkanSdk) -> tuple[str, str, list[str]]:
                          "(ggml-vulkan.cpp fails: 'LayerSettingEXT' is not a member of 'vk')"), lacking
     if not v.has_hpp:
         return MISSING, "vulkan.hpp missing beside vulkan_core.h (ggml-vulkan is C++)", []
-    tested = "" if version_tuple(v.header_version) >= version_tuple(rules.VULKAN_TESTED) else \
-        f"; older than {rules.VULKAN_TESTED}, the version this pin was built with"
-    return OK, f"has every extension ggml-vulkan uses unguarded{tested}", []
+    return OK, f"has every extension ggml-vulkan uses unguarded{rules.tested_note(v)}", []
 
 
 def _vulkan_checks(f: Facts) -> list[Check]:
@@ -191,8 +180,6 @@ def _vulkan_checks(f: Facts) -> list[Check]:
     return out
 
 
-
-
 def _glslc_checks(f: Facts) -> list[Check]:
     g, probe = f.vulkan.glslc, f.glslc
     if g is None:
@@ -204,7 +191,7 @@ def _glslc_checks(f: Facts) -> list[Check]:
     out = [_row("glslc", OK, f"{g.version} ({g.path})", "compiles shaders")]
     if probe is not None:
         ext = probe.extensions
-        found = ", ".join(f"{rules.SHORT_EXT.get(e, e)} {'yes' if ok else 'no' if ok is False else '?'}" for e, ok in ext.items())
+        found = rules.glslc_summary(ext)
         lacking = [e for e, ok in ext.items() if ok is False]
         unknown = [e for e, ok in ext.items() if ok is None]
         if lacking:
@@ -340,6 +327,7 @@ def host_checks(f: Facts) -> list[Check]:
         pe = _row("patchelf", WARN, pe.reason, "older than 0.19: 0.17/0.18 have corruption and alignment bugs",
                    install_hint("patchelf", f.distro))
     out.append(pe)
+    out.append(_tool_check("git", f.git, install_hint("git", f.distro), "fetches, verifies and patches llama.cpp"))
     out.append(_tool_check("C compiler", f.cc, install_hint("compilers", f.distro)))
     out.append(_tool_check("C++ compiler", f.cxx, install_hint("compilers", f.distro)))
     out += _cuda_checks(f) + _vulkan_checks(f) + _rocm_checks(f) + _engine_checks(f) + _gpu_checks(f) + _pcie_checks(f)
@@ -357,26 +345,23 @@ def blackwell_patch(config: BuildConfig, cuda: tc.CudaToolkit | None) -> str | N
     patches' own selection, on the cached tree when there is one (else every condition but the
     tree's features)."""
     from builder.source import patches
-    cuda_unit = config.cuda_unit()
-    ctx = patches.PatchContext(config.recipe.backends, cuda.version if cuda else None,
-                               tuple(str(a) for a in cuda_unit.cuda_archs) if cuda_unit else (),
-                               config.units[0].value("GGML_BACKEND_DL") == "ON")
+    ctx = patches.context_for(config, cuda.version if cuda else None)
     tree = cached_tree(config.recipe.pin.sha)
     try:
         chosen, skipped = patches.select(patches.load_patches(), tree.path if tree else None, config.recipe.pin.sha,
                                          config.recipe, ctx)
     except AssembleError as exc:  # a broken patches/ folder or recipe [patches] table is reported, not fatal
         return exc.what
-    if any(p.name == rules.BLACKWELL_PATCH for p in chosen):
-        return None
-    return dict(skipped).get(rules.BLACKWELL_PATCH, "not shipped")
+    return rules.blackwell_patch_state([p.name for p in chosen], skipped)
 
 
 def _container_checks(unit: UnitConfig, f: Facts) -> list[Check]:
     name = f"unit {unit.name} ({unit.where.image})"
-    if not (data_dir("containers") / f"{unit.where.image}.Containerfile").is_file():
-        return [_r(name, MISSING, "no Containerfile", f"containers/{unit.where.image}.Containerfile is not shipped",
-                   "reinstall assemble, or build the unit on the host (--container none)")]
+    try:
+        container.containerfile(unit.where.image)
+    except AssembleError as exc:
+        return [_r(name, MISSING, "no Containerfile", exc.what, f"{exc.fix}; or build the unit on the host "
+                   "(--container none)")]
     usable = [e for e in f.engines if e.usable]
     if usable:
         return [_r(name, OK, f"{usable[0].name} {usable[0].version}",
@@ -474,7 +459,7 @@ def diagnose(recipe: Recipe | None = None, facts: Facts | None = None, cli: CliO
     """This host's checks, and with a recipe its verdict. The toolkit places come from the same
     resolution `build` uses (command line, then CUDAToolkit_ROOT/ROCM_PATH... in the environment)."""
     config = resolve(recipe, cli) if recipe is not None else None
-    places = config or resolve_places(cli)
+    places = config.places if config is not None else resolve_places(cli)
     f = facts or gather(timeout=timeout, cuda_root=places.cuda_root.value, rocm_path=places.rocm_path.value,
                         cc=places.cc.value, cxx=places.cxx.value)
     checks = host_checks(f)
@@ -482,7 +467,6 @@ def diagnose(recipe: Recipe | None = None, facts: Facts | None = None, cli: CliO
         return Diagnosis(f, tuple(checks))
     checks += recipe_checks(config, f)
     return Diagnosis(f, tuple(checks), config.recipe.name, verdict(config, checks), config)
-
 
 
 def _row(name: str, status: str, found: str, meaning: str = "", hint: str = "", section: str = "host") -> Check:

@@ -35,8 +35,5 @@ class Report:
     def passed(self) -> bool:
         return all(c.status != FAIL for c in self.checks)
 
-    def count(self, status: str) -> int:
-        return sum(c.status == status for c in self.checks)
-
     def as_dict(self) -> dict:
         return {"runtime": self.subject, "passed": self.passed, "checks": [c.as_dict() for c in self.checks]}

@@ -136,10 +136,7 @@ class BuildConfig:
     jobs: Setting
     launcher: Setting
     engine: Setting
-    cuda_root: Setting                # value None: nvcc on PATH, else /usr/local/cuda
-    rocm_path: Setting                # value None: hipconfig, /opt/rocm, /usr
-    cc: Setting
-    cxx: Setting
+    places: ToolPlaces                # where the host's toolkits and compilers are looked for
     source: str | None = None
     accept_blackwell_regression: bool = False
     only_unit: str | None = None
@@ -166,9 +163,7 @@ class BuildConfig:
                 "targets": list(self.targets), "patches": list(self.recipe.patches_on),
                 "accept_blackwell_regression": self.accept_blackwell_regression,
                 "jobs": self.jobs.as_dict(), "launcher": self.launcher.as_dict(), "engine": self.engine.as_dict(),
-                "cuda_root": self.cuda_root.as_dict(), "rocm_path": self.rocm_path.as_dict(),
-                "cc": self.cc.as_dict(), "cxx": self.cxx.as_dict(),
-                "units": [u.as_dict() for u in self.units]}
+                **self.places.as_dict(), "units": [u.as_dict() for u in self.units]}
 
 
 # --- the cascade ---------------------------------------------------------------------
@@ -181,15 +176,13 @@ def resolve(recipe: Recipe, cli: CliOptions = CliOptions(), env: Mapping[str, st
     _check_unit_names(recipe, cli)
     adopted = dict(cli.unit_from)
     units = tuple(_unit(recipe, u, cli, adopted) for u in recipe.units)
-    places = resolve_places(cli, env)
     return BuildConfig(
         recipe=recipe, units=units, targets=cli.targets or recipe.targets,
         jobs=_first((cli.jobs, "--jobs"), (_int_env(env, JOBS_ENV), JOBS_ENV), (os.cpu_count() or 2, "default")),
         launcher=Setting(cli.launcher, "--launcher" if cli.launcher != "auto" else "default"),
         engine=_first((cli.engine if cli.engine != "auto" else None, "--engine"), (env.get(ENGINE_ENV), ENGINE_ENV),
                       ("auto", "default")),
-        cuda_root=places.cuda_root, rocm_path=places.rocm_path, cc=places.cc, cxx=places.cxx,
-        source=cli.source,
+        places=resolve_places(cli, env), source=cli.source,
         accept_blackwell_regression=bool(cli.accept_blackwell_regression
                                          or (recipe.cuda is not None and recipe.cuda.accept_blackwell_regression)),
         only_unit=cli.only_unit)
@@ -202,6 +195,10 @@ class ToolPlaces:
     rocm_path: Setting                # value None: hipconfig, /opt/rocm, /usr
     cc: Setting
     cxx: Setting
+
+    def as_dict(self) -> dict:
+        return {"cuda_root": self.cuda_root.as_dict(), "rocm_path": self.rocm_path.as_dict(),
+                "cc": self.cc.as_dict(), "cxx": self.cxx.as_dict()}
 
 
 def resolve_places(cli: CliOptions = CliOptions(), env: Mapping[str, str] | None = None) -> ToolPlaces:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.config.targets import CudaArch, GfxTarget
+from builder.config.versions import CONSTRAINT_FORMS, parse_constraint
 from builder.errors import AssembleError
 from builder.paths import builtin_data, data_dir
 
@@ -262,6 +263,11 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
         if "cuda" in backends and not archs:
             raise c.fail("cuda.architectures", "the cuda backend needs an explicit architecture list",
                          'add architectures = ["90"] (a portable runtime never builds for "native")')
+        if raw.get("toolkit") is not None:
+            try:
+                parse_constraint(raw["toolkit"])
+            except ValueError as exc:
+                raise c.fail("cuda.toolkit", str(exc), f"write it as {CONSTRAINT_FORMS}") from None
         cuda = CudaSettings(architectures=archs, toolkit=raw.get("toolkit"),
                             accept_blackwell_regression=raw.get("accept_blackwell_regression", False))
     if "hip" in data or "hip" in backends:

@@ -46,7 +46,7 @@ def plan_image(runtime: Path, *, engine: Engine | None = None, tag: str | None =
                             fix="build the runtime in a container unit (older glibc), or pass --base with a newer image")
     engine = engine or find_engine()
     tag = tag or f"llama-{recipe}:{sha[:12]}"
-    vulkan = (runtime / "bin" / "libggml-vulkan.so").is_file()
+    vulkan = "vulkan" in manifest.recipe.backends     # also with GGML_BACKEND_DL off (no module file)
     argv = [engine.path, "build", "-f", str(containerfile(RUNTIME_CONTAINERFILE)), "-t", tag,
             "--build-arg", f"VULKAN={'1' if vulkan else '0'}"]
     if base:

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 from builder.config.options import CONTAINER, BuildConfig, CliOptions, resolve
 from builder.config.recipe import Recipe, all_recipes
 from builder.config.targets import CudaArch, GfxTarget
-from builder.toolchain.rules import BLACKWELL_ARCHS, MIN_ROCM
+from builder.runtime.layout import archive_stem, runtime_label
+from builder.toolchain.rules import MIN_ROCM, cuda_needed
 
 HOST_ARCH = "x86_64"   # every shipped recipe targets linux x86_64 runners
 ROCM_MIN = ">=" + ".".join(map(str, MIN_ROCM))
@@ -53,11 +54,8 @@ class Entry:
 
 def _cuda_min(archs: tuple[CudaArch, ...]) -> str:
     """Oldest toolkit that can target every architecture (Blackwell needs a recent one)."""
-    if any(a.base == BLACKWELL_ARCHS[1] for a in archs):
-        return ">=12.9"
-    if any(a.number >= 100 for a in archs):
-        return ">=12.8"
-    return "any"
+    need = cuda_needed(archs)
+    return f">={need[0]}.{need[1]}" if need else "any"
 
 
 def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -> Needs:
@@ -106,8 +104,9 @@ def entries(recipes: list[Recipe] | None = None, hip_targets: tuple[GfxTarget, .
         if "hip" in r.backends:
             for gfx in hip_targets or r.hip.targets:
                 c = resolve(r, CliOptions(hip_target=gfx))
-                out.append(Entry(f"{r.name}-{gfx}", r.name, r.backends, str(gfx), f"{base} --hip-target {gfx}",
-                                 _artifact(f"{r.name}-{gfx}", r), needs(c), units=_units(c)))
+                label = runtime_label(r.name, [gfx])
+                out.append(Entry(label, r.name, r.backends, str(gfx), f"{base} --hip-target {gfx}",
+                                 _artifact(label, r), needs(c), units=_units(c)))
             continue
         cuda = config.cuda_unit()
         arch = _sm(cuda.cuda_archs) if cuda else "spirv" if "vulkan" in r.backends else "none"
@@ -144,7 +143,7 @@ def _split_entries(r: Recipe, hip_targets: tuple[GfxTarget, ...]) -> list[Entry]
     adopted = tuple((u, a) for u, _, a in imports)     # the merge takes them with --unit-from, as resolved here
     for gfx in targets:
         c = resolve(r, CliOptions(hip_target=gfx, unit_from=adopted))
-        label = f"{r.name}-{gfx}" if gfx else r.name
+        label = runtime_label(r.name, [gfx])
         hip = f" --hip-target {gfx}" if gfx else ""
         jobs.append(Entry(label, r.name, r.backends, str(gfx) if gfx else "none", f"--recipe {r.name}{hip} {from_args}",
                           _artifact(label, r), needs(c, [c.units[0]], bundles_from=bundled),
@@ -153,7 +152,7 @@ def _split_entries(r: Recipe, hip_targets: tuple[GfxTarget, ...]) -> list[Entry]
 
 
 def _artifact(label: str, r: Recipe) -> str:
-    return f"runtime-{label}-{r.pin.sha[:12]}-linux-{HOST_ARCH}"
+    return archive_stem(label, r.pin.sha, HOST_ARCH)
 
 
 def render(items: list[Entry], fmt: str) -> str:

@@ -31,6 +31,7 @@ from builder.runtime import manifest
 from builder.check import integrity
 from builder.errors import AssembleError, BuildFailed
 from builder.runtime.elf import read_elf
+from builder.runtime import layout
 from builder.runtime.layout import runtime_dir_name
 from builder.runtime.manifest import Manifest
 
@@ -79,14 +80,9 @@ def runtime_arch(runtime: Path, m: Manifest) -> str:
     return platform.machine()
 
 
-def label(m: Manifest) -> str:
-    """<recipe>[-<gfx>]: a HIP runtime runs on exactly the card arch it was built for, so its name says it."""
-    return "-".join([m.recipe.name, *(t for t in m.gpu_targets.hip if t)])
-
-
 def archive_stem(runtime: Path, m: Manifest) -> str:
-    sha = m.llama_cpp.sha or "local"
-    return f"{runtime_dir_name(label(m))}-{sha[:12]}-linux-{runtime_arch(runtime, m)}"
+    return layout.archive_stem(layout.runtime_label(m.recipe.name, m.gpu_targets.hip), m.llama_cpp.sha,
+                               runtime_arch(runtime, m))
 
 
 def _entries(runtime: Path) -> list[tuple[str, Path]]:
@@ -182,15 +178,21 @@ def write_archive(runtime: Path, dest: Path, fmt: str, mtime: int, top: str) -> 
     return raw.h.hexdigest(), raw.n
 
 
+def _sums_text(path: Path) -> str | None:
+    """The file's text; None when it is no file or not UTF-8 (never ours: rewriting would mangle it)."""
+    try:
+        return path.read_bytes().decode() if path.is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _parse_sums(text: str) -> dict[str, str]:
+    return {m.group(2): m.group(1) for m in map(_SUMS_LINE.match, text.splitlines()) if m}
+
+
 def read_sums(path: Path) -> dict[str, str]:
     """name -> sha256 from a SHA256SUMS file (sha256sum's format)."""
-    out = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            m = _SUMS_LINE.match(line)
-            if m:
-                out[m.group(2)] = m.group(1)
-    return out
+    return _parse_sums(_sums_text(path) or "")
 
 
 def check_sums(folder: Path) -> list[str]:
@@ -312,11 +314,11 @@ def _sums_lines(path: Path) -> dict[str, str]:
     """The SHA256SUMS already there, refused when it holds lines this tool would drop on rewriting."""
     if not os.path.lexists(path):
         return {}
-    text = path.read_text(errors="replace") if path.is_file() else None
+    text = _sums_text(path)
     if text is None or any(line and not _SUMS_LINE.match(line) for line in text.splitlines()):
         raise AssembleError("is not in sha256sum's format: rewriting it would lose what it holds",
                             where=str(path), fix="move it away, or choose another --out-dir")
-    return read_sums(path)
+    return _parse_sums(text)
 
 
 def _io_error(exc: OSError, dest: Path) -> AssembleError:

@@ -34,7 +34,6 @@ OWN, VENDOR, DATA = "own", "vendor", "data"
 # --- plain data between the stages ------------------------------------------
 
 
-
 @dataclass(frozen=True)
 class OwnPlan:
     source: Path
@@ -90,10 +89,6 @@ class BundlePlan:
         own = sum(p.source.stat().st_size for p in self.own)
         vendor = sum(v.real.stat().st_size for v in self.vendor)
         return own + vendor + sum(s for d in self.data for _, s in d.files)
-
-
-
-
 
 
 # --- planning ----------------------------------------------------------------
@@ -415,15 +410,12 @@ def _check_collisions(own: Sequence[OwnPlan], vendor: Sequence[VendorPlan], data
 # --- data folders ------------------------------------------------------------
 
 
-
 def _has_marker(folder: Path, marker: str) -> bool:
     try:
         return any(fnmatchcase(e.name, marker) for e in os.scandir(folder) if e.is_file()) or \
             any(True for _ in folder.rglob(marker))
     except OSError:
         return False
-
-
 
 
 def walk_files(folder: Path) -> list[tuple[str, int]]:

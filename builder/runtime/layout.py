@@ -36,6 +36,17 @@ def runtime_dir_name(recipe: str) -> str:
     return f"runtime-{recipe}"
 
 
+def runtime_label(recipe: str, hip_targets) -> str:
+    """<recipe>[-<gfx>]: a HIP runtime runs on exactly the card arch it was built for, so its name says
+    it; a target's features stay in the name without the ':' ("gfx90a:xnack-" -> "gfx90a-xnack-")."""
+    return "-".join([recipe, *(str(t).replace(":", "-") for t in hip_targets if t)])
+
+
+def archive_stem(label: str, sha: str | None, arch: str) -> str:
+    """What `assemble package` writes and `assemble matrix` announces: runtime-<label>-<sha12>-linux-<arch>."""
+    return f"{runtime_dir_name(label)}-{(sha or 'local')[:12]}-linux-{arch}"
+
+
 def module_backend(filename: str) -> str | None:
     """"libggml-cpu-haswell.so" -> "cpu"; None for anything that is not a backend module."""
     m = MODULE_RE.match(filename)

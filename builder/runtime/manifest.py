@@ -12,15 +12,17 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import stat
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from builder import __version__
-from builder.config.recipe import NAME_RE
+from builder.config.recipe import NAME_RE, SHA_RE
 from builder.digest import sha256_file
-from builder.errors import BuildFailed
+from builder.config.targets import CudaArch, GfxTarget
+from builder.errors import AssembleError, BuildFailed
 
 NAME = "manifest.json"
 SCHEMA = 2
@@ -271,6 +273,12 @@ def _invalid(where: str, key: str, what: str) -> ManifestInvalid:
                            fix="rebuild the runtime with assemble build; never edit manifest.json by hand")
 
 
+# Values other stages turn into names or compare as numbers (archive names, image tags, patches/<file>,
+# the glibc floor): a manifest holding anything else was not written by assemble.
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,200}")
+_SYMBOL_VERSION = re.compile(r"\d{1,4}(\.\d{1,4}){1,2}")
+
+
 class _Reader:
     """Typed access to a JSON object, naming the key path in every error."""
 
@@ -302,6 +310,24 @@ class _Reader:
         if not all(isinstance(x, str) for x in v):
             raise self.fail(f"{key}.{name}" if key else name, "must be a list of strings")
         return tuple(v)
+
+    def matching(self, d: dict, name: str, key: str, pattern: re.Pattern, what: str,
+                 required: bool = False) -> str | None:
+        """A string that other stages use as a name or a number: checked here, once."""
+        v = self.get(d, name, key, str, required=required)
+        if v is not None and not pattern.fullmatch(v):
+            raise self.fail(f"{key}.{name}" if key else name, f"{v[:40]!r} is not {what}")
+        return v
+
+    def targets(self, d: dict, name: str, grammar) -> tuple[str, ...]:
+        """GPU targets, each in the grammar build took it in (config/targets.py)."""
+        values = self.strings(d, name, "gpu_targets", required=False)
+        for v in values:
+            try:
+                grammar(v)
+            except AssembleError as exc:
+                raise self.fail(f"gpu_targets.{name}", exc.what) from None
+        return values
 
     def path(self, v: Any, key: str) -> str:
         """A runtime-relative path: relative, normalised, inside."""
@@ -352,13 +378,14 @@ def _parse(raw: Any, where: str) -> Manifest:
                           file=r.get(rec, "file", "recipe", str, required=False, default=""))
     ll = r.obj(top.get("llama_cpp"), "llama_cpp")
     patches = tuple(PatchRecord(name=r.get(p, "name", f"llama_cpp.patches[{i}]", str),
-                                file=r.get(p, "file", f"llama_cpp.patches[{i}]", str),
+                                file=r.matching(p, "file", f"llama_cpp.patches[{i}]", _FILE_NAME, "a file name",
+                                                required=True),
                                 sha256=r.get(p, "sha256", f"llama_cpp.patches[{i}]", str),
                                 fixes=r.get(p, "fixes", f"llama_cpp.patches[{i}]", str, required=False, default=""))
                     for i, p in enumerate(r.obj(x, f"llama_cpp.patches[{i}]") for i, x in
                                           enumerate(r.get(ll, "patches", "llama_cpp", list, required=False,
                                                           default=[]))))
-    source = SourceRecord(sha=r.get(ll, "sha", "llama_cpp", str, required=False),
+    source = SourceRecord(sha=r.matching(ll, "sha", "llama_cpp", SHA_RE, "a 40-hex commit"),
                           commit_time=r.get(ll, "commit_time", "llama_cpp", int, required=False),
                           source=_provenance(r, r.get(ll, "source", "llama_cpp", dict)),
                           features=r.get(ll, "features", "llama_cpp", dict, required=False, default={}),
@@ -404,11 +431,11 @@ def _parse(raw: Any, where: str) -> Manifest:
                                          enumerate(r.get(top, "system_libs", "", list, required=False, default=[]))))
     sizes = r.get(top, "size_by_role", "", dict, required=False, default={})
     return Manifest(recipe=recipe, llama_cpp=source, files=tuple(files), symlinks=tuple(links),
-                    gpu_targets=GpuTargets(cuda=r.strings(gpu, "cuda", "gpu_targets", required=False),
-                                           hip=r.strings(gpu, "hip", "gpu_targets", required=False)),
+                    gpu_targets=GpuTargets(cuda=r.targets(gpu, "cuda", CudaArch.parse),
+                                           hip=r.targets(gpu, "hip", GfxTarget.parse)),
                     units=units, system_libs=system,
-                    glibc_min=r.get(top, "glibc_min", "", str, required=False),
-                    glibcxx_min=r.get(top, "glibcxx_min", "", str, required=False),
+                    glibc_min=r.matching(top, "glibc_min", "", _SYMBOL_VERSION, "a version like 2.38"),
+                    glibcxx_min=r.matching(top, "glibcxx_min", "", _SYMBOL_VERSION, "a version like 3.4.30"),
                     size_by_role=sizes, config=r.get(top, "config", "", dict, required=False),
                     schema=schema, created_by=created_by)
 

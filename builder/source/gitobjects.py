@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import AssembleError
-from builder.proc import git, git_env
+from builder.proc import git, git_env, last_line
 
 TREE_MODE = b"40000"
 _CACHE_LIMIT = 200_000   # (tree id, name) lookups kept; ~40 MB at most
@@ -65,8 +65,7 @@ class GitRepo:
         """Run one git command in the repository and return its stdout."""
         proc = git("--git-dir", str(self.git_dir), *args, timeout=None)
         if check and proc.returncode != 0:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
-            raise AssembleError(f"git {args[0]} failed: {last[0]}", where=str(self.path),
+            raise AssembleError(f"git {args[0]} failed: {last_line(proc)}", where=str(self.path),
                                 fix="check the repository and the ref")
         return proc.stdout
 

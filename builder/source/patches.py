@@ -16,21 +16,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import ui
+from builder import paths, ui
 from builder.proc import git
 from builder.errors import AssembleError, BuildFailed
 from builder.digest import sha256_file
 from builder.source.features import check_tree, lookup
 from builder.paths import cache_dir, data_dir
+from builder.config.options import BuildConfig
 from builder.config.recipe import SHA_RE, Recipe
+from builder.config.targets import CudaArch
+from builder.config.versions import CONSTRAINT_FORMS, parse_constraint, satisfies
 from builder.source.fetch import SourceTree
 
 STAMP = ".assemble-patched.json"   # inside a finished patched tree; its presence means complete
@@ -41,8 +42,16 @@ class PatchContext:
     """What is being built, as far as a patch's conditions care."""
     backends: tuple[str, ...]
     cuda_version: str | None           # the CUDA toolkit in use, e.g. "12.8"; None without CUDA
-    cuda_archs: tuple[str, ...]        # as in the recipe: "90", "120a", "86-real"
+    cuda_archs: tuple[CudaArch, ...]   # the unit's: 90, 120a, 86-real
     backend_dl: bool
+
+
+def context_for(config: BuildConfig, cuda_version: str | None) -> PatchContext:
+    """A resolved build as the patches' conditions see it (build and doctor alike)."""
+    cuda_unit = config.cuda_unit()
+    return PatchContext(backends=config.recipe.backends, cuda_version=cuda_version,
+                        cuda_archs=cuda_unit.cuda_archs if cuda_unit else (),
+                        backend_dl=config.units[0].value("GGML_BACKEND_DL") == "ON")
 
 
 @dataclass(frozen=True)
@@ -50,7 +59,7 @@ class Conditions:
     backend_dl: bool | None = None
     backends: tuple[str, ...] = ()     # any of them is built
     cuda_toolkit: str | None = None    # version constraint: ">=13", ">=12.4,<13", "==12.8"
-    cuda_archs: tuple[str, ...] = ()   # any of them is targeted (compared by number: 120a ~ 120)
+    cuda_archs: tuple[CudaArch, ...] = ()   # any of them is targeted (compared by number: 120a ~ 120)
 
 
 @dataclass(frozen=True)
@@ -85,7 +94,6 @@ class PreparedTree:
 _TOP = {"name", "patch", "fixes", "applies", "when", "opt_in"}
 _APPLIES = {"features", "absent", "shas"}
 _WHEN = {"backend_dl", "backends", "cuda_toolkit", "cuda_archs"}
-_VERSION_RE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
 
 
 def _fail(path: Path, key: str, what: str, fix: str) -> AssembleError:
@@ -96,35 +104,6 @@ def _strings(path: Path, key: str, value: object) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise _fail(path, key, "expected a list of strings", f'write {key} = ["..."]')
     return tuple(value)
-
-
-def parse_version_spec(spec: str) -> list[tuple[str, tuple[int, ...]]]:
-    """">=12.4,<13" -> [(">=", (12, 4)), ("<", (13,))]; ValueError if malformed."""
-    out = []
-    for part in spec.split(","):
-        m = _VERSION_RE.match(part)
-        if not m:
-            raise ValueError(f"{part.strip()!r} is not a comparison like >=13 or <12.8")
-        out.append((m.group(1), tuple(int(x) for x in m.group(2).split("."))))
-    return out
-
-
-def version_matches(version: str, spec: str) -> bool:
-    """Compare dotted versions numerically, padding with zeros (13 == 13.0)."""
-    have = tuple(int(x) for x in re.findall(r"\d+", version)[:4])
-    for op, want in parse_version_spec(spec):
-        n = max(len(have), len(want))
-        a, b = have + (0,) * (n - len(have)), want + (0,) * (n - len(want))
-        ok = {">=": a >= b, "<=": a <= b, "==": a == b, "!=": a != b, ">": a > b, "<": a < b}[op]
-        if not ok:
-            return False
-    return True
-
-
-def _arch_number(arch: str) -> str:
-    """"120a-real" -> "120": the compute capability, without feature suffix or code kind."""
-    m = re.match(r"^(?:sm_|compute_)?(\d+)", arch.strip())
-    return m.group(1) if m else arch
 
 
 def load_patch(meta: Path) -> Patch:
@@ -171,13 +150,14 @@ def load_patch(meta: Path) -> Patch:
     toolkit = when.get("cuda_toolkit")
     if toolkit is not None:
         try:
-            parse_version_spec(toolkit if isinstance(toolkit, str) else "")
+            parse_constraint(toolkit)
         except ValueError as exc:
-            raise _fail(meta, "when.cuda_toolkit", str(exc), 'write cuda_toolkit = ">=13" (comma means and)') from None
+            raise _fail(meta, "when.cuda_toolkit", str(exc), f"write it as {CONSTRAINT_FORMS}") from None
     conditions = Conditions(backend_dl=when.get("backend_dl"),
                             backends=_strings(meta, "when.backends", when.get("backends", [])),
                             cuda_toolkit=toolkit,
-                            cuda_archs=_strings(meta, "when.cuda_archs", when.get("cuda_archs", [])))
+                            cuda_archs=tuple(CudaArch.parse(a, f"{meta}: when.cuda_archs")
+                                             for a in _strings(meta, "when.cuda_archs", when.get("cuda_archs", []))))
     if not isinstance(data.get("opt_in", False), bool):
         raise _fail(meta, "opt_in", "expected true or false", "write opt_in = true")
     return Patch(name=data["name"], files=files, fixes=" ".join(data["fixes"].split()), features=features,
@@ -201,12 +181,11 @@ def unmet_condition(c: Conditions, ctx: PatchContext) -> str | None:
     if c.cuda_toolkit:
         if not ctx.cuda_version:
             return "no CUDA toolkit"
-        if not version_matches(ctx.cuda_version, c.cuda_toolkit):
+        if not satisfies(ctx.cuda_version, c.cuda_toolkit):
             return f"CUDA {ctx.cuda_version} does not satisfy {c.cuda_toolkit}"
     if c.cuda_archs:
-        wanted = {_arch_number(a) for a in c.cuda_archs}
-        if not wanted & {_arch_number(a) for a in ctx.cuda_archs}:
-            return f"no CUDA architecture among {', '.join(c.cuda_archs)} is targeted"
+        if not {a.base for a in c.cuda_archs} & {a.base for a in ctx.cuda_archs}:
+            return f"no CUDA architecture among {', '.join(map(str, c.cuda_archs))} is targeted"
     return None
 
 
@@ -366,7 +345,7 @@ def prepare(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
         ui.info(f"patched tree: {dest} (reused)")
         return PreparedTree(dest, applied, tuple(skipped))
     ui.step(f"patches: {', '.join(p.name for p in chosen)}")
-    with tempfile.TemporaryDirectory(dir=root, prefix=f".{dest.name}-") as tmp:
+    with paths.scratch("patch-") as tmp:       # in the cache, so the patched tree is renamed into place
         work = Path(tmp) / "tree"
         # A real copy: hard links would let the patched files write through into the cache.
         # .git is not copied (a full clone's history can be gigabytes); see _borrow_git.

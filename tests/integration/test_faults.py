@@ -74,8 +74,6 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-
-
 def _siblings(out: Path, tag: str) -> list[Path]:
     return sorted(out.parent.glob(f"{out.name}{tag}*"))
 
@@ -135,9 +133,11 @@ def test_sigkill_during_package_leaves_old_or_new_files(cpu_runtime, tmp_path):
     duration = time.monotonic() - start
     dist = tmp_path / "dist"
     rng = random.Random(SEED + 1)
+    killed_running = 0
     for trial in range(6):
         proc = _start("package", str(cpu_runtime), "--out-dir", str(dist), log=tmp_path / f"pkg-{trial}.log")
         time.sleep(rng.uniform(0.2, duration + 0.8))
+        killed_running += proc.poll() is None
         _kill(proc)
         # whatever SHA256SUMS lists is complete and correct; no archive is half-written under its name
         if (dist / package.SUMS).exists():
@@ -145,6 +145,7 @@ def test_sigkill_during_package_leaves_old_or_new_files(cpu_runtime, tmp_path):
         archive = dist / expected.archive.name
         if archive.exists():
             assert archive.read_bytes() == expected.archive.read_bytes()
+    assert killed_running, "every kill came after package had finished: nothing was interrupted"
     assert assemble("package", str(cpu_runtime), "--out-dir", str(dist)).returncode == 0
     assert (dist / expected.archive.name).read_bytes() == expected.archive.read_bytes()
     assert package.check_sums(dist) == [] and not list(dist.glob(f".*{package.PART_TAG}*"))

@@ -37,3 +37,14 @@ def assemble(*args: str, cwd: Path | None = None, env: dict | None = None, check
     if check and proc.returncode != 0:
         raise AssertionError(f"assemble {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+def one_error_line(proc: subprocess.CompletedProcess, code: int, words: list[str] | tuple[str, ...] = ()) -> str:
+    """The promise of every refusal: this exit code, one `error:` line naming `words`, no traceback."""
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and "internal error" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for w in words:
+        assert w in lines[0], f"{w!r} not in {lines[0]!r}"
+    return lines[0]

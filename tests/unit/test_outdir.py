@@ -10,7 +10,6 @@ import os
 import shutil
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -21,13 +20,11 @@ from builder.errors import AssembleError
 from builder.release import package
 from builder.runtime import manifest
 from builder.runtime.manifest import Manifest
-from tests.support.common import TEST_CACHE, assemble
+from tests.support.common import TEST_CACHE, assemble, one_error_line
 from tests.support.runtimes import tiny_runtime
 from tests.support.manifests import read_raw, whole, write_raw
 from tests.support.runtimes import make_runtime
 
-REFUSAL_SECONDS = 5.0   # the goal is < 2 s; the margin is for a loaded 2-core machine
-TIMES: dict[str, float] = {}
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
@@ -45,16 +42,6 @@ def snapshot(root: Path) -> dict[str, tuple]:
             else:
                 found[rel] = ("file", stat.S_IMODE(st.st_mode), sha256_file(p))
     return found
-
-
-def one_error_line(proc: subprocess.CompletedProcess, code: int, words: list[str]) -> str:
-    assert proc.returncode == code, proc.stderr
-    assert "Traceback" not in proc.stderr + proc.stdout and "internal error" not in proc.stderr, proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    for w in words:
-        assert w in lines[0], f"{w!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 _fake_runtime = tiny_runtime
@@ -105,13 +92,13 @@ def _refused_build(s: Path, out: str, extra: list[str], words: list[str], name: 
     """Run `assemble build` as the user would, from their working directory; check the refusal."""
     before, top = snapshot(s), sorted(os.listdir("/"))
     args = [a.replace("{s}", str(s)) for a in extra]
-    start = time.monotonic()
     proc = assemble("build", "--recipe", "cpu", "--out", out if out.startswith(("/", "."))
                     else str(s / out), *args, cwd=s / "work",
                     env={"HOME": str(s / "home"), "ASSEMBLE_CACHE": str(s / "cache")}, timeout=120)
-    TIMES[name] = time.monotonic() - start
     line = one_error_line(proc, 2, words)
-    assert TIMES[name] < REFUSAL_SECONDS, f"{name}: refused only after {TIMES[name]:.1f} s"
+    # refused before anything was fetched, patched or compiled: the cache holds no source, tree or build
+    cache = s / "cache"
+    assert not {"sources", "trees", "build"} & set(os.listdir(cache) if cache.is_dir() else ()), name
     assert snapshot(s) == before, f"{name}: the user's files changed"
     assert sorted(os.listdir("/")) == top
     return line
@@ -142,17 +129,6 @@ def test_build_refuses_a_mount_point(sandbox):
         assert os.path.ismount(mnt) and not list(sandbox.glob(".*swap*"))
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
-
-
-def test_refusals_are_fast(sandbox):
-    """Measured on their own (the catalogue above asserts each under REFUSAL_SECONDS)."""
-    times = []
-    for case in ("a user folder", "the working directory (.)", "/usr", "a runtime with a file added"):
-        out, extra, words = BUILD_CASES[case]
-        _refused_build(sandbox, out, extra, words, case)
-        times.append(TIMES[case])
-    print("refusal times (s):", [f"{t:.2f}" for t in times])
-    assert sorted(times)[len(times) // 2] < 2.0, times
 
 
 # --- the runs that go ahead must leave look-alikes alone ------------------------------------------
@@ -258,13 +234,13 @@ def test_package_leaves_the_users_files_in_out_dir_alone(tmp_path):
 
 
 def test_package_never_names_a_file_outside_out_dir(tmp_path):
-    rt = make_runtime(tmp_path, hip=("gfx1100",))
+    rt = make_runtime(tmp_path)
     raw = read_raw(rt)
-    raw["gpu_targets"]["hip"] = ["../../escaped"]
+    raw["llama_cpp"]["sha"] = "../../escaped"      # the archive name is made of it
     write_raw(rt, {k: v for k, v in raw.items() if k not in ("schema", "created_by")})
     before = snapshot(tmp_path)
     proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "dist"))
-    one_error_line(proc, 1, ["not a plain file name", "escaped"])
+    one_error_line(proc, 1, ["llama_cpp.sha", "../../escaped"])   # refused where the manifest is read
     after = snapshot(tmp_path)
     assert {k: v for k, v in after.items() if not k.startswith("dist")} == before
 
@@ -277,11 +253,13 @@ def test_package_refuses_a_runtime_that_fails_its_file_checks(tmp_path):
     assert not (tmp_path / "dist").exists()
 
 
-def test_package_keeps_a_sums_file_it_cannot_read_back(tmp_path):
+@pytest.mark.parametrize("sums", [b"# release 1.2, signed by me\n",
+                                  b"0" * 64 + b"  caf\xe9.tar.gz\n"], ids=["comment", "latin-1 name"])
+def test_package_keeps_a_sums_file_it_cannot_read_back(tmp_path, sums):
     rt = make_runtime(tmp_path)
     dist = tmp_path / "dist"
     dist.mkdir()
-    (dist / package.SUMS).write_text("# release 1.2, signed by me\n")
+    (dist / package.SUMS).write_bytes(sums)
     proc = assemble("package", str(rt), "--out-dir", str(dist))
     one_error_line(proc, 2, ["not in sha256sum's format", "another --out-dir"])
-    assert os.listdir(dist) == [package.SUMS] and (dist / package.SUMS).read_text().startswith("# release")
+    assert os.listdir(dist) == [package.SUMS] and (dist / package.SUMS).read_bytes() == sums

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.config.targets import CudaArch
 from builder.cli import main as cli
 from builder.check import doctor
 from builder.toolchain import detect as tc
@@ -184,6 +185,7 @@ def fakes(tmp_path, monkeypatch):
     f.tool("cc", 'print("cc (Debian 14.2.0-19) 14.2.0")')
     f.tool("c++", 'print("c++ (Debian 14.2.0-19) 14.2.0")')
     f.tool("patchelf", 'print("patchelf 0.19.3")')
+    f.tool("git", 'print("git version 2.39.5")')
     for var in ENV_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
@@ -212,7 +214,8 @@ def base_facts(**changes) -> doctor.Facts:
     tool = lambda n, v="1.0": tc.Tool(n, f"/usr/bin/{n}", v)  # noqa: E731
     f = doctor.Facts(distro=tc.Distro("debian", (), "13", "trixie", "Debian GNU/Linux 13 (trixie)"),
                      python=tc.Tool("python", sys.executable, "3.11.7"), cmake=tool("cmake", "3.31.6"),
-                     ninja=tool("ninja", "1.12.1"), patchelf=tool("patchelf", "0.19.3"), cc=tool("cc", "gcc 14"),
+                     ninja=tool("ninja", "1.12.1"), patchelf=tool("patchelf", "0.19.3"), git=tool("git", "2.47.3"),
+                     cc=tool("cc", "gcc 14"),
                      cxx=tool("c++", "g++ 14"), cuda=None, driver=None, vulkan=tc.VulkanSdk(None, None), glslc=None,
                      rocm=None, engines=(), gpus={"nvidia-smi": None, "rocminfo": None, "vulkaninfo": None,
                                                   "sysfs": ()}, pcie=None)
@@ -276,7 +279,7 @@ def test_cuda13_blackwell_is_refused_unless_the_opt_in_patch_is_asked_for(fakes,
     root = fakes.cuda("13.0")
     report = doctor.diagnose(load_recipe(str(cuda_recipe(tmp_path))), timeout=5)
     assert report.facts.cuda.root == str(root)  # through the wrapper on PATH, as nvcc itself says
-    assert report.facts.cuda.archs[-2:] == ("120", "121")
+    assert [str(a) for a in report.facts.cuda.archs[-2:]] == ["120", "121"]
     bw = by_name(report, "Blackwell", "recipe")
     assert bw.status == doctor.MISSING and "opt-in" in bw.reason and "--patch cuda-fa-blackwell-exempt" in bw.hint
     assert report.verdict.state == "missing" and report.exit_code == 1
@@ -328,7 +331,7 @@ def test_no_cublas_cannot_link(fakes, tmp_path):
 
 
 def test_cublas_hint_per_toolkit_and_distribution():
-    tk13 = tc.CudaToolkit("/usr/local/cuda-13.0", "/usr/local/cuda-13.0/bin/nvcc", "13.0", ("120",), False)
+    tk13 = tc.CudaToolkit("/usr/local/cuda-13.0", "/usr/local/cuda-13.0/bin/nvcc", "13.0", (CudaArch.parse("120"),), False)
     tk12 = dataclasses.replace(tk13, root="/opt/cuda-12.8", version="12.8")
     debian = tc.Distro("debian", (), "12", "bookworm")
     fedora = tc.Distro("fedora", (), "41")

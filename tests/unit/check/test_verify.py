@@ -28,6 +28,7 @@ from builder.runtime.elf import read_elf, section_strings
 from builder.config.recipe import parse_recipe
 from builder.check.verify import FAIL, PASS, SKIP, WARN, Report, verify_runtime
 
+from tests.support.planted import build_planted_module
 from tests.support.common import assemble
 from builder.digest import sha256_file
 from builder.runtime.manifest import Manifest
@@ -109,9 +110,7 @@ def test_the_planted_module_is_one_ggml_would_load(good, tmp_path):
     """The working-directory check means something only if the plant is loadable: put it where
     ggml does look (next to the executable) and its constructor runs."""
     marker = tmp_path / "marker"
-    plant = devices.build_plant(good / "bin", marker)
-    if plant is None:
-        pytest.skip("no C compiler")
+    build_planted_module(good / "bin", marker)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     subprocess.run([str(good / "bin" / "llama-server"), "--list-devices"], env={}, cwd=cwd, capture_output=True,
@@ -378,9 +377,7 @@ def test_planted_module_of_an_unlisted_backend(good, tmp_path):
     """A libggml-cuda.so dropped into bin/ of a cpu runtime (and the manifest resealed around it):
     ggml's loader loads it into llama-server, as its constructor's marker proves."""
     marker = tmp_path / "cuda-plant-ran"
-    plant = devices.build_plant(tmp_path, marker)
-    if plant is None:
-        pytest.skip("no C compiler")
+    plant = build_planted_module(tmp_path, marker)
     shutil.copy2(plant, good / "bin" / "libggml-cuda.so")
     assert "bin/libggml-cuda.so: not in the manifest" in checks_of(verify_runtime(good, static=True))[
         "manifest hashes"].reason

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -93,12 +92,6 @@ def test_build_can_verify_statically(cpu_runtime, tmp_path):
     assert both.returncode == 2 and "contradict" in both.stderr and not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("need", ["9" * 5000, "2.34\n", "../2.34", "two"])
-def test_a_glibc_floor_that_is_no_version_fails_in_one_line(need):
-    check = staticcheck.glibc_check(need, "2.36", True)
-    assert check.status == FAIL and "is not a glibc version" in check.reason and len(check.reason) < 120
-
-
 # --- not a runtime: refused at once -------------------------------------------------------
 
 def test_verify_of_the_root_folder_is_refused_without_walking_it(monkeypatch):
@@ -121,11 +114,9 @@ def test_verify_of_the_root_folder_is_refused_without_walking_it(monkeypatch):
 
 
 def test_verify_of_a_folder_that_is_no_runtime_exits_2_in_one_line(tmp_path):
-    for folder in ("/", str(tmp_path)):
-        start = time.monotonic()
+    for folder in ("/", str(tmp_path)):     # that it walks nothing: the test above
         proc = assemble("verify", folder, "--static")
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not a runtime folder" in proc.stderr
-        assert time.monotonic() - start < 10          # the interpreter's start; the refusal itself is two lstat calls
 
 
 # --- integrity on small folders (builder/check/integrity.py) -------------------------------

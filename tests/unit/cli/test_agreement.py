@@ -67,4 +67,4 @@ def test_a_changed_option_changes_every_view_alike(capsys, monkeypatch, facts):
     assert shown["cuda_root"] == diagnosed["cuda_root"] == built["cuda_root"] == {"value": "/opt/cuda-from-env",
                                                                                    "from": "CUDAToolkit_ROOT"}
     over = build_command.config_of(cli.parser().parse_args(["build", "--recipe", "cuda", "--cuda-root", "/x"]))
-    assert over.cuda_root.value == "/x" and over.cuda_root.origin == "--cuda-root"
+    assert over.places.cuda_root.value == "/x" and over.places.cuda_root.origin == "--cuda-root"

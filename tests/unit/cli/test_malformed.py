@@ -203,7 +203,6 @@ def test_subprocess_errors_are_one_line_and_debug_shows_traceback(tmp_path):
     assert usage.returncode == 2 and len(usage.stderr.strip().splitlines()) == 1
 
 
-
 def test_a_bug_in_assemble_is_one_line_too(monkeypatch, capsys):
     """An exception nobody foresaw (a bug) still ends in one line and exit 1; --debug adds the traceback."""
     from builder.cli.commands import list as list_command

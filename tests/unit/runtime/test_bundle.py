@@ -48,8 +48,6 @@ __attribute__((constructor)) static void decoy(void) { fputs("DECOY %(name)s loa
 """
 
 
-
-
 def run(exe: Path, ld_library_path: str | None = None) -> tuple[subprocess.CompletedProcess, dict[str, str]]:
     """Run with an environment of our choosing only (no inherited LD_* variables)."""
     env = {"PATH": "/usr/bin:/bin"}

@@ -28,8 +28,6 @@ def libfoo(folder: Path, tag: str, *args: str) -> Path:
                      folder / "libfoo.so.1", "-shared", "-Wl,-soname,libfoo.so.1", *args)
 
 
-
-
 def readelf_versions(path: Path) -> set[str]:
     out = subprocess.run(["readelf", "-VW", str(path)], capture_output=True, text=True, check=True).stdout
     section = out.split(".gnu.version_r", 1)[1] if ".gnu.version_r" in out else ""

@@ -48,14 +48,18 @@ _strs = st.lists(_text, max_size=3).map(tuple)
 _segment = st.from_regex(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,8}", fullmatch=True)
 _relpath = st.lists(_segment, min_size=1, max_size=3).map("/".join).filter(lambda p: p != NAME)
 _hex = st.text("0123456789abcdef", min_size=64, max_size=64)
+_version = st.from_regex(r"[0-9]{1,4}(\.[0-9]{1,4}){1,2}", fullmatch=True)
+_cuda_targets = st.lists(st.sampled_from(["75-virtual", "86-real", "90", "90a", "120f"]), max_size=3).map(tuple)
+_hip_targets = st.lists(st.sampled_from(["gfx1100", "gfx90a:xnack-", "gfx11-generic", "gfx942"]), max_size=3).map(tuple)
 
 _provenance = st.builds(Provenance, kind=st.sampled_from(["git", "sdist", "local"]), verified_by=_text,
                         url=st.none() | _text, package=st.none() | _text, version=st.none() | _text,
                         sha256=st.none() | _text, subdir=st.none() | _text, path=st.none() | _text,
                         dirty=st.none() | st.booleans())
-_source = st.builds(SourceRecord, sha=st.none() | _text, commit_time=st.none() | st.integers(-2**40, 2**62),
+_source = st.builds(SourceRecord, sha=st.none() | st.text("0123456789abcdef", min_size=40, max_size=40), commit_time=st.none() | st.integers(-2**40, 2**62),
                     source=_provenance, features=_obj,
-                    patches=st.lists(st.builds(PatchRecord, name=_text, file=_text, sha256=_text, fixes=_text),
+                    patches=st.lists(st.builds(PatchRecord, name=_text, file=_segment.filter(lambda s: s[0] not in "._+-"),
+                                               sha256=_text, fixes=_text),
                                      max_size=2).map(tuple))
 _recipe = st.builds(RecipeRecord, name=st.from_regex(r"[a-z0-9][a-z0-9._-]{0,10}", fullmatch=True),
                     description=_text, backends=_strs, targets=_strs, file=_text)
@@ -73,11 +77,11 @@ def manifests(draw) -> Manifest:
     # a link points at a sibling: its target never leaves the runtime
     links = tuple(LinkEntry(p, draw(_segment)) for p in paths[n_files:])
     return Manifest(recipe=draw(_recipe), llama_cpp=draw(_source), files=files, symlinks=links,
-                    gpu_targets=GpuTargets(draw(_strs), draw(_strs)),
+                    gpu_targets=GpuTargets(draw(_cuda_targets), draw(_hip_targets)),
                     units=tuple(draw(st.lists(_unit, max_size=2))),
                     system_libs=tuple(draw(st.lists(st.builds(SystemLib, soname=_text, reason=_text, needed_by=_strs),
                                                     max_size=2))),
-                    glibc_min=draw(st.none() | _text), glibcxx_min=draw(st.none() | _text),
+                    glibc_min=draw(st.none() | _version), glibcxx_min=draw(st.none() | _version),
                     size_by_role=draw(_obj), config=draw(st.none() | _obj), schema=draw(st.sampled_from([1, 2])),
                     created_by="assemble " + draw(_text))
 
@@ -160,7 +164,7 @@ def assert_manifest_or_one_line(text) -> Manifest | None:
         assert "\n" not in exc.line() and "Traceback" not in exc.line()
         return None
     assert isinstance(m, Manifest)
-    assert m.to_json() == m.to_json()
+    assert Manifest.from_json(m.to_json()) == m      # what it writes, it reads back as the same manifest
     return m
 
 
@@ -176,6 +180,35 @@ def test_a_source_without_kind_is_invalid():
     doc = copy.deepcopy(BASE_DOC)
     del doc["llama_cpp"]["source"]["kind"]
     assert assert_manifest_or_one_line(_dump(doc)) is None
+
+
+@pytest.mark.parametrize("kind, value", [("hip", "../../x"), ("hip", "gfx1100:xnack"), ("cuda", "sm_90"),
+                                         ("cuda", "native")])
+def test_gpu_targets_outside_the_build_grammar_are_invalid(kind, value):
+    """verify reads the targets with the grammar build wrote them in: anything else is a tampered manifest."""
+    doc = copy.deepcopy(BASE_DOC)
+    doc["gpu_targets"][kind] = [value]
+    with pytest.raises(ManifestInvalid) as info:
+        Manifest.from_json(_dump(doc))
+    assert f"gpu_targets.{kind}" in info.value.line() and repr(value) in info.value.line()
+
+
+@pytest.mark.parametrize("key, value", [("glibc_min", "9" * 5000), ("glibc_min", "2.34\n"), ("glibc_min", "two"),
+                                        ("glibcxx_min", "../3.4"), ("llama_cpp.sha", "../../escaped"),
+                                        ("llama_cpp.sha", "0c1e570"), ("llama_cpp.patches[0].file", "../../etc/passwd")])
+def test_values_other_stages_use_as_names_or_numbers_are_checked_on_reading(key, value):
+    """An archive name, an image tag, a patches/ path and the glibc comparison are made of these."""
+    doc = copy.deepcopy(BASE_DOC)
+    target = doc
+    for part in key.split(".")[:-1]:
+        target = target[part.split("[")[0]]
+        if "[" in part:
+            target = target[int(part.split("[")[1].rstrip("]"))]
+    target[key.split(".")[-1]] = value
+    with pytest.raises(ManifestInvalid) as info:
+        Manifest.from_json(_dump(doc))
+    line = info.value.line()
+    assert key in line and "\n" not in line and len(line) < 300, line
 
 
 def test_a_deeply_nested_manifest_is_refused_not_crashed_on():
@@ -215,8 +248,10 @@ def test_deep_nesting(depth, opener):
     assert_manifest_or_one_line(deep)
     doc = copy.deepcopy(BASE_DOC)
     doc["llama_cpp"]["features"] = {"deep": 0}
-    # inside a manifest: a free-form object json.loads accepts (deeper than MAX_DEPTH: refused, see below)
-    text = _dump(doc).replace('{"deep": 0}', deep if opener == "{" and depth < 300 else '{"deep": 0}')
+    # inside a manifest, as a free-form value (within json.loads' own limit; deeper than MAX_DEPTH: refused)
+    inner = min(depth, 299)
+    text = _dump(doc).replace('{"deep": 0}', '{"deep": ' + opener * inner + "0" + closer * inner + "}")
+    assert text != _dump(doc)
     assert_manifest_or_one_line(text)
 
 

@@ -298,3 +298,25 @@ def test_local_source_must_match_the_pin(upstream, tmp_path):
     assert sha in err.value.line() and first in err.value.line() and "fix:" in err.value.line()
     r2 = parse_recipe(tmp_path / "t.toml", recipe_text(sha, f'[[pin.mirrors]]\nkind = "local"\npath = "{repo}"\n'))
     assert source.local_tree(str(repo), r2).provenance["kind"] == "local"
+
+
+def test_a_plain_tree_inside_another_repository_is_local_not_that_repository(upstream, tmp_path):
+    """vendor/llama.cpp without its own .git inside a project's repository: recorded as a local tree,
+    never judged by the outer repository's HEAD."""
+    repo, sha = upstream
+    vendored = repo / "vendor" / "llama.cpp"
+    (vendored / "ggml").mkdir(parents=True)
+    (vendored / "CMakeLists.txt").write_text("project(x)\n")
+    r = parse_recipe(tmp_path / "t.toml", recipe_text(sha, f'[[pin.mirrors]]\nkind = "local"\npath = "{repo}"\n'))
+    tree = source.local_tree(str(vendored), r)
+    assert tree.sha is None and tree.provenance == {"kind": "local", "path": str(vendored),
+                                                    "verified_by": "nothing (not git)"}
+
+
+def test_no_git_is_one_line_naming_git_not_the_network(upstream, tmp_path, monkeypatch):
+    repo, sha = upstream
+    r = parse_recipe(tmp_path / "t.toml", recipe_text(sha, f'[[pin.mirrors]]\nkind = "local"\npath = "{repo}"\n'))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(AssembleError) as err:
+        source.local_tree(str(repo), r)
+    assert "git is not installed" in err.value.line() and "install git" in err.value.line()

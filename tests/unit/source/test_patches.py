@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from builder.source import patches as PT
+from builder.config.targets import CudaArch
+from builder.config.versions import satisfies
 from builder.errors import AssembleError, BuildFailed
 from builder.source.features import check_tree
 from builder.paths import data_dir
@@ -23,6 +25,10 @@ from tests.support.planted import build_planted_module
 from tests.support.common import SHA as PINNED
 
 SHA = "1" * 40
+def A(text: str) -> tuple[CudaArch, ...]:
+    return CudaArch.parse_list(text, "test")
+
+
 DL = PT.PatchContext(backends=("cpu",), cuda_version=None, cuda_archs=(), backend_dl=True)
 
 RECIPE = '''name = "r"
@@ -102,7 +108,7 @@ def test_readme_example_is_valid_metadata(tmp_path):
     (tmp_path / "example-fix.toml").write_text(example)
     (tmp_path / "example-fix.patch").write_text(diff("x", "a\n", "b\n"))
     p = PT.load_patch(tmp_path / "example-fix.toml")
-    assert p.when.cuda_toolkit == ">=13" and p.when.cuda_archs == ("120", "121")
+    assert p.when.cuda_toolkit == ">=13" and p.when.cuda_archs == A("120,121")
 
 
 def test_loader_patch_on_the_pinned_tree(tmp_path, cache, llama_tree):
@@ -171,13 +177,13 @@ def test_loader_patch_skipped_once_upstream_fixed_it(tmp_path, tree, cache):
 # --- selection and conditions -----------------------------------------------------------
 
 def test_conditions():
-    c = PT.Conditions(backends=("cuda",), cuda_toolkit=">=13", cuda_archs=("120", "121"))
-    blackwell13 = PT.PatchContext(("cuda", "cpu"), "13.0", ("90", "120a-real"), True)
+    c = PT.Conditions(backends=("cuda",), cuda_toolkit=">=13", cuda_archs=A("120,121"))
+    blackwell13 = PT.PatchContext(("cuda", "cpu"), "13.0", A("90,120a-real"), True)
     assert PT.unmet_condition(c, blackwell13) is None
-    assert "12.8 does not satisfy >=13" in PT.unmet_condition(c, PT.PatchContext(("cuda",), "12.8", ("120",), True))
-    assert "no CUDA toolkit" in PT.unmet_condition(c, PT.PatchContext(("cuda",), None, ("120",), True))
-    assert "architecture" in PT.unmet_condition(c, PT.PatchContext(("cuda",), "13.1", ("89", "90"), True))
-    assert "backend" in PT.unmet_condition(c, PT.PatchContext(("vulkan",), "13.1", ("120",), True))
+    assert "12.8 does not satisfy >=13" in PT.unmet_condition(c, PT.PatchContext(("cuda",), "12.8", A("120"), True))
+    assert "no CUDA toolkit" in PT.unmet_condition(c, PT.PatchContext(("cuda",), None, A("120"), True))
+    assert "architecture" in PT.unmet_condition(c, PT.PatchContext(("cuda",), "13.1", A("89,90"), True))
+    assert "backend" in PT.unmet_condition(c, PT.PatchContext(("vulkan",), "13.1", A("120"), True))
     assert PT.unmet_condition(PT.Conditions(backend_dl=False), DL) == "GGML_BACKEND_DL is on"
     assert PT.unmet_condition(PT.Conditions(), DL) is None
 
@@ -188,7 +194,7 @@ def test_conditions():
     ("V12.8.61", "<=12.8.61", True),
 ])
 def test_version_matches(version, spec, ok):
-    assert PT.version_matches(version, spec) is ok
+    assert satisfies(version, spec) is ok
 
 
 def test_unknown_disabled_patch_is_refused(tmp_path, tree, cache):

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from builder.config.targets import CudaArch
 from builder import pipeline
 from builder.check import doctor
 from builder.config.options import CliOptions, resolve
@@ -22,8 +23,8 @@ from builder.toolchain.detect import CudaToolkit, GlslcProbe, RocmInstall, Tool,
 
 TOOLS = dict(cmake=Tool("cmake", "/usr/bin/cmake", "3.31.6"), ninja=Tool("ninja", "/usr/bin/ninja", "1.12.1"),
              cc=Tool("cc", "/usr/bin/cc", "gcc 14"), cxx=Tool("c++", "/usr/bin/c++", "g++ 14"),
-             patchelf=Tool("patchelf", "/usr/bin/patchelf", "0.19.3"))
-ARCHS = ("75", "80", "86", "89", "90", "100", "120")
+             patchelf=Tool("patchelf", "/usr/bin/patchelf", "0.19.3"), git=Tool("git", "/usr/bin/git", "2.39.5"))
+ARCHS = CudaArch.parse_list("75,80,86,89,90,100,120", "test")
 
 
 def cuda(version: str = "12.8", archs=ARCHS, cublas: bool = True) -> CudaToolkit:
@@ -53,12 +54,13 @@ def case(recipe: str, expect: str, cli: CliOptions = CliOptions(), **toolchain):
 CASES = [
     case("cpu", "ready"),
     case("cpu", "missing", cc=None, cxx=None),
+    case("cpu", "missing", git=None),
     case("cpu", "missing", patchelf=Tool("patchelf", "/usr/bin/patchelf", "0.18.0")),
     case("cuda", "ready", cuda=cuda("12.8")),
     case("cuda", "missing", cuda=None),
     case("cuda", "missing", cuda=cuda("13.0")),                                         # Blackwell, no way out chosen
     case("cuda", "slower", CliOptions(accept_blackwell_regression=True), cuda=cuda("13.0")),
-    case("cuda", "missing", cuda=cuda("12.4", archs=("75", "80", "86", "89", "90"))),  # cannot target sm_120
+    case("cuda", "missing", cuda=cuda("12.4", archs=ARCHS[:5])),  # cannot target sm_120
     case("cuda", "missing", cuda=cuda("12.8", cublas=False)),
     case("cuda", "missing", CliOptions(launcher="sccache"), cuda=cuda("12.8")),          # asked-for launcher absent
     case("rocm", "ready", rocm="6.4.1"),
@@ -110,7 +112,7 @@ def test_build_refuses_exactly_what_doctor_calls_missing(recipe_name, cli, parts
 
     # doctor: the same host as facts, its recipe rows and verdict
     facts = doctor.Facts(distro=distro, python=Tool("python", sys.executable, "3.11.7"), cmake=toolchain.cmake,
-                         ninja=toolchain.ninja, patchelf=toolchain.patchelf, cc=toolchain.cc, cxx=toolchain.cxx,
+                         ninja=toolchain.ninja, patchelf=toolchain.patchelf, git=toolchain.git, cc=toolchain.cc, cxx=toolchain.cxx,
                          cuda=toolchain.cuda, driver=None, vulkan=toolchain.vulkan or VulkanSdk(None, None),
                          glslc=toolchain.glslc, rocm=toolchain.rocm)
     diagnosis = doctor.diagnose(load_recipe(recipe_name), facts, cli=cli)

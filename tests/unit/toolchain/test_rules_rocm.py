@@ -19,17 +19,6 @@ from builder.toolchain.detect import _multiarch, rocm
 from tests.support.rocmtrees import SID_ROCBLAS, _clang, _data, _exe, amd_rocm, debian_rocm  # noqa: F401
 
 
-
-
-
-
-
-
-
-
-
-
-
 def refused(rocm_install, targets, **kw) -> AssembleError:
     kw.setdefault("multi_arch_risk", None)
     kw.setdefault("where", "recipes/rocm.toml: unit main")
