@@ -360,14 +360,17 @@ def test_ctrl_c_during_a_real_build_says_what_is_true(cpu_runtime, tmp_path):
         text = log.read_text()
         assert "Traceback" not in text, text
         errors = [line for line in text.splitlines() if line.startswith("error: ")]
-        assert code == 0 or len(errors) == 1, text
+        # A Ctrl-C after the last word ("runtime ready") can land while Python shuts down, when the
+        # default action is back: the process dies of SIGINT, and what it said is still true.
+        finished = "==> runtime ready" in text
+        assert code == 0 or len(errors) == 1 or (finished and code == -signal.SIGINT), text
         claim = errors[0] if errors else "finished"
         said.append((code, claim.split(" -- ")[0].split(": ", 2)[-1][:60]))
         now = (out.stat().st_ino, sha256_file(out / "manifest.json"))
         assert whole(out), text
         if "untouched" in claim or "not touched" in claim or "before the swap" in claim:
             assert now == before, claim
-        if "after the swap" in claim:
+        if "after the swap" in claim or finished:
             assert now[0] != before[0], claim
             if "previous runtime is at " in claim:
                 assert whole(Path(claim.split("previous runtime is at ")[1].split(" -- ")[0].split(";")[0]))
