@@ -21,7 +21,7 @@ from builder.build.unitfolder import UnitDescription
 from builder.config.options import ADOPTED, CONTAINER, BuildConfig, UnitConfig
 from builder.errors import AssembleError
 from builder.proc import git
-from builder.runtime import manifest
+from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import plan_bundle
 from builder.runtime.place import place_bundle
 from builder.source import features, patches
@@ -177,7 +177,7 @@ def build(req: BuildRequest) -> Path:
             ui.step(f"bundle into {staging.path.name}")
             bundle_plan = plan_bundle(own, recipe=recipe, search_dirs=lib_dirs + _toolchain_lib_dirs(prepared.plans))
             result = place_bundle(bundle_plan, staging.path)
-            _manifest(recipe, prepared, result).write(staging.path)
+            _manifest(recipe, prepared, result, staging.path).write(staging.path)
             if req.verify:
                 from builder.check import verify
                 report = verify.verify_runtime(staging.path, recipe=recipe, extra_env=dict(req.check_env),
@@ -245,9 +245,11 @@ def _commit_time(tree: Path, sha: str | None) -> int | None:
     return int(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def _manifest(recipe, prepared: Prepared, result) -> manifest.Manifest:
+def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Manifest:
     tree = prepared.tree
     plans = prepared.plans
+    toolkits = {k: str(p.toolchain[k].get("version") or "") for p in plans for k in ("cuda", "rocm")
+                if isinstance(p.toolchain.get(k), dict)}
     return manifest.Manifest(
         recipe=manifest.RecipeRecord(recipe.name, recipe.description, tuple(recipe.backends), tuple(recipe.targets),
                                      recipe.path.name),
@@ -266,7 +268,9 @@ def _manifest(recipe, prepared: Prepared, result) -> manifest.Manifest:
             hip_policy=prepared.records.get(p.unit.name, {}).get("hip_policy"),
             built_elsewhere=prepared.adopted[p.unit.name].origin() if p.unit.name in prepared.adopted else None,
             build_dir=str(p.build_dir), configure=tuple(p.configure), build=tuple(p.build), defines=dict(p.defines),
-            toolchain=p.toolchain) for p in plans),
+            toolchain=p.toolchain,
+            environment=None if p.unit.name in prepared.adopted else p.environment.as_dict()) for p in plans),
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         system_libs=result.system_libs, files=result.files, symlinks=result.symlinks,
-        config=prepared.config.as_dict())
+        config=prepared.config.as_dict(),
+        gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], toolkits))

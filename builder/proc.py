@@ -157,6 +157,21 @@ def _decode(data: bytes | None) -> str:
 
 # --- long, logged runs -------------------------------------------------------------------------
 
+class OuterSteps:
+    """Which [n/N] lines are the outer build's own. A nested Ninja (ggml's vulkan-shaders-gen is an
+    ExternalProject) prints its own [1/2] [2/2] into the same stream; the outer build always has
+    more steps than a nested one, so a line with a smaller total than the largest seen is not ours."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def accept(self, done: int, total: int) -> bool:
+        if total < self.total:
+            return False
+        self.total = total
+        return True
+
+
 def run_logged(argv: Sequence[str | Path], log: Path, label: str, *, fix: str, env: Mapping[str, str] | None = None,
                progress: bool = False) -> None:
     """Run, append everything to log (tail -f works), show Ninja's [n/N] as a bar; BuildFailed with
@@ -175,12 +190,13 @@ def run_logged(argv: Sequence[str | Path], log: Path, label: str, *, fix: str, e
         except OSError as exc:
             raise BuildFailed(f"cannot start {argv[0]} ({exc.strerror or exc})", where=label, fix=fix) from None
         assert proc.stdout is not None
+        steps = OuterSteps()
         for line in proc.stdout:
             out.write(line)
             tail.append(line.rstrip("\n"))
             ui.detail(line.rstrip("\n"))
             m = _STEP.match(line)
-            if bar and m:
+            if bar and m and steps.accept(int(m.group(1)), int(m.group(2))):
                 bar.update(int(m.group(1)), int(m.group(2)), note=line[m.end():].strip()[-40:] if ui.is_tty() else "")
         rc = proc.wait()
     if bar:

@@ -6,6 +6,7 @@
 #   scripts/h200-acceptance.sh setup build matrix parity rebuild   # one GPU (issue: CUDA + Vulkan)
 #   scripts/h200-acceptance.sh split2                               # two GPUs (CUDA0 + Vulkan1)
 #   scripts/h200-acceptance.sh setup cudaunit                       # the CUDA unit of rocm-cuda-units
+#   scripts/h200-acceptance.sh setup build gpucheck cpuvariants     # CUDA code, driver floors, CPU variants
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the llama.cpp git bundle (llama.bundle), the .deb files of
@@ -123,6 +124,40 @@ stage_split2() {
   done
   python3 "$REPO/scripts/bench_llama.py" run --bin "$RT/bin" --model "$MODEL" --dev CUDA0/CUDA1 --dev CUDA0 \
     --reps 3 --depth 0,4096 "${VKENV[@]/#/--env=}" --out "$RESULTS/split2-baselines.json"
+}
+
+# What verify says about the GPU code and the driver, for real: the fatbin of the module built, the
+# cards asked for, the card here, and the field failure (a host with a card whose module sees none:
+# here the card is hidden from the module with CUDA_VISIBLE_DEVICES; then a stand-in nvidia-smi that
+# reports a driver older than the CUDA runtime carried).
+stage_gpucheck() {
+  log "manifest: gpu_runtimes, glibc floors"
+  python3 - "$RT/manifest.json" <<'PY' | tee "$RESULTS/gpu-manifest.txt"
+import json, sys
+m = json.load(open(sys.argv[1]))
+print(json.dumps({k: m.get(k) for k in ("gpu_runtimes", "glibc_min", "glibcxx_min")}, indent=1))
+PY
+  readelf -V "$RT/lib/libllama.so.0" 2>/dev/null | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -2 | tee -a "$RESULTS/gpu-manifest.txt" || true
+  readelf -d "$RT/bin/llama-server" | grep -E 'NEEDED' | tee -a "$RESULTS/gpu-manifest.txt" || true
+  log "verify --cuda-arch 90,100 (SASS for 9.0; 10.0 through PTX compute_90)"
+  assemble verify "$RT" --static --cuda-arch 90,100 2>&1 | grep -E "CUDA code|verification|all checks" | tee "$RESULTS/gpucheck.txt" || true
+  log "verify --cuda-arch 89 (expected to FAIL: no SASS for 8.x, PTX compute_90 > 8.9)"
+  assemble verify "$RT" --static --cuda-arch 89 2>&1 | grep -E "CUDA code|hint|verification" | tee -a "$RESULTS/gpucheck.txt" || true
+  log "verify with the card hidden from the module (expected to FAIL, naming driver and floor)"
+  assemble verify "$RT" "${CHECKENV[@]}" --check-env CUDA_VISIBLE_DEVICES= 2>&1 \
+    | grep -E "NVIDIA driver|load libggml-cuda|hint|verification|cpu variant" | tee -a "$RESULTS/gpucheck.txt" || true
+  log "verify with a stand-in nvidia-smi reporting driver 470.256.02 (expected to FAIL)"
+  mkdir -p "$WORK/oldsmi"
+  printf '#!/bin/sh\necho "NVIDIA H200, 470.256.02, 9.0"\n' > "$WORK/oldsmi/nvidia-smi"; chmod +x "$WORK/oldsmi/nvidia-smi"
+  PATH=$WORK/oldsmi:$PATH assemble verify "$RT" "${CHECKENV[@]}" 2>&1 | grep -E "NVIDIA driver|hint|verification" \
+    | tee -a "$RESULTS/gpucheck.txt" || true
+}
+
+stage_cpuvariants() {
+  log "CPU variants: shipped vs best vs haswell (the previous single level), 1B F16, CPU only"
+  python3 "$REPO/scripts/bench-cpu-variants.py" "$RT" --model "$MODEL" -p 256 -n 32 -r 5 --rounds 2 \
+    --out "$RESULTS/cpu-variants.json" 2>&1 | tee "$RESULTS/cpu-variants.txt"
+  assemble verify "$RT" "${CHECKENV[@]}" 2>&1 | grep -E "cpu variant|CPU variants" | tee -a "$RESULTS/cpu-variants.txt" || true
 }
 
 # The CUDA half of rocm-cuda-units, built here alone (--only-unit) for a merge on the ROCm side

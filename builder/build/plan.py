@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder.build.environment import BuildEnv, build_env
 from builder.config.options import CONTAINER, BuildConfig, UnitConfig
 from builder.paths import cache_dir
 from builder.proc import command_line
@@ -39,6 +40,7 @@ class UnitPlan:
     toolchain: dict = field(default_factory=dict)   # Toolchain.record(): for the manifest
     key: str = ""
     tree: str = ""                              # the patch set applied to the source ("" = pristine)
+    environment: BuildEnv = BuildEnv((), (), ())  # what CMake and the compilers see of ours (host units)
 
     @property
     def configure(self) -> tuple[str, ...]:
@@ -62,6 +64,8 @@ def tool_defines(unit: UnitConfig, tc: Toolchain) -> tuple[tuple[tuple[str, str]
     """(defines, environment) that point CMake at the toolchain: the host's paths, or the image's."""
     image = unit.where.kind == CONTAINER
     defines: list[tuple[str, str]] = [("CMAKE_MAKE_PROGRAM", IMAGE_TOOLS["ninja"] if image else _path(tc.ninja, "ninja"))]
+    if not image:   # named, never left to CC/CXX in the environment (the build runs without them)
+        defines += [("CMAKE_C_COMPILER", _path(tc.cc, "cc")), ("CMAKE_CXX_COMPILER", _path(tc.cxx, "c++"))]
     env: list[tuple[str, str]] = []
     if "cuda" in unit.backends:
         root = IMAGE_CUDA_ROOT if image else (tc.cuda.root if tc.cuda else "<no CUDA toolkit found>")
@@ -88,9 +92,12 @@ def _path(tool, fallback: str) -> str:
 
 
 def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: Path, sha: str | None,
-              tree: str = "") -> UnitPlan:
-    """Everything needed to configure and build one unit; reads only, writes nothing."""
+              tree: str = "", environ=None) -> UnitPlan:
+    """Everything needed to configure and build one unit; reads only, writes nothing.
+    environ: the caller's environment (default os.environ), of which the plan keeps only what
+    builder.build.environment allows; a container unit sees none of it."""
     tools, env = tool_defines(unit, tc)
+    environment = BuildEnv((), (), ()) if unit.where.kind == CONTAINER else build_env(environ)
     merged = dict(unit.cmake_defines())
     merged.update(tools)                 # a toolchain path never loses to a recipe define of the same name
     defines = tuple(merged.items())
@@ -100,7 +107,8 @@ def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: 
     key = hashlib.sha256(json.dumps({"recipe": config.recipe.name, "unit": unit.name, "sha": sha, "tree": tree,
                                      "source": str(source_dir),  # two checkouts at one sha: two build folders
                                      "where": unit.where.label() if unit.where.kind == CONTAINER else "host",
-                                     "defines": defines, "env": env, "tools": record},
+                                     "defines": defines, "env": env, "tools": record,
+                                     "environment": environment.keyed},
                                     sort_keys=True).encode()).hexdigest()[:12]
     name = f"{config.recipe.name}-{unit.name}-{(sha or 'local')[:12]}-{key}"
     trees = cache_dir() / "trees"
@@ -109,4 +117,4 @@ def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: 
     cmake = IMAGE_TOOLS["cmake"] if unit.where.kind == CONTAINER else _path(tc.cmake, "cmake")
     return UnitPlan(recipe=config.recipe.name, unit=unit, sha=sha, source_dir=source_dir, build_dir=build_dir,
                     defines=defines, targets=tuple(config.targets), jobs=int(config.jobs.value), cmake=cmake,
-                    env=env, toolchain=record, key=key, tree=tree)
+                    env=env, toolchain=record, key=key, tree=tree, environment=environment)

@@ -146,8 +146,13 @@ def run_unit(plan: UnitPlan, engine: Engine | None = None) -> Path:
 
 def _run_here(plan: UnitPlan) -> None:
     log = plan.build_dir / LOG
-    env = dict(os.environ, NINJA_STATUS="[%f/%t] ", **dict(plan.env))
+    env = plan.environment.mapping({"NINJA_STATUS": "[%f/%t] ", **dict(plan.env)})
     env.setdefault("CCACHE_BASEDIR", str(cache_dir()))  # relative paths: hits across build folders
+    if notice := plan.environment.notice():
+        line, serious = notice
+        (ui.warn if serious else ui.info)(line)
+        with open(plan.build_dir / LOG, "a") as f:
+            f.write(f"assemble: {line}\n")
     stamp = plan.build_dir / CONFIGURED_STAMP
     if not stamp.is_file():
         ui.step(f"configure {plan.unit.name}: {plan.build_dir}")

@@ -36,6 +36,11 @@ try:
     mod = ctypes.CDLL(module, mode=ctypes.RTLD_LOCAL | 2)
 except OSError as exc:
     print(json.dumps({"error": str(exc)})); sys.exit(0)
+score = getattr(mod, "ggml_backend_score", None)   # a CPU variant for more features than this CPU has:
+if score is not None:                              # ggml never initialises it here, and init could trap
+    score.restype = ctypes.c_int
+    if score() == 0:
+        print(json.dumps({"unsupported": True})); sys.exit(0)
 init = getattr(mod, "ggml_backend_init", None)
 if init is None:
     print(json.dumps({"error": "no ggml_backend_init symbol"})); sys.exit(0)
@@ -60,6 +65,7 @@ print(json.dumps({"devices": names}))
 class Probe:
     devices: tuple[str, ...] = ()
     error: str | None = None
+    unsupported: bool = False         # its ggml_backend_score() is 0 on this CPU: ggml would skip it
 
 
 def module_files(runtime: Path, backend: str) -> list[Path]:
@@ -83,6 +89,8 @@ def probe_module(runtime: Path, module: Path, env: dict) -> Probe:
     data = json.loads(lines[-1])
     if "error" in data:
         return Probe(error=data["error"])
+    if data.get("unsupported"):
+        return Probe(unsupported=True)
     return Probe(devices=tuple(data["devices"]))
 
 
@@ -289,6 +297,8 @@ class Smoke:
     predicted: int = 0
     prompt_tokens: int = 0
     seconds: float = 0.0
+    prompt_per_second: float | None = None      # the server's own timings (generation and prompt apart)
+    predicted_per_second: float | None = None
     foreign: tuple[str, ...] = ()
     log: str | None = None
     observed: dict = field(default_factory=dict)   # what while_loaded saw
@@ -378,10 +388,16 @@ def smoke(runtime: Path, model: Path, device_args: list[str], env: dict, timeout
             if predicted < 1:
                 return Smoke(error=f"no tokens generated: {json.dumps(body)[:200]}")
             foreign = foreign_libraries(proc.pid, runtime, owned)
+            timings = body.get("timings") if isinstance(body.get("timings"), dict) else {}
             return Smoke(predicted=predicted, prompt_tokens=prompt_tokens, seconds=seconds, foreign=foreign,
-                         observed=observed)
+                         observed=observed, prompt_per_second=_rate(timings.get("prompt_per_second")),
+                         predicted_per_second=_rate(timings.get("predicted_per_second")))
         finally:
             stop(proc)
+
+
+def _rate(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 
 def _tail(log: Path, n: int = 3) -> str:

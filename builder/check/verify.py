@@ -9,31 +9,40 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from builder import ui
+from builder.check import cpuvariant, gpufit, gpuhost, integrity
 from builder.check import dynamic as devices
-from builder.check import integrity
 from builder.check import static as staticcheck
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
 from builder.config.recipe import DEVICE_PREFIX, Recipe
+from builder.config.targets import CudaArch
+from builder.runtime.gpuruntime import CudaRuntimeRecord, RocmRecord
 from builder.paths import scratch
 
 
-def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict) -> tuple[list[Check], list[str]]:
+def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict,
+                   host: _GpuHost) -> tuple[list[Check], list[str]]:
     """Each backend module must load; every device it reports must appear in --list-devices."""
     checks, expected = [], []
     for backend in backends:
-        for module in devices.module_files(runtime, backend):
-            probe = devices.probe_module(runtime, module, env)
+        probes = [(module, devices.probe_module(runtime, module, env)) for module in devices.module_files(runtime, backend)]
+        if backend == "cpu" and len(probes) > 1:      # CPU variants: one line for all of them
+            checks.append(_cpu_variants_loaded(probes))
+            continue
+        for module, probe in probes:
             if probe.error:
                 checks.append(Check(f"load {module.name}", FAIL, probe.error,
                                     "a library it needs is missing or the wrong version: see the static checks"))
             elif backend == "cpu":
                 checks.append(Check(f"load {module.name}", PASS, "loads with an empty environment"))
             elif not probe.devices:
-                checks.append(Check(f"load {module.name}", SKIP, f"not run: no {backend} device on this host "
-                                    "(the module loads and reports none)"))
+                checks.append(gpufit.no_device_failure(backend, module.name, host.nvidia, host.amd, host.cuda,
+                                                       host.rocm)
+                              or Check(f"load {module.name}", SKIP, f"not run: no {backend} device on this host "
+                                       "(the module loads and reports none)"))
             else:
                 checks.append(Check(f"load {module.name}", PASS, f"reports {', '.join(probe.devices)}"))
                 expected += probe.devices
@@ -49,6 +58,19 @@ def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict) -> tuple
     else:
         checks.append(Check("--list-devices", PASS, ", ".join(listed.devices) or "(no GPU devices on this host)"))
     return checks, listed.devices
+
+
+def _cpu_variants_loaded(probes: list) -> Check:
+    failed = [(m, p) for m, p in probes if p.error]
+    if failed:
+        m, p = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        return Check("load CPU variants", FAIL, f"{m.name}: {p.error}{more}",
+                     "a library it needs is missing or the wrong version: see the static checks")
+    beyond = [m.name for m, p in probes if p.unsupported]
+    note = f"; {len(beyond)} need features this CPU lacks (ggml skips them here)" if beyond else ""
+    return Check("load CPU variants", PASS, f"{len(probes) - len(beyond)} of {len(probes)} load with an empty "
+                 f"environment{note}")
 
 
 def _planted_check(runtime: Path, env: dict) -> Check:
@@ -93,15 +115,32 @@ def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict, model: Pa
                 checks.append(Check(f"smoke {label}", FAIL, "libraries loaded from outside the runtime: "
                                     + ", ".join(result.foreign), "bundle them, or fix the RPATH of our files"))
             else:
-                checks.append(Check(f"smoke {label}", PASS, f"{result.prompt_tokens}-token prompt, "
-                                    f"{result.predicted} tokens back in {result.seconds:.1f}s"))
+                checks.append(Check(f"smoke {label}", PASS, _speeds(result)))
     return checks
 
 
+@dataclass(frozen=True)
+class _GpuHost:
+    """The cards and drivers here (none looked for under --static), and what the runtime needs of them."""
+    nvidia: gpuhost.NvidiaHost | None = None
+    amd: gpuhost.AmdHost | None = None
+    cuda: CudaRuntimeRecord | None = None
+    rocm: RocmRecord | None = None
+
+
+def _speeds(result: devices.Smoke) -> str:
+    """The server's own timings: prompt processing and generation apart (a whole-request time hides both)."""
+    pp = f" at {result.prompt_per_second:.0f} t/s" if result.prompt_per_second is not None else ""
+    tg = f" at {result.predicted_per_second:.1f} t/s" if result.predicted_per_second is not None else ""
+    return (f"{result.prompt_tokens}-token prompt{pp}, {result.predicted} tokens generated{tg} "
+            f"({result.seconds:.2f}s in all)")
+
+
 def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = False, model: Path | None = None,
-                   extra_env: dict | None = None, static: bool = False, hip_targets: tuple[str, ...] = ()) -> Report:
-    """static: read files only (for a runtime meant for another host); hip_targets: also check
-    the AMD data and code for these cards."""
+                   extra_env: dict | None = None, static: bool = False, hip_targets: tuple[str, ...] = (),
+                   cuda_archs: tuple[CudaArch, ...] = ()) -> Report:
+    """static: read files only (for a runtime meant for another host); hip_targets / cuda_archs: also
+    check the code (and AMD data) for these cards."""
     runtime = Path(runtime).resolve()
     env = dict(extra_env or {})
     m, invalid = integrity.load(runtime)
@@ -109,11 +148,19 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     backends = listed or ("cpu",)
     checks = integrity.checks(runtime, m, invalid, backends, listed)
     checks += staticcheck.run(runtime, m, backends, recipe=recipe, extra_hip_targets=hip_targets, here=not static)
+    gpus = m.gpu_runtimes if m else None
+    host = _GpuHost() if static else _GpuHost(
+        gpuhost.nvidia_host() if "cuda" in backends else None, gpuhost.amd_host() if "hip" in backends else None,
+        gpus.cuda if gpus else None, gpus.rocm if gpus else None)
+    checks += gpufit.cuda_code_checks(runtime, devices.module_files(runtime, "cuda"), cuda_archs, host.nvidia)
     if static:
         checks.append(Check("devices, loader and smoke", SKIP, "not run: --static reads files only"))
     elif (runtime / "bin" / "llama-server").is_file():
-        device_checks, listed = _device_checks(runtime, backends, env)
+        if driver := gpufit.cuda_driver_check(host.cuda, host.nvidia):
+            checks.append(driver)
+        device_checks, listed = _device_checks(runtime, backends, env, host)
         checks += device_checks
+        checks.append(cpuvariant.cpu_variant_check(runtime, env))
         checks.append(_planted_check(runtime, env))
         checks.append(_ld_library_path_check(runtime, env))
         if smoke:

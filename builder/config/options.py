@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from builder.config import cpulevels
 from builder.config.recipe import Mirror, Recipe, Unit
 from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError
@@ -26,6 +27,7 @@ BASE_DEFINES = (
     ("GGML_BACKEND_DL", "ON"),       # backends as loadable modules: one runtime, many GPUs
     ("GGML_NATIVE", "OFF"),          # never tune for the build host's CPU/GPU
     ("GGML_CCACHE", "OFF"),          # the compiler launcher is chosen explicitly (launcher below)
+    ("GGML_OPENMP", "ON"),           # ggml's default, stated: the CPU backend's threads, as upstream ships
     ("LLAMA_BUILD_TESTS", "OFF"),
     ("LLAMA_BUILD_EXAMPLES", "OFF"),
     ("LLAMA_BUILD_TOOLS", "ON"),
@@ -45,6 +47,7 @@ OWNED_DEFINES = {
     "CMAKE_HIP_ARCHITECTURES": "[hip] targets or --hip-target",
     "GGML_CUDA": "the recipe's backends", "GGML_HIP": "the recipe's backends", "GGML_VULKAN": "the recipe's backends",
     "GGML_HIP_RCCL": "[hip] rccl", "GGML_CPU_ALL_VARIANTS": "[cpu] variants",
+    **{f"GGML_{f}": "[cpu] variants (\"all\", or one level such as \"haswell\")" for f in cpulevels.FEATURES},
 }
 LAUNCHERS = ("auto", "ccache", "sccache", "none")
 # Environment variables of the cascade, each with what it sets.
@@ -222,8 +225,7 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
     hip = (((cli.hip_target,) if cli.hip_target else recipe.hip.targets) if "hip" in backends else ())
     cascade: list[Define] = [Define(k, v, "default") for k, v in BASE_DEFINES]
     cascade += [Define(f"GGML_{b.upper()}", "ON" if b in backends else "OFF", "backend") for b in ("cuda", "hip", "vulkan")]
-    if recipe.cpu.variants == "all":
-        cascade.append(Define("GGML_CPU_ALL_VARIANTS", "ON", "recipe [cpu]"))
+    cascade += _cpu_defines(recipe)
     if cuda:
         cascade.append(Define("CMAKE_CUDA_ARCHITECTURES", ";".join(map(str, cuda)), "targets"))
     if hip:
@@ -236,7 +238,23 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
     final: dict[str, Define] = {}
     for d in cascade:                 # later steps win; the key keeps its first place in the order
         final[d.key] = d
+    if final["GGML_CPU_ALL_VARIANTS"].value == "ON" and final["GGML_BACKEND_DL"].value != "ON":
+        raise AssembleError("[cpu] variants = \"all\" needs GGML_BACKEND_DL=ON (ggml picks a variant module at "
+                            "run time)", where=f"{recipe.path} ({final['GGML_BACKEND_DL'].origin})",
+                            fix='keep GGML_BACKEND_DL=ON, or name one level: [cpu] variants = "haswell"')
     return UnitConfig(unit.name, unit.backends, where, tuple(cuda), tuple(hip), tuple(final.values()))
+
+
+def _cpu_defines(recipe: Recipe) -> list[Define]:
+    """Every instruction-set option set here, explicitly: ggml's own defaults follow the build
+    host (GGML_NATIVE) and the environment (SOURCE_DATE_EPOCH turns AVX..F16C off), so a
+    default left to ggml would make the same plan compile different code on two machines."""
+    if recipe.cpu.variants == cpulevels.ALL:
+        return [Define("GGML_CPU_ALL_VARIANTS", "ON", "recipe [cpu]")] + [
+            Define(k, v, "recipe [cpu] (each variant sets its own)") for k, v in cpulevels.ALL_VARIANTS_DEFINES]
+    chosen = cpulevels.level(recipe.cpu.variants)
+    return [Define("GGML_CPU_ALL_VARIANTS", "OFF", "recipe [cpu]")] + [
+        Define(k, v, f"recipe [cpu] level {chosen.name}") for k, v in chosen.defines()]
 
 
 def _first(*candidates: tuple[object, str]) -> Setting:

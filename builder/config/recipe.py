@@ -5,6 +5,7 @@ Every error names the file, the key and the fix, in one line.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -12,7 +13,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.config.targets import CudaArch, GfxTarget
+from builder.config import cpulevels
+from builder.config.targets import DEFAULT_CUDA_ARCHITECTURES, CudaArch, GfxTarget
 from builder.config.versions import CONSTRAINT_FORMS, parse_constraint
 from builder.errors import AssembleError
 from builder.paths import builtin_data, data_dir
@@ -25,6 +27,7 @@ BACKENDS = ("cpu", "cuda", "hip", "vulkan")
 # Device-name prefixes ggml gives each backend's devices in --list-devices.
 DEVICE_PREFIX = {"cuda": "CUDA", "hip": "ROCm", "vulkan": "Vulkan"}
 DEFAULT_TARGETS = ("llama-server", "llama-cli", "llama-bench")
+ALL_VARIANTS_FEATURE = "cpu-all-variants"   # what [cpu] variants = "all" needs of the tree (features.toml)
 MIRROR_KINDS = ("git", "sdist", "local")
 
 
@@ -70,7 +73,7 @@ class HipSettings:
 
 @dataclass(frozen=True)
 class CpuSettings:
-    variants: str = "single"            # single | all (GGML_CPU_ALL_VARIANTS)
+    variants: str = cpulevels.ALL       # all (GGML_CPU_ALL_VARIANTS) | one level (builder.config.cpulevels)
 
 
 @dataclass(frozen=True)
@@ -258,11 +261,12 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     cuda = hip = None
     if "cuda" in data or "cuda" in backends:
         raw = c.table(data.get("cuda", {}), _CUDA, "cuda.")
-        archs = tuple(CudaArch.parse(a, where=f"{path}: cuda.architectures")
-                      for a in c.strings(raw.get("architectures", []), "cuda.architectures"))
+        listed = c.strings(raw.get("architectures", list(DEFAULT_CUDA_ARCHITECTURES)), "cuda.architectures")
+        archs = tuple(CudaArch.parse(a, where=f"{path}: cuda.architectures") for a in listed)
         if "cuda" in backends and not archs:
-            raise c.fail("cuda.architectures", "the cuda backend needs an explicit architecture list",
-                         'add architectures = ["90"] (a portable runtime never builds for "native")')
+            raise c.fail("cuda.architectures", "an empty architecture list builds CUDA code for no card",
+                         'list them, e.g. ["90"], or drop the key for the default (a portable runtime never '
+                         'builds for "native")')
         if raw.get("toolkit") is not None:
             try:
                 parse_constraint(raw["toolkit"])
@@ -286,9 +290,13 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     if "vulkan" in data:
         c.table(data["vulkan"], _VULKAN, "vulkan.")
     cpu_raw = c.table(data.get("cpu", {}), _CPU, "cpu.")
-    variants = cpu_raw.get("variants", "single")
-    if variants not in ("single", "all"):
-        raise c.fail("cpu.variants", f"unknown value {variants!r}", 'use "single" or "all"')
+    variants = cpu_raw.get("variants", cpulevels.ALL)
+    if variants != cpulevels.ALL and cpulevels.level(variants) is None:
+        raise c.fail("cpu.variants", f"unknown value {variants!r}",
+                     f'use "all" (every level, the best picked at run time) or one level: '
+                     f'{", ".join(lv.name for lv in cpulevels.LEVELS)} ("haswell" is AVX2)')
+    if variants == cpulevels.ALL and ALL_VARIANTS_FEATURE not in pin.features:
+        pin = dataclasses.replace(pin, features=pin.features + (ALL_VARIANTS_FEATURE,))  # the tree must offer it
 
     defines = c.defines(c.table(data.get("cmake", {}), _CMAKE, "cmake.").get("defines", {}), "cmake.defines")
     patches_raw = c.table(data.get("patches", {}), _PATCHES, "patches.")

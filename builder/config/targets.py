@@ -30,6 +30,16 @@ GFX_FORMS = '"gfx1100", "gfx90a:xnack-" or "gfx11-generic" (the arch rocminfo sh
 GFX_TOKEN = re.compile(rf"{_GFX_GENERIC}|{_GFX_CHIP}")  # a gfx arch inside a longer name (data files)
 
 
+# The CUDA code a recipe ships when it names none ([cuda] architectures): machine code (SASS) for
+# the cards people serve on, PTX at both ends. SASS sm_80/86/89/90/120a: A100/A30, RTX 30xx/A10/A40
+# (and 8.7 by binary compatibility), RTX 40xx/L4/L40S, H100/H200, RTX 50xx/RTX PRO 6000 Blackwell.
+# PTX compute_75: Turing (T4, RTX 20xx), JIT-compiled by the driver at first start. PTX compute_90:
+# what no SASS covers (B200 at 10.0, GB10 at 12.1, later cards), also JIT. ggml's own default at the
+# pinned sha differs: PTX only for 7.5/8.0/9.0 (a first start that compiles for minutes on H100)
+# and 5.0-7.0 PTX that CUDA 13 cannot build.
+DEFAULT_CUDA_ARCHITECTURES = ("75-virtual", "80-real", "86-real", "89-real", "90", "120a-real")
+
+
 def _comma_list(text: str, where: str, example: str) -> list[str]:
     # "90,,120" is a typo, not two entries: an empty entry is refused, never dropped
     items = text.split(",")

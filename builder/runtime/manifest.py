@@ -23,6 +23,7 @@ from builder.config.recipe import NAME_RE, SHA_RE
 from builder.digest import sha256_file
 from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError, BuildFailed
+from builder.runtime.gpuruntime import CudaModuleCode, CudaRuntimeRecord, GpuRuntimes, RocmRecord
 
 NAME = "manifest.json"
 SCHEMA = 2
@@ -131,6 +132,7 @@ class UnitRecord:
     build: tuple[str, ...]
     defines: dict
     toolchain: dict                   # tool -> what was found (free-form detail, read through tools())
+    environment: dict | None = None   # what the build saw of the caller's environment (builder.build.environment)
 
     def toolkit_roots(self) -> dict[str, tuple[str, str]]:
         """GPU toolkit -> (root folder, version), for naming where a vendor file came from."""
@@ -165,6 +167,7 @@ class Manifest:
     glibcxx_min: str | None = None
     size_by_role: dict = field(default_factory=dict)
     config: dict | None = None        # the resolved build configuration (builder.config.options)
+    gpu_runtimes: GpuRuntimes = field(default_factory=GpuRuntimes)   # what the GPU code needs of a host
     schema: int = SCHEMA
     created_by: str = f"{CREATOR} {__version__}"
 
@@ -437,7 +440,41 @@ def _parse(raw: Any, where: str) -> Manifest:
                     glibc_min=r.matching(top, "glibc_min", "", _SYMBOL_VERSION, "a version like 2.38"),
                     glibcxx_min=r.matching(top, "glibcxx_min", "", _SYMBOL_VERSION, "a version like 3.4.30"),
                     size_by_role=sizes, config=r.get(top, "config", "", dict, required=False),
+                    gpu_runtimes=_gpu_runtimes(r, r.get(top, "gpu_runtimes", "", dict, required=False, default={})),
                     schema=schema, created_by=created_by)
+
+
+_CODE_NAME = re.compile(r"(sm|compute)_[1-9][0-9]{1,2}[af]?")
+_DRIVER = re.compile(r"(\d{1,4}(\.\d{1,4}){0,3})?")        # "" when unknown
+
+
+def _gpu_runtimes(r: _Reader, d: dict) -> GpuRuntimes:
+    key = "gpu_runtimes"
+    cuda = rocm = None
+    if (c := r.get(d, "cuda", key, dict, required=False)) is not None:
+        k = f"{key}.cuda"
+        modules = []
+        for i, m in enumerate(r.get(c, "modules", k, list, required=False, default=[])):
+            mk = f"{k}.modules[{i}]"
+            m = r.obj(m, mk)
+            sass, ptx = r.strings(m, "sass", mk, required=False), r.strings(m, "ptx", mk, required=False)
+            bad = next((n for n in sass + ptx if not _CODE_NAME.fullmatch(n)), None)
+            if bad is not None:
+                raise r.fail(mk, f"{bad[:40]!r} is not a CUDA code object name like sm_86 or compute_75")
+            modules.append(CudaModuleCode(r.path(m.get("path"), f"{mk}.path"), sass, ptx))
+        cuda = CudaRuntimeRecord(version=r.matching(c, "version", k, _DRIVER, "a version like 12.8", required=True),
+                                 driver_min=r.matching(c, "driver_min", k, _DRIVER, "a driver version",
+                                                       required=True),
+                                 driver_for_ptx=r.matching(c, "driver_for_ptx", k, _DRIVER, "a driver version",
+                                                           required=True),
+                                 source=r.get(c, "source", k, str, required=False, default=""),
+                                 modules=tuple(modules))
+    if (h := r.get(d, "rocm", key, dict, required=False)) is not None:
+        k = f"{key}.rocm"
+        rocm = RocmRecord(version=r.matching(h, "version", k, _DRIVER, "a version like 6.4", required=True),
+                          kernel_driver=r.get(h, "kernel_driver", k, str), source=r.get(h, "source", k, str,
+                                                                                        required=False, default=""))
+    return GpuRuntimes(cuda=cuda, rocm=rocm, notes=r.strings(d, "notes", key, required=False))
 
 
 def _provenance(r: _Reader, d: dict) -> Provenance:
@@ -468,7 +505,8 @@ def _unit(r: _Reader, u: dict, key: str) -> UnitRecord:
                       configure=r.strings(u, "configure", key, required=False),
                       build=r.strings(u, "build", key, required=False),
                       defines=r.get(u, "defines", key, dict, required=False, default={}),
-                      toolchain=r.get(u, "toolchain", key, dict, required=False, default={}))
+                      toolchain=r.get(u, "toolchain", key, dict, required=False, default={}),
+                      environment=r.get(u, "environment", key, dict, required=False))
 
 
 def _plain(obj: Any) -> Any:

@@ -23,6 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence
 
+from builder.config.recipe import ALL_VARIANTS_FEATURE
 from builder.errors import AssembleError
 from builder.paths import builtin_data
 from builder.source.gitobjects import GitRepo
@@ -313,5 +314,10 @@ def require(tree: Path, recipe) -> FeatureReport:
             f"the source tree lacks {len(report.missing)} feature(s) the recipe needs: {report.missing_text()}",
             where=f"{tree} (recipe {recipe.name})",
             fix=f"re-pin to a commit that has them: assemble pin {recipe.path} --earliest "
-                f"(or remove them from [pin] features)")
+                f"(or remove them from [pin] features){implied_fix(report.missing)}")
     return report
+
+
+def implied_fix(missing: tuple[str, ...]) -> str:
+    return (' (cpu-all-variants comes with [cpu] variants = "all", the default: name one level instead, '
+            'e.g. [cpu] variants = "haswell")') if ALL_VARIANTS_FEATURE in missing else ""

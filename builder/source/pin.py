@@ -32,6 +32,7 @@ from typing import Sequence
 from builder import locks, paths, ui
 from builder.proc import git, last_line
 from builder.errors import AssembleError, BuildFailed
+from builder.source.features import implied_fix
 from builder.source.features import (BlobCache, CommitView, Feature, FeatureReport, StateView, check_view, evaluate, lookup)
 from builder.source.gitobjects import Change, GitRepo
 from builder.paths import cache_dir
@@ -215,7 +216,8 @@ def pin(repo: GitRepo, ref: str, names: Sequence[str], earliest: bool = False) -
         label = ref if head.startswith(ref) else f"{ref} ({head[:12]})"
         raise AssembleError(f"{label} lacks {len(report.missing)} feature(s): {report.missing_text()}",
                             where=str(repo.path),
-                            fix="pin a newer ref (--ref), or remove those features from the recipe")
+                            fix="pin a newer ref (--ref), or remove those features from the recipe"
+                                + implied_fix(report.missing))
     found = find_earliest(repo, head, features) if earliest else None
     return PinResult(repo=str(repo.path), ref=ref, head=_commit(repo, head), report=report, earliest=found)
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from builder.check.tinymodel import write_tiny_llama
+from builder.config import cpulevels
 from tests.support.common import REPO, SHA, TEST_CACHE, assemble
 from tests.support.server import complete, server
 
@@ -27,20 +28,36 @@ def test_runtime_layout(cpu_runtime):
     assert m["llama_cpp"]["sha"] == SHA
     assert m["llama_cpp"]["source"]["kind"] in ("sdist", "git")
     assert (cpu_runtime / "bin" / "llama-server").is_file()
-    assert (cpu_runtime / "bin" / "libggml-cpu.so").is_file()  # modules sit next to the executable
+    # every CPU level as a module next to the executable; ggml picks the best at run time
+    assert sorted(p.name for p in (cpu_runtime / "bin").glob("libggml-cpu*.so")) == sorted(
+        f"libggml-cpu-{lv.name}.so" for lv in cpulevels.LEVELS)
     assert (cpu_runtime / "lib" / "libllama.so.0").is_symlink()  # SONAME chains kept
     assert not list((cpu_runtime / "lib").glob("libstdc++*")) and not list((cpu_runtime / "lib").glob("libc.so*"))
+    # the C++ runtime floor is recorded (ours link libstdc++ from the host): a version, not null
+    assert m["glibc_min"] and m["glibcxx_min"] and m["glibcxx_min"].startswith("3.4.")
     roles = {f["path"]: f["role"] for f in m["files"]}
     assert roles["bin/llama-server"] == "own"
     assert any(p.startswith("lib/libgomp") and r == "vendor" for p, r in roles.items())
 
 
 def test_moved_runtime_serves_with_empty_env_and_decoys(cpu_runtime, spm_model, tmp_path):
-    # A second build into another folder reuses the build tree: nothing is compiled again.
+    # A second build into another folder reuses the build tree: nothing is compiled again. It runs in
+    # a release pipeline's environment: SOURCE_DATE_EPOCH (which turns ggml's AVX..F16C defaults off)
+    # and flags meant for other tools change neither the plan nor the stamp.
     second = tmp_path / "second" / "runtime-cpu"
-    proc = assemble("build", "--recipe", "cpu", "--out", str(second), "-v", check=True)
+    proc = assemble("build", "--recipe", "cpu", "--out", str(second), "-v", check=True,
+                    env={"SOURCE_DATE_EPOCH": "1700000000", "CFLAGS": "-O0", "CMAKE_BUILD_TYPE": "Debug"})
     assert "reusing" in proc.stderr
     assert "Building C" not in proc.stderr and "unchanged since its last build" in proc.stderr  # the build stamp
+    first, again = (json.loads((rt / "manifest.json").read_text())["units"][0] for rt in (cpu_runtime, second))
+    assert first["build_dir"] == again["build_dir"] and first["configure"] == again["configure"]
+    assert set(again["environment"]["scrubbed"]) == {"SOURCE_DATE_EPOCH", "CFLAGS", "CMAKE_BUILD_TYPE"}
+    cache = (Path(again["build_dir"]) / "CMakeCache.txt").read_text()
+    isa = {line.split(":")[0]: line.split("=")[-1] for line in cache.splitlines()
+           if line.split(":")[0] in {f"GGML_{f}" for f in cpulevels.FEATURES} | {"GGML_CPU_ALL_VARIANTS", "GGML_NATIVE"}}
+    assert isa["GGML_CPU_ALL_VARIANTS"] == "ON" and isa["GGML_NATIVE"] == "OFF"
+    assert {k: v for k, v in isa.items() if k.removeprefix("GGML_") in cpulevels.FEATURES} == {
+        f"GGML_{f}": "OFF" for f in cpulevels.FEATURES}      # every one set by the plan, none by the environment
 
     moved = tmp_path / "a folder with spaces" / "runtime cpu"
     moved.parent.mkdir()

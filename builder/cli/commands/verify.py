@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from builder.cli.args import env_pairs
-from builder.config.targets import GfxTarget
+from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError
 
 
@@ -22,7 +22,8 @@ def register(sub, common) -> None:
                        description="Check a runtime folder: manifest hashes, ELF closure and RPATHs, backend "
                        "modules, devices, and with --smoke a real completion per device.",
                        epilog="examples:\n  assemble verify runtime-cpu\n  assemble verify runtime-vulkan --smoke "
-                       "--check-env GGML_VK_VISIBLE_DEVICES=0\n  assemble verify /opt/runtime --json\n"
+                       "--check-env GGML_VK_VISIBLE_DEVICES=0\n  assemble verify runtime-cuda-vulkan --cuda-arch 75,89\n"
+                       "  assemble verify /opt/runtime --json\n"
                        "exit status: 0 all checks passed, 1 a check failed, 2 usage error",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runtime", help="the runtime folder (runtime-<recipe>/)")
@@ -34,6 +35,9 @@ def register(sub, common) -> None:
                    "another host (an older glibc here is then a warning)")
     p.add_argument("--hip-target", action="append", default=[], metavar="GFX",
                    help="also check rocBLAS/hipBLASLt data and HIP code for this card's arch; repeatable")
+    p.add_argument("--cuda-arch", action="append", default=[], metavar="ARCH",
+                   help="also check that the CUDA module has SASS or usable PTX for this compute capability "
+                        "(e.g. 89 for an RTX 4090, 75 for a T4); repeatable or comma-separated")
     p.set_defaults(func=run)
 
 
@@ -41,6 +45,7 @@ def run(args) -> int:
     from builder.check.verify import render, verify_runtime
 
     targets = tuple(str(GfxTarget.parse(gfx, "--hip-target")) for gfx in args.hip_target)   # arguments first
+    archs = tuple(a for text in args.cuda_arch for a in CudaArch.parse_list(text, "--cuda-arch"))
     runtime = Path(args.runtime)
     if not runtime.is_dir():
         raise AssembleError("no such runtime folder", where=str(runtime), fix="give the path of a runtime-<recipe>/ folder")
@@ -53,6 +58,6 @@ def run(args) -> int:
     if args.static and args.smoke:
         raise AssembleError("--static runs nothing, --smoke runs the server", fix="pick one")
     report = verify_runtime(runtime, smoke=args.smoke, model=model, extra_env=dict(env_pairs(args.check_env)),
-                            static=args.static, hip_targets=targets)
+                            static=args.static, hip_targets=targets, cuda_archs=archs)
     render(report, as_json=args.json)
     return 0 if report.passed else 1

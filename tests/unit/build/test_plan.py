@@ -9,7 +9,7 @@ import pytest
 from builder.build.plan import UnitPlan, plan_unit
 from builder.config.options import HOST, CliOptions, resolve
 from builder.config.recipe import all_recipes, load_recipe
-from builder.config.targets import CudaArch, GfxTarget
+from builder.config.targets import DEFAULT_CUDA_ARCHITECTURES, CudaArch, GfxTarget
 from builder.toolchain.detect import Tool, Toolchain, rocm
 from tests.support.rocmtrees import amd_rocm
 
@@ -38,7 +38,7 @@ def test_every_recipe_is_shippable(recipe, isolated_cache):
 def test_cuda_flags(isolated_cache):
     d = dict(plan("cuda-vulkan").defines)
     assert d["GGML_CUDA"] == "ON" and d["GGML_VULKAN"] == "ON" and d["GGML_HIP"] == "OFF"
-    assert d["CMAKE_CUDA_ARCHITECTURES"] == "80;86;89;90;120"
+    assert d["CMAKE_CUDA_ARCHITECTURES"] == ";".join(DEFAULT_CUDA_ARCHITECTURES)    # the recipe names none
     assert d["GGML_CUDA_NCCL"] == "OFF"
     assert dict(plan("cuda-vulkan", cuda_archs=(CudaArch.parse("90"),)).defines)["CMAKE_CUDA_ARCHITECTURES"] == "90"
 

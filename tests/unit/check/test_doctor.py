@@ -199,7 +199,9 @@ def recipe_file(tmp_path: Path, text: str, name: str = "r.toml") -> Path:
 
 
 def cuda_recipe(tmp_path: Path, extra_cuda: str = "", extra: str = "", archs: str = '"80", "89", "120"') -> Path:
-    text = re.sub(r"\[cuda\]\narchitectures = \[.*?\]\n", f"[cuda]\narchitectures = [{archs}]\n{extra_cuda}", RECIPE_CUDA)
+    text, n = re.subn(r"\[cuda\]\n(?:#.*\n)*(?:architectures = \[.*?\]\n)?",
+                      f"[cuda]\narchitectures = [{archs}]\n{extra_cuda}", RECIPE_CUDA)
+    assert n == 1
     return recipe_file(tmp_path, text + extra)
 
 

@@ -106,7 +106,7 @@ def test_verify_of_the_root_folder_is_refused_without_walking_it(monkeypatch):
     monkeypatch.setattr(os, "scandir", no_walk)
     monkeypatch.setattr(Path, "rglob", no_walk)
     monkeypatch.setattr(Path, "iterdir", no_walk)
-    args = SimpleNamespace(runtime="/", model=None, hip_target=[], static=False, smoke=False, check_env=[], json=False)
+    args = SimpleNamespace(runtime="/", model=None, hip_target=[], cuda_arch=[], static=False, smoke=False, check_env=[], json=False)
     with pytest.raises(AssembleError) as err:
         command.run(args)
     assert err.value.code == 2 and "not a runtime folder: it has neither manifest.json nor bin/llama-server" \

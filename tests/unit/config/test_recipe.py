@@ -40,7 +40,7 @@ BAD = {
     "no hip target": (GOOD.replace('["cuda", "vulkan"]', '["hip"]'), "hip.targets", "exactly one"),
     "bad gfx": (GOOD.replace('["cuda", "vulkan"]', '["hip"]') + '[hip]\ntargets = ["1100"]\n', "hip.targets", "gfx"),
     "native cuda arch": (GOOD.replace('["90"]', '["native"]'), "cuda.architectures", "never \"native\""),
-    "no cuda arch": (GOOD.replace('architectures = ["90"]', ''), "cuda.architectures", "explicit architecture"),
+    "no cuda arch": (GOOD.replace('architectures = ["90"]', 'architectures = []'), "cuda.architectures", "no card"),
     "no mirrors": (GOOD.split("[[pin.mirrors]]")[0] + '[cuda]\narchitectures = ["90"]\n', "pin.mirrors", "no source mirror"),
     "bad mirror kind": (GOOD.replace('kind = "git"', 'kind = "ftp"'), "pin.mirrors[0].kind", "unknown mirror kind"),
     "sdist without sha256": (GOOD.replace('kind = "git"\nurl = "https://example.invalid/llama.cpp.git"',

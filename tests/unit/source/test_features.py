@@ -127,7 +127,8 @@ url = "https://example.org/llama.cpp.git"
     assert e.code == 2
     assert "backend-dl" in e.what and "override-tensor" in e.what and "device-select" not in e.what
     assert "assemble pin" in e.fix and "--earliest" in e.fix
-    write(tmp_path / "src", {"ggml/CMakeLists.txt": "option(GGML_BACKEND_DL x OFF)\n",
+    assert "cpu-all-variants" in e.what and "[cpu] variants" in e.fix    # implied by the default, and said so
+    write(tmp_path / "src", {"ggml/CMakeLists.txt": "option(GGML_BACKEND_DL x OFF)\noption(GGML_CPU_ALL_VARIANTS y OFF)\n",
                              "common/arg.cpp": '{"--list-devices"},{"--device"},{"--override-tensor"}\n'})
     assert F.require(tmp_path / "src", recipe).ok
 

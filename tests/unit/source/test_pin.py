@@ -359,6 +359,9 @@ features = ["device-select", "backend-dl"]
 [[pin.mirrors]]
 kind = "git"
 url = "{url}"
+
+[cpu]
+variants = "haswell"   # the test repositories have no GGML_CPU_ALL_VARIANTS option
 '''
 
 

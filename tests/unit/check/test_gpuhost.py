@@ -1,0 +1,75 @@
+"""A host with an NVIDIA or AMD card whose module reports no device fails verify, naming the driver
+and the floor; "not run" stays for hosts without such a card. The NVIDIA side is driven through a
+stand-in nvidia-smi (a script answering like the real one), the way a host with an old driver looks."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from builder.check import gpufit, gpuhost
+from builder.check.report import FAIL, PASS
+from builder.runtime.gpuruntime import CudaRuntimeRecord, RocmRecord
+
+CUDA128 = CudaRuntimeRecord("12.8", "525.60.13", "570.26", "NVIDIA CUDA Toolkit Release Notes")
+
+
+def _smi(tmp_path: Path, body: str) -> str:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\n{body}\n")
+    os.chmod(smi, 0o755)
+    return str(smi)
+
+
+def test_stand_in_nvidia_smi_is_read(tmp_path):
+    smi = _smi(tmp_path, 'echo "NVIDIA H200, 570.86.15, 9.0"; echo "NVIDIA GeForce RTX 4090, 570.86.15, 8.9"')
+    host = gpuhost.nvidia_host(smi)
+    assert host.driver == "570.86.15" and [g.capability for g in host.gpus] == [90, 89]
+    assert "2 NVIDIA GPU(s)" in host.describe() and "570.86.15" in host.describe()
+
+
+def test_old_driver_fails_with_driver_and_floor(tmp_path):
+    host = gpuhost.nvidia_host(_smi(tmp_path, 'echo "Tesla T4, 470.256.02, 7.5"'))
+    check = gpufit.cuda_driver_check(CUDA128, host)
+    assert check.status == FAIL and "470.256.02" in check.reason and "525.60.13" in check.reason
+    assert "12.8" in check.reason and ">= 525.60.13" in check.hint
+    missing = gpufit.no_device_failure("cuda", "libggml-cuda.so", host, None, CUDA128, None)
+    assert missing.status == FAIL and "470.256.02" in missing.reason and "525.60.13" in missing.reason
+
+
+def test_new_enough_driver_passes_and_says_what_ptx_needs(tmp_path):
+    host = gpuhost.nvidia_host(_smi(tmp_path, 'echo "NVIDIA A100, 535.54.03, 8.0"'))
+    check = gpufit.cuda_driver_check(CUDA128, host)
+    assert check.status == PASS and "570.26" in check.reason     # PTX from 12.8 needs the 12.8 driver
+    host = gpuhost.nvidia_host(_smi(tmp_path, 'echo "NVIDIA H200, 580.65.06, 9.0"'))
+    assert gpufit.cuda_driver_check(CUDA128, host).status == PASS
+
+
+def test_a_host_without_cards_is_not_a_failure(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpuhost, "_PROC_VERSION", tmp_path / "absent")
+    monkeypatch.setattr(gpuhost, "_KFD", tmp_path / "kfd")
+    failing = _smi(tmp_path, "echo 'NVIDIA-SMI has failed because it could not communicate with the driver' >&2; exit 9")
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        assert gpuhost.nvidia_host(failing) is None
+    assert gpuhost.amd_host() is None
+    assert gpufit.no_device_failure("cuda", "libggml-cuda.so", None, None, CUDA128, None) is None
+    assert gpufit.cuda_driver_check(CUDA128, None) is None
+
+
+def test_amd_host_with_no_hip_device_fails(tmp_path, monkeypatch):
+    kfd = tmp_path / "kfd"
+    kfd.write_text("")
+    monkeypatch.setattr(gpuhost, "_KFD", kfd)
+    amd = gpuhost.amd_host()
+    rocm = RocmRecord("6.4", "amdgpu from ROCm 6.2-6.4", "AMD compatibility matrix")
+    check = gpufit.no_device_failure("hip", "libggml-hip.so", None, amd, None, rocm)
+    assert check.status == FAIL and "ROCm 6.4" in check.reason and "/dev/kfd" in check.reason
+
+
+@pytest.mark.parametrize("line", ["", "garbage", "NVIDIA X, not-a-version, 8.9"])
+def test_unreadable_smi_output_is_no_card_list(tmp_path, monkeypatch, line):
+    monkeypatch.setattr(gpuhost, "_PROC_VERSION", tmp_path / "absent")
+    host = gpuhost.nvidia_host(_smi(tmp_path, f'echo "{line}"'))
+    assert host is None or host.gpus == ()
