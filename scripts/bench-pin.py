@@ -70,7 +70,7 @@ def write_history(repo: Path) -> None:
     subprocess.run(["git", "--git-dir", str(repo), "symbolic-ref", "HEAD", "refs/heads/main"], check=True)
     proc = subprocess.Popen(["git", "--git-dir", str(repo), "fast-import", "--quiet"], stdin=subprocess.PIPE)
     out = proc.stdin
-    mark = 0
+    mark = main_mark = 0          # main_mark: the last commit on main (set at the end of each pass)
     last = {"arg": None, "cmake": None}
     for i in range(N):
         files = []

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import platform
 import shutil
-import subprocess
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import requests
 
 from builder.check import cpuvariant
 from builder.check.report import FAIL, PASS
 from builder.check.tinymodel import write_tiny_llama
 from builder.config import cpulevels
-from builder.proc import stop
-from tests.support.server import complete, free_port
+from tests.support.server import complete, server
 
 pytestmark = [
     pytest.mark.slow,
@@ -28,10 +23,16 @@ pytestmark = [
 ]
 
 QEMU = shutil.which("qemu-x86_64")
-needs_qemu = pytest.mark.skipif(QEMU is None, reason="qemu-x86_64 missing: scripts/ci-setup.sh installs qemu-user")
+needs_qemu = pytest.mark.usefixtures("qemu_present")
 # The models' CPUID as qemu defines them (target/i386/cpu.c): what ggml's loader will see.
 NEHALEM = frozenset({"sse", "sse2", "ssse3", "sse4_1", "sse4_2", "popcnt", "cx16"})
 QEMU64 = frozenset({"sse", "sse2", "pni", "cx16", "popcnt"})
+
+
+@pytest.fixture(scope="session")
+def qemu_present() -> None:
+    """A missing qemu is a failed test, never a skipped one: scripts/test installs qemu-user."""
+    assert QEMU, "qemu-x86_64 is missing: run scripts/ci-setup.sh (it installs qemu-user)"
 
 
 @pytest.fixture(scope="module")
@@ -83,37 +84,11 @@ def test_a_runtime_without_a_level_this_cpu_runs_has_no_cpu_backend(moved, shipp
     assert check.status == FAIL and "haswell, needs avx avx2 bmi2 f16c fma" in check.reason
 
 
-@contextmanager
-def served(wrapper: tuple[str, ...], runtime: Path, model: Path, cwd: Path, timeout: float = 60):
-    """llama-server under `wrapper`, exactly an empty environment; yields (base URL, process)."""
-    port = free_port()
-    log = cwd / "server.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([*wrapper, str(runtime / "bin" / "llama-server"), "-m", str(model), "--host",
-                                 "127.0.0.1", "--port", str(port), "-c", "256", "-np", "1"],
-                                env={}, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            assert proc.poll() is None, f"llama-server exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-            try:
-                if requests.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, f"no /health in {timeout}s:\n{log.read_text()[-3000:]}"
-            time.sleep(0.2)
-        yield base, proc
-    finally:
-        stop(proc, grace=10)
-
-
 @needs_qemu
 def test_a_cpu_without_avx_serves_a_completion(moved, shipped, tiny, tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    with served((QEMU, "-cpu", "Nehalem"), moved, tiny, cwd) as (base, proc):
+    with server(moved, tiny, ["-c", "256"], {}, cwd, timeout=60, wrapper=(QEMU, "-cpu", "Nehalem")) as (base, proc, _):
         body = complete(base, n=4)
         # qemu-user maps the guest's libraries into its own process: the one CPU module there is the answer.
         maps = Path(f"/proc/{proc.pid}/maps").read_text()

@@ -20,12 +20,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(runtime: Path, model: Path, args: list[str], env: dict, cwd: Path, timeout: float = 300):
-    """llama-server from `runtime` with exactly `env` (nothing inherited); yields its base URL."""
+def server(runtime: Path, model: Path, args: list[str], env: dict, cwd: Path, timeout: float = 300,
+           wrapper: tuple[str, ...] = ()):
+    """llama-server from `runtime` with exactly `env` (nothing inherited), started under `wrapper`
+    (e.g. qemu-x86_64 -cpu Nehalem) if given; yields (base URL, process, log)."""
     port = free_port()
     log = cwd / f"server-{port}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(runtime / "bin" / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
+        proc = subprocess.Popen([*wrapper, str(runtime / "bin" / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
                                  "--port", str(port), "-c", "2048", "-np", "1", *args],
                                 env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"

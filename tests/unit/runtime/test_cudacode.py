@@ -335,3 +335,23 @@ def test_runs_on_rules(code, capability, ok, reason):
 def test_runs_on_refuses_a_bad_capability(bad):
     with pytest.raises(ValueError, match="compute capability x10"):
         runs_on(CudaCode(), bad)
+
+
+def test_verify_judges_cards_against_a_real_module(libs, tmp_path):
+    """verify's `CUDA code` check on a real fatbin: the cards asked for (--cuda-arch) and the cards here."""
+    from builder.check.gpufit import cuda_code_checks
+    from builder.check.gpuhost import NvidiaGpu, NvidiaHost
+    from builder.config.targets import CudaArch
+
+    module = tmp_path / "bin" / "libggml-cuda.so"
+    module.parent.mkdir()
+    shutil.copyfile(libs["mixed"], module)
+    ok = cuda_code_checks(tmp_path, [module], CudaArch.parse_list("75,89", "--cuda-arch"), None)
+    assert [c.status for c in ok] == ["pass"]
+    assert "7.5 (--cuda-arch 75): no SASS for 7.x; PTX compute_75" in ok[0].reason and "SASS sm_86 runs on 8.9" in ok[0].reason
+    bad = cuda_code_checks(tmp_path, [module], (), NvidiaHost("470.256.02", (NvidiaGpu("Tesla P40", 61),), "nvidia-smi"))
+    assert bad[0].status == "fail" and "6.1 (Tesla P40 here)" in bad[0].reason and "--cuda-arch 61" in bad[0].hint
+    listed = cuda_code_checks(tmp_path, [module], (), None)[0]
+    assert listed.status == "pass" and "SASS sm_80, sm_86, sm_90a, sm_100f, sm_120a" in listed.reason
+    shutil.copyfile("/bin/true", module)
+    assert cuda_code_checks(tmp_path, [module], (), None)[0].status == "fail"    # a CUDA module with no device code

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from builder.check import integrity
 from builder.check.verify import FAIL, verify_runtime
+from builder.runtime.gpuruntime import CudaModuleCode, CudaRuntimeRecord, GpuRuntimes, RocmRecord
 from builder.runtime.manifest import (
     NAME,
     ROLES,
@@ -107,10 +108,28 @@ BASE = Manifest(
     symlinks=(LinkEntry("lib/libllama.so.0", "libllama.so.0.5.0"),),
     gpu_targets=GpuTargets(("90",), ("gfx1100",)),
     units=(UnitRecord("main", ("cpu",), None, None, None, None, "/b", ("cmake",), ("cmake", "--build"), {"A": "1"},
-                      {"cmake": {"version": "3.28", "path": "/usr/bin/cmake"}}),),
+                      {"cmake": {"version": "3.28", "path": "/usr/bin/cmake"}},
+                      {"passed": ["HOME", "PATH"], "keyed": {}, "scrubbed": ["CFLAGS"]}),),
     system_libs=(SystemLib("libc.so.6", "glibc", ("bin/llama-server",)),),
-    glibc_min="2.34", size_by_role={"own": 30}, config={"jobs": 2})
+    glibc_min="2.34", size_by_role={"own": 30}, config={"jobs": 2},
+    gpu_runtimes=GpuRuntimes(cuda=CudaRuntimeRecord("12.8", "525.60.13", "570.26", "NVIDIA release notes", (
+        CudaModuleCode("bin/libggml-cuda.so", ("sm_90", "sm_120a"), ("compute_75",)),)),
+        rocm=RocmRecord("6.4", "amdgpu 6.1.x-6.4.x", "AMD matrix")))
 BASE_DOC = json.loads(BASE.to_json())
+
+
+def test_gpu_runtimes_round_trip_and_are_checked_on_reading():
+    assert Manifest.from_json(BASE.to_json()) == BASE
+    for where, value in ((("cuda", "modules", 0, "sass", 0), "sm_90; rm -rf /"), (("cuda", "modules", 0, "path"),
+                         "../../etc/x"), (("cuda", "version"), "twelve"), (("rocm", "version"), 6.4)):
+        doc = json.loads(BASE.to_json())
+        node = doc["gpu_runtimes"]
+        for k in where[:-1]:
+            node = node[k]
+        node[where[-1]] = value
+        with pytest.raises(ManifestInvalid) as err:
+            Manifest.from_json(json.dumps(doc))
+        assert "gpu_runtimes" in err.value.what and "\n" not in err.value.what
 
 # values aimed at the checks: paths leaving the runtime, links out, impossible numbers, wrong types
 NASTY = st.sampled_from([
