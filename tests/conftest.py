@@ -23,6 +23,7 @@ HEAVY_FIXTURES = {
     "good", "rocm_runtime", "rocm_copy",                    # unit/check/test_verify.py: copies of the cpu build
     "sid_chroot",                                           # integration/test_rocm_chroot.py: debootstrap
     "spm_model",                                            # integration/test_e2e_cpu.py
+    "upstream_build", "archives",                           # integration/test_repair.py
 }
 
 
@@ -73,3 +74,20 @@ def vulkan_runtime(tmp_path_factory) -> Path:
     assemble("build", "--recipe", "vulkan", "--out", str(out), "--check-env", "GGML_VK_VISIBLE_DEVICES=0",
              check=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def sid_chroot() -> Path:
+    """The Debian sid chroot with ROCm 6.4 (scripts/rocm-sid-chroot.sh), made once per machine and cached:
+    where runtimes needing sid's glibc run (integration/test_rocm_chroot.py, test_repair_debian.py)."""
+    import shutil
+    import subprocess
+    if os.geteuid() != 0:
+        pytest.skip("needs root (debootstrap, chroot, bind mounts); CI runs as root")
+    assert shutil.which("debootstrap"), "debootstrap missing: scripts/ci-setup.sh installs it"
+    chroot = TEST_CACHE / "sid-rocm"
+    proc = subprocess.run([str(REPO / "scripts" / "rocm-sid-chroot.sh"), str(chroot)], capture_output=True,
+                          text=True, timeout=3000)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == str(chroot)
+    return chroot

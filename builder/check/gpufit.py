@@ -11,7 +11,7 @@ from builder.check.gpuhost import AmdHost, NvidiaHost
 from builder.check.report import FAIL, PASS, SKIP, Check
 from builder.config.drivers import driver_at_least
 from builder.config.targets import CudaArch
-from builder.runtime.cudacode import CudaCode, read_cuda_code, runs_on
+from builder.runtime.cudacode import CudaCode, needs_jit, read_cuda_code, runs_on
 from builder.runtime.gpuruntime import CudaRuntimeRecord, RocmRecord
 
 
@@ -64,6 +64,14 @@ def cuda_driver_check(record: CudaRuntimeRecord | None, host: NvidiaHost | None)
                      f"update the NVIDIA driver to >= {record.driver_min}, or use a runtime built with an older "
                      "CUDA (--cuda-root)")
     if record.driver_for_ptx and not driver_at_least(host.driver, record.driver_for_ptx):
+        jit = [g for g in host.gpus if g.capability is not None
+               and any(needs_jit(m.code(), g.capability) for m in record.modules)]
+        if jit:
+            return Check("NVIDIA driver", FAIL, f"{jit[0].name} ({_cap_text(jit[0].capability)}) has no SASS in the "
+                         f"CUDA module, only PTX, and the driver must JIT-compile it: PTX from CUDA "
+                         f"{record.version} needs driver >= {record.driver_for_ptx}, this host has {host.driver}",
+                         f"update the driver to >= {record.driver_for_ptx}, or rebuild with SASS for this card "
+                         f"(--cuda-arch {jit[0].capability})")
         return Check("NVIDIA driver", PASS, f"driver {host.driver} runs the CUDA {record.version} runtime "
                      f"(>= {record.driver_min}); PTX from this toolkit needs >= {record.driver_for_ptx}, so only "
                      "cards with SASS in the module are served")

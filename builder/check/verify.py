@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import ui
-from builder.check import cpuvariant, gpufit, gpuhost, integrity
+from builder.check import cpuvariant, gpufit, gpuhost, integrity, prebuiltloader
 from builder.check import dynamic as devices
 from builder.check import static as staticcheck
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
@@ -73,10 +73,13 @@ def _cpu_variants_loaded(probes: list) -> Check:
                  f"environment{note}")
 
 
-def _planted_check(runtime: Path, env: dict) -> Check:
+def _planted_check(runtime: Path, env: dict, accepted: str | None = None) -> Check:
     result = devices.planted_module_loaded(runtime, env)
     if result.loaded is None:
         return Check("working-directory modules", SKIP, f"not run: {result.how}")
+    if result.loaded and accepted:   # a prebuilt loader that cannot be patched, and the user said so when repairing
+        return Check("working-directory modules", WARN, f"llama-server loaded a planted libggml-cpu-*.so from its "
+                     f"working directory ({result.how}); accepted when repaired: {accepted}")
     if result.loaded:
         return Check("working-directory modules", FAIL, f"llama-server loaded a planted libggml-cpu-*.so from its "
                      f"working directory ({result.how}): anyone who can write there runs code in it",
@@ -152,7 +155,13 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     host = _GpuHost() if static else _GpuHost(
         gpuhost.nvidia_host() if "cuda" in backends else None, gpuhost.amd_host() if "hip" in backends else None,
         gpus.cuda if gpus else None, gpus.rocm if gpus else None)
-    checks += gpufit.cuda_code_checks(runtime, devices.module_files(runtime, "cuda"), cuda_archs, host.nvidia)
+    # the code of the CUDA module a listed backend ships (an unlisted one is the integrity checks' failure)
+    cuda_modules = devices.module_files(runtime, "cuda") if "cuda" in backends else []
+    checks += gpufit.cuda_code_checks(runtime, cuda_modules, cuda_archs, host.nvidia)
+    accepted = m.loader.accepted_risk if m and m.loader else None
+    recorded = m.loader.backend_dirs if m and m.loader else ()
+    if loader_dir := prebuiltloader.backend_dir_check(runtime, accepted, recorded, here=not static):
+        checks.append(loader_dir)
     if static:
         checks.append(Check("devices, loader and smoke", SKIP, "not run: --static reads files only"))
     elif (runtime / "bin" / "llama-server").is_file():
@@ -161,7 +170,7 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
         device_checks, listed = _device_checks(runtime, backends, env, host)
         checks += device_checks
         checks.append(cpuvariant.cpu_variant_check(runtime, env))
-        checks.append(_planted_check(runtime, env))
+        checks.append(_planted_check(runtime, env, accepted))
         checks.append(_ld_library_path_check(runtime, env))
         if smoke:
             gpu_listed = [d for d in listed if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]

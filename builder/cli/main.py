@@ -15,7 +15,7 @@ from pathlib import Path
 from builder import __version__, paths, ui
 from builder.errors import AssembleError
 
-COMMANDS = ["build", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
+COMMANDS = ["build", "repair", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
 
 EPILOG = """examples:
   assemble list                         recipes shipped with this version

@@ -311,3 +311,9 @@ def runs_on(code: CudaCode, capability: int) -> tuple[bool, str]:
         limits = "; ".join(_limit(n, num, sfx) for num, sfx, n in below)
         return False, f"{head} and no PTX the driver can JIT for {cc} ({limits})"
     return False, f"{head} and no PTX at or below compute_{capability}"
+
+
+def needs_jit(code: CudaCode, capability: int) -> bool:
+    """True when no SASS runs on this capability and only PTX can serve it: then the driver compiles
+    the PTX, which it can only do for PTX no newer than itself."""
+    return not any(_sass_runs(*_key(n), capability) for n in code.sass) and runs_on(code, capability)[0]

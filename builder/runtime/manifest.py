@@ -155,6 +155,25 @@ class UnitRecord:
 
 
 @dataclass(frozen=True)
+class InputRecord:
+    """One prebuilt input `assemble repair` made the runtime from."""
+    given: str                        # as the user named it
+    kind: str                         # folder | archive | debs
+    sha256: str | None                # of the archive, or of the .deb set
+    version: str | None               # ggml version of its base (libggml-base.so.<version>)
+    build: str | None                 # upstream build tag / commit when the input says (b7416, 0c1e570)
+    base: str                         # its ggml base, described (version, exported interface)
+    contributed: tuple[str, ...]      # the backends taken from it
+
+
+@dataclass(frozen=True)
+class LoaderRecord:
+    """What the prebuilt ggml loader searches besides the runtime (builder.prebuilt.loader)."""
+    backend_dirs: tuple[str, ...]     # compiled-in GGML_BACKEND_DIR
+    accepted_risk: str | None = None  # --accept-loader-risk REASON: the user's, recorded
+
+
+@dataclass(frozen=True)
 class Manifest:
     recipe: RecipeRecord
     llama_cpp: SourceRecord
@@ -168,6 +187,8 @@ class Manifest:
     size_by_role: dict = field(default_factory=dict)
     config: dict | None = None        # the resolved build configuration (builder.config.options)
     gpu_runtimes: GpuRuntimes = field(default_factory=GpuRuntimes)   # what the GPU code needs of a host
+    inputs: tuple[InputRecord, ...] = ()   # assemble repair: the prebuilt inputs
+    loader: LoaderRecord | None = None     # assemble repair: the prebuilt loader's own search folders
     schema: int = SCHEMA
     created_by: str = f"{CREATOR} {__version__}"
 
@@ -441,7 +462,36 @@ def _parse(raw: Any, where: str) -> Manifest:
                     glibcxx_min=r.matching(top, "glibcxx_min", "", _SYMBOL_VERSION, "a version like 3.4.30"),
                     size_by_role=sizes, config=r.get(top, "config", "", dict, required=False),
                     gpu_runtimes=_gpu_runtimes(r, r.get(top, "gpu_runtimes", "", dict, required=False, default={})),
+                    inputs=tuple(_input(r, r.obj(x, f"inputs[{i}]"), f"inputs[{i}]") for i, x in
+                                 enumerate(r.get(top, "inputs", "", list, required=False, default=[]))),
+                    loader=_loader(r, r.get(top, "loader", "", dict, required=False)),
                     schema=schema, created_by=created_by)
+
+
+_INPUT_KINDS = ("folder", "archive", "debs")
+
+
+def _input(r: _Reader, d: dict, key: str) -> InputRecord:
+    kind = r.get(d, "kind", key, str)
+    if kind not in _INPUT_KINDS:
+        raise r.fail(f"{key}.kind", f"is {kind!r}, not one of {', '.join(_INPUT_KINDS)}")
+    sha = r.get(d, "sha256", key, str, required=False)
+    if sha is not None and (len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha)):
+        raise r.fail(f"{key}.sha256", "is not a sha256 in hex")
+    return InputRecord(given=r.get(d, "given", key, str), kind=kind, sha256=sha,
+                       version=r.matching(d, "version", key, _SYMBOL_VERSION, "a version like 0.9.4"),
+                       build=r.matching(d, "build", key, _FILE_NAME, "a build tag like b7416"),
+                       base=r.get(d, "base", key, str, required=False, default=""),
+                       contributed=r.strings(d, "contributed", key, required=False))
+
+
+def _loader(r: _Reader, d: dict | None) -> LoaderRecord | None:
+    if d is None:
+        return None
+    dirs = r.strings(d, "backend_dirs", "loader", required=False)
+    if any(not x.startswith("/") for x in dirs):
+        raise r.fail("loader.backend_dirs", "must be absolute folders (as compiled into ggml)")
+    return LoaderRecord(dirs, r.get(d, "accepted_risk", "loader", str, required=False))
 
 
 _CODE_NAME = re.compile(r"(sm|compute)_[1-9][0-9]{1,2}[af]?")

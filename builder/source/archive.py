@@ -15,15 +15,21 @@ on the whole list, before anything is written:
 
 tarfile's "data" filter then checks each member again as it is written. Every failure,
 a corrupt or truncated archive included, is ArchiveRefused with a one-line reason.
+
+extract_trees (below) applies the same checks to whole archives with nothing stripped, for
+the prebuilt inputs of `assemble repair`, with size limits and absolute symlinks read from
+the tree's root.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import tarfile
 import zlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 MAX_LINK_HOPS = 40  # what Linux allows before ELOOP
@@ -168,3 +174,140 @@ def _resolve(link: tuple[str, ...], links: dict[tuple[str, ...], str], hops: lis
         if tuple(here) in links:
             here = list(_resolve(tuple(here), links, hops))
     return tuple(here)
+
+
+# --- whole trees: the prebuilt inputs of `assemble repair` ---------------------------------
+#
+# A release archive or a set of Debian packages is extracted whole, nothing stripped: the
+# same checks as above run on the whole list of members (of one archive, or of several
+# unpacked into one root, as `dpkg -x` of each would), with these differences:
+#
+# - sizes are limited (Limits), from the headers, before the data is read: a header that takes
+#   the total past the limit, or past `ratio` times the packed size, is refused when it is read;
+# - devices and fifos are refused, not skipped: a runtime never holds one;
+# - an absolute symlink is read as an installed system reads it, from the root of the tree:
+#   usr/lib/x/libggml.so -> /usr/lib/x/libggml.so.0 becomes -> libggml.so.0 when its target
+#   (followed through the tree's own links) is in the tree; one whose target is not (Debian's
+#   /etc/alternatives/..., a build machine's /home/...) is left out, and a note says so. Either
+#   way nothing written ever points outside the tree. A relative link that climbs out of the
+#   tree is still refused: it is broken or hostile.
+
+@dataclass(frozen=True)
+class Limits:
+    """How much an archive may unpack to; checked on the headers, before the data is read."""
+    total: int = 16 << 30          # bytes of file content, all members together (a ROCm build is a few GB)
+    members: int = 200_000         # entries of any kind (rocBLAS alone ships thousands of files)
+    ratio: int = 100               # unpacked bytes per packed byte: real binaries pack 2 to 15 times ...
+    floor: int = 64 << 20          # ... counted only past this much (a small text file may pack 1000 times)
+
+    def check(self, unpacked: int, packed: int, what: str) -> None:
+        if unpacked > self.total:
+            raise ArchiveRefused(f"{what} takes the unpacked size past the limit of {_size(self.total)}")
+        if unpacked > self.floor and unpacked > self.ratio * max(packed, 1):
+            raise ArchiveRefused(f"{what} takes the unpacked size to {_size(unpacked)}, more than {self.ratio} "
+                                 f"times the {_size(packed)} it is packed in (a compression bomb)")
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} bytes"
+
+
+def read_members(tar: tarfile.TarFile, limits: Limits, packed: int) -> list[tarfile.TarInfo]:
+    """Every header of an open tar archive, each checked against the limits as it is read (the
+    next header is only sought, through the data, once this one passed)."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    while (m := tar.next()) is not None:
+        members.append(m)
+        if len(members) > limits.members:
+            raise ArchiveRefused(f"more than {limits.members} members (member {m.name!r})")
+        if m.isreg():
+            total += m.size
+            limits.check(total, packed, f"member {m.name!r}")
+    return members
+
+
+def plan_tree(groups: Sequence[Sequence[tarfile.TarInfo]], notes: list[str]
+              ) -> list[list[tuple[int, tarfile.TarInfo]]]:
+    """The members to write of several archives unpacked into one tree: for each group, (index of
+    the member in the group, the member renamed to its normalised path), in archive order.
+    Refuses whatever could escape the tree or write through a link; rewrites or leaves out
+    absolute symlinks (above), adding a line to `notes` for each one left out."""
+    entries: list[tuple[int, int, tuple[str, ...], str, tarfile.TarInfo]] = []
+    absolute: dict[tuple[str, ...], str] = {}
+    for g, members in enumerate(groups):
+        for i, m in enumerate(members):
+            parts = _parts(m.name, "member")
+            if not parts:
+                if m.isdir():
+                    continue
+                raise ArchiveRefused(f"member {m.name!r} has an empty name")
+            if m.isdev() or m.isfifo():
+                raise ArchiveRefused(f"member {m.name!r} is a {'fifo' if m.isfifo() else 'device'}; "
+                                     "an archive of programs holds none")
+            kind = _kind(m)
+            changes = {"name": "/".join(parts)}
+            if kind == "hard link":
+                changes["linkname"] = "/".join(_parts(m.linkname, f"hard link {m.name!r} ->"))
+            elif kind == "symlink" and m.linkname.startswith("/"):
+                absolute[parts] = m.linkname
+                changes["linkname"] = _from_root(parts, m.linkname)
+            entries.append((g, i, parts, kind, m.replace(**changes, deep=False)))
+    _check([(rel, kind, m) for _, _, rel, kind, m in entries])
+    if absolute:
+        present = {rel[:n] for _, _, rel, kind, _ in entries for n in range(len(rel) + 1)}
+        links = {rel: m.linkname for _, _, rel, kind, m in entries if kind == "symlink"}
+        dropped = set()
+        for rel, target in absolute.items():
+            if _resolve(rel, links, [0]) not in present:
+                dropped.add(rel)
+                notes.append(f"symlink {'/'.join(rel)!r} -> {target!r} left out: its target is not in the unpacked tree")
+        if dropped:
+            entries = [e for e in entries if e[2] not in dropped or e[3] != "symlink"]
+            # without the dropped links, a link that went through one is read as the disk will read it
+            _check([(rel, kind, m) for _, _, rel, kind, m in entries])
+    out: list[list[tuple[int, tarfile.TarInfo]]] = [[] for _ in groups]
+    for g, i, _, _, m in entries:
+        out[g].append((i, m))
+    return out
+
+
+def _from_root(link: tuple[str, ...], target: str) -> str:
+    """The relative link equivalent to the absolute `target` read from the tree's root. The link's
+    folders are real folders (a member under a link is refused), so a common start can be dropped;
+    a target with `..` in it keeps its full path (the kernel reads `..` after following links)."""
+    parts = [p for p in target.split("/") if p not in ("", ".")]
+    here = list(link[:-1])
+    common = 0
+    if ".." not in parts:
+        while common < min(len(here), len(parts)) and here[common] == parts[common]:
+            common += 1
+    return "/".join([".."] * (len(here) - common) + parts[common:]) or "."
+
+
+def extract_trees(tars: Sequence[tuple[Path, str, int]], dest: Path, limits: Limits = Limits()) -> list[str]:
+    """Extract whole tar archives, one after the other, into dest (an existing, empty folder):
+    (path, tarfile mode such as "r:gz", packed size for the ratio limit) each. Everything is
+    read and checked before the first member is written. Returns the notes (links left out).
+
+    Raises ArchiveRefused and nothing else; the caller removes dest on a refusal (members of
+    the first archive may have been written when a later one fails to read its data).
+    """
+    notes: list[str] = []
+    try:
+        with contextlib.ExitStack() as stack:
+            opened = [stack.enter_context(tarfile.open(path, mode, errorlevel=2)) for path, mode, _ in tars]
+            groups = [read_members(tar, limits, packed) for tar, (_, _, packed) in zip(opened, tars)]
+            total = sum(m.size for group in groups for m in group if m.isreg())
+            if total > limits.total:
+                raise ArchiveRefused(f"together they unpack to {_size(total)}, past the limit of {_size(limits.total)}")
+            if sum(len(group) for group in groups) > limits.members:
+                raise ArchiveRefused(f"together they hold more than {limits.members} members")
+            for tar, chosen in zip(opened, plan_tree(groups, notes)):
+                tar.extractall(dest, members=[m for _, m in chosen], filter="data")
+    except _READ_ERRORS as exc:
+        raise ArchiveRefused(_reason(exc)) from None
+    return notes

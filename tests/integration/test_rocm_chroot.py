@@ -36,18 +36,6 @@ PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY"
               "ALL_PROXY")
 
 
-@pytest.fixture(scope="module")
-def sid_chroot():
-    if os.geteuid() != 0:
-        pytest.skip("needs root (debootstrap, chroot, bind mounts); CI runs as root")
-    assert shutil.which("debootstrap"), "debootstrap missing: scripts/ci-setup.sh installs it"
-    proc = subprocess.run([str(SCRIPTS / "rocm-sid-chroot.sh"), str(CHROOT)], capture_output=True,
-                          text=True, timeout=3000)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == str(CHROOT)
-    return CHROOT
-
-
 def in_chroot(chroot: Path, cache: Path, *args: str, env: dict | None = None, timeout: float = 900):
     """`scripts/assemble-in-chroot.sh --chroot CHROOT -- ARGS` with ASSEMBLE_CACHE=cache, as docs/rocm.md says."""
     full_env = dict(os.environ, ASSEMBLE_CACHE=str(cache))

@@ -131,14 +131,15 @@ def _apt_download(package: str, dest_dir: Path) -> Path:
     keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
     if not shutil.which("apt-get") or not keyring.is_file():
         raise Unavailable(f"{package}: the pinned file left the archive and apt-get/debian-archive-keyring "
-                          "are not here to fetch the current one; update SID in tests/vendorlibs.py")
+                          "are not here to fetch the current one; update its pin (SID in tests/support/vendorlibs.py "
+                          "or DEBIAN_LLAMA in tests/support/debianllama.py)")
     with tempfile.TemporaryDirectory() as work:
         w = Path(work)
         (w / "etc").mkdir()
         (w / "lists" / "partial").mkdir(parents=True)
         (w / "cache" / "archives" / "partial").mkdir(parents=True)
         (w / "etc" / "sid.sources").write_text(
-            f"Types: deb\nURIs: {MIRROR.replace('https://', 'http://')}\nSuites: sid\nComponents: main\n"
+            f"Types: deb\nURIs: {MIRROR.replace('https://', 'http://')}\nSuites: sid\nComponents: main contrib\n"
             f"Signed-By: {keyring}\n")
         opts = ["-o", "Dir::Etc::SourceList=/dev/null", "-o", f"Dir::Etc::SourceParts={w / 'etc'}",
                 "-o", f"Dir::State::Lists={w / 'lists'}", "-o", f"Dir::Cache={w / 'cache'}",

@@ -35,7 +35,8 @@ def run(args) -> int:
                           "units": [{"name": p.unit.name, "backends": list(p.unit.backends),
                                      "container": p.unit.where.image, "build_dir": str(p.build_dir),
                                      "defines": dict(p.defines), "configure": list(p.configure),
-                                     "build": list(p.build), "env": dict(p.env)}
+                                     "build": list(p.build), "env": dict(p.env),
+                                     "environment": p.environment.as_dict()}
                                     for p in plans]}, indent=2))
         return 0
     print(f"recipe     {recipe.name} ({recipe.path})")
@@ -53,6 +54,8 @@ def run(args) -> int:
               + (f"; targets {' '.join(targets)}" if targets else ""))
         for k, v in p.env:
             print(f"  env {k}={v}")
+        if notice := p.environment.notice():
+            print(f"  env {notice[0]}")
         configure, build = p.lines()
         print(f"  {configure}")
         print(f"  {build}")

@@ -4,6 +4,7 @@ stand-in nvidia-smi (a script answering like the real one), the way a host with 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from builder.check import gpufit, gpuhost
 from builder.check.report import FAIL, PASS
-from builder.runtime.gpuruntime import CudaRuntimeRecord, RocmRecord
+from builder.runtime.gpuruntime import CudaModuleCode, CudaRuntimeRecord, RocmRecord
 
 CUDA128 = CudaRuntimeRecord("12.8", "525.60.13", "570.26", "NVIDIA CUDA Toolkit Release Notes")
 
@@ -45,6 +46,16 @@ def test_new_enough_driver_passes_and_says_what_ptx_needs(tmp_path):
     assert check.status == PASS and "570.26" in check.reason     # PTX from 12.8 needs the 12.8 driver
     host = gpuhost.nvidia_host(_smi(tmp_path, 'echo "NVIDIA H200, 580.65.06, 9.0"'))
     assert gpufit.cuda_driver_check(CUDA128, host).status == PASS
+
+
+def test_a_card_served_only_by_ptx_needs_the_toolkits_own_driver(tmp_path):
+    record = dataclasses.replace(CUDA128, modules=(CudaModuleCode("bin/libggml-cuda.so", ("sm_80", "sm_90"),
+                                                                  ("compute_75",)),))
+    t4 = gpuhost.nvidia_host(_smi(tmp_path, 'echo "Tesla T4, 535.54.03, 7.5"'))        # PTX only: JIT
+    check = gpufit.cuda_driver_check(record, t4)
+    assert check.status == FAIL and "Tesla T4 (7.5)" in check.reason and "570.26" in check.reason
+    a100 = gpuhost.nvidia_host(_smi(tmp_path, 'echo "NVIDIA A100, 535.54.03, 8.0"'))   # SASS: minor-version compat
+    assert gpufit.cuda_driver_check(record, a100).status == PASS
 
 
 def test_a_host_without_cards_is_not_a_failure(tmp_path, monkeypatch):

@@ -1,0 +1,81 @@
+"""assemble repair: prebuilt llama.cpp (build folders, release archives, .deb packages) -> verified runtime."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from builder.cli.args import env_pairs
+from builder.config.targets import GfxTarget
+from builder.errors import AssembleError
+from builder.runtime.layout import runtime_dir_name
+
+
+def register(sub, common) -> None:
+    p = sub.add_parser("repair", parents=[common], help="turn prebuilt llama.cpp into a verified runtime",
+                       description="Read prebuilt llama.cpp -- a CMake build folder, a release archive (.tar.gz, "
+                       ".zip, ...) or .deb packages -- find its executables, ggml base, libraries and backend "
+                       "modules, bundle what they need into a relocatable runtime-<name>/ (DT_RPATH $ORIGIN, "
+                       "vendor data at its depth, a manifest naming every input with its sha256) and verify it. "
+                       "Several inputs of one build merge into one runtime (one ggml base, each input's "
+                       "backends); inputs with different ggml bases are refused before anything is copied.",
+                       epilog="examples:\n"
+                       "  assemble repair build-dual                                   # a CMake build folder\n"
+                       "  assemble repair llama-b7416-bin-ubuntu-cuda-12.8-x64.tar.gz llama-b7416-bin-ubuntu-"
+                       "vulkan-x64.tar.gz --name cuda-vulkan-b7416\n"
+                       "  assemble repair libggml0_*.deb libggml0-backend-vulkan_*.deb libllama0_*.deb "
+                       "llama.cpp-tools_*.deb --name debian-vulkan\n"
+                       "  assemble repair build-dual --dry-run                         # what it would carry\n"
+                       "exit status: 0 runtime ready (or --dry-run shown), 1 verification failed, 2 bad input",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="a build folder, a release archive, or .deb files")
+    p.add_argument("--name", help="the runtime's name (default: the first input's, e.g. build-dual)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: ./runtime-<name>), with the rules of build --out")
+    p.add_argument("--lib-path", action="append", default=[], metavar="DIR",
+                   help="also take vendor libraries from DIR (e.g. cuBLAS from NVIDIA's wheel); repeatable")
+    p.add_argument("--target", action="append", default=[], metavar="NAME",
+                   help="carry only this executable (default: every llama-* found); repeatable")
+    p.add_argument("--hip-target", action="append", default=[], metavar="GFX",
+                   help="also check rocBLAS/hipBLASLt data and HIP code for this card's arch; repeatable")
+    p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="variable for the device checks' otherwise empty environment; repeatable")
+    p.add_argument("--verify-static", action="store_true", help="verify by reading files only (a runtime for "
+                   "another host, e.g. one needing a newer glibc)")
+    p.add_argument("--accept-loader-risk", metavar="REASON",
+                   help="a prebuilt ggml that searches a compiled-in folder or the working directory for modules "
+                        "(it cannot be patched) then passes verify with a warning; REASON goes into the manifest")
+    p.add_argument("--dry-run", action="store_true", help="print what was found, what would be carried and what "
+                   "is left to the host, and write nothing")
+    p.add_argument("--keep", type=int, metavar="N", help="as for build: runtimes moved aside beyond the newest N are deleted")
+    p.add_argument("--no-wait", action="store_true", help="fail instead of waiting when another run holds the output")
+    p.set_defaults(func=run)
+
+
+def default_name(first: str) -> str:
+    """build-dual -> build-dual; llama-b7416-bin-ubuntu-x64.zip -> llama-b7416-bin-ubuntu-x64; a .deb -> its package."""
+    stem = Path(first.rstrip("/")).name
+    stem = re.sub(r"(\.tar\.(gz|xz|zst|bz2)|\.tgz|\.zip)$", "", stem)
+    stem = stem.split("_", 1)[0] if stem.endswith(".deb") else stem
+    stem = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._") or "repaired"
+    return stem
+
+
+def run(args) -> int:
+    from builder.repair import RepairRequest, repair
+
+    if args.keep is not None and args.keep < 0:
+        raise AssembleError("--keep must be 0 or more", fix="write e.g. --keep 3")
+    if args.accept_loader_risk is not None and not args.accept_loader_risk.strip():
+        raise AssembleError("--accept-loader-risk needs a reason", fix='write e.g. --accept-loader-risk "a container '
+                            'image without other ggml packages"')
+    targets = tuple(str(GfxTarget.parse(g, "--hip-target")) for g in args.hip_target)
+    name = args.name or default_name(args.inputs[0])
+    out = Path(args.out) if args.out else Path.cwd() / runtime_dir_name(name)
+    result = repair(RepairRequest(inputs=tuple(args.inputs), name=name, out=out, lib_paths=tuple(args.lib_path),
+                                  targets=tuple(args.target), hip_targets=targets, check_env=env_pairs(args.check_env),
+                                  verify_static=args.verify_static, accept_loader_risk=args.accept_loader_risk,
+                                  dry_run=args.dry_run, keep=args.keep, wait=not args.no_wait))
+    if result is not None:
+        print(result)
+    return 0

@@ -1,0 +1,247 @@
+"""assemble repair: prebuilt llama.cpp (build folders, release archives, Debian packages) into a
+verified runtime, with the same layout and guarantees as `build`. What `auditwheel repair` did for
+wheels: find what is there, carry what it needs, set the RPATHs, record it, prove it.
+
+    inputs -> unpack -> discover -> one ggml base (refuse a mismatch before copying) -> bundle
+           -> manifest -> verify -> swap in
+
+The first input gives the executables, the ggml base and its libraries; each later one adds the
+backend modules the first lacks (upstream's CUDA archive + its Vulkan archive: one process).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder import outdir, paths, ui
+from builder.check import verify
+from builder.config.targets import GfxTarget
+from builder.errors import AssembleError
+from builder.prebuilt import identity
+from builder.prebuilt.discover import Found, discover
+from builder.prebuilt.inputs import Input, classify, unpack
+from builder.prebuilt.loader import LoaderFacts, loader_facts
+from builder.runtime import gpuruntime, manifest
+from builder.runtime.bundle import BundlePlan, plan_bundle
+from builder.runtime.layout import OwnFile, module_backend
+from builder.runtime.place import place_bundle
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class RepairRequest:
+    inputs: tuple[str, ...]
+    name: str
+    out: Path
+    lib_paths: tuple[str, ...] = ()
+    targets: tuple[str, ...] = ()               # executables to carry (default: every llama-*)
+    hip_targets: tuple[str, ...] = ()           # also check AMD data/code for these cards
+    check_env: tuple[tuple[str, str], ...] = ()
+    verify_static: bool = False
+    accept_loader_risk: str | None = None       # the user's reason, recorded in the manifest
+    dry_run: bool = False
+    keep: int | None = None
+    wait: bool = True
+
+
+@dataclass(frozen=True)
+class _Hip:
+    targets: tuple[GfxTarget, ...]
+
+
+@dataclass(frozen=True)
+class BundleRules:
+    """What the bundler reads of a recipe, for inputs that have none: the shipped policy as it is,
+    and the cards whose AMD data (rocBLAS, hipBLASLt) to keep (all of them without --hip-target)."""
+    hip: _Hip | None = None
+    bundle_always: tuple = ()
+    bundle_never: tuple = ()
+    path: str = "assemble repair"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One input, unpacked and read."""
+    input: Input
+    found: Found
+    base: identity.BaseIdentity
+    build: str | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    parts: tuple[Part, ...]
+    own: tuple[OwnFile, ...]
+    contributed: dict                           # input given -> backends taken from it
+    loader: LoaderFacts | None
+    bundle: BundlePlan
+
+
+def _build_tag(inp: Input, root: Path) -> str | None:
+    """What the input says about the upstream build: its name (llama-b7416-...), a build folder's
+    generated build-info, Debian's nightly-tag.txt."""
+    if inp.build:
+        return inp.build
+    info = root / "common" / "build-info.cpp"
+    if info.is_file():
+        m = re.search(r'LLAMA_BUILD_NUMBER\s*=\s*(\d+)', info.read_text(errors="replace"))
+        c = re.search(r'LLAMA_COMMIT\s*=\s*"([0-9a-f]{7,40})"', info.read_text(errors="replace"))
+        if m and int(m.group(1)) > 0:
+            return f"b{m.group(1)}"
+        if c:
+            return c.group(1)
+    for tag in sorted(root.glob("usr/share/doc/*/nightly-tag.txt")):
+        text = tag.read_text(errors="replace").strip()
+        if re.fullmatch(r"[A-Za-z0-9._+-]{1,64}", text):
+            return text
+    return None
+
+
+def _read(inp: Input, work: Path, index: int, targets: tuple[str, ...]) -> Part:
+    root = unpack(inp, work / f"input-{index}")
+    found = discover(root, targets)
+    if found.base is None:
+        raise AssembleError("no ggml base library (libggml-base.so*) among what its executables need",
+                            where=inp.given, fix="give the input that holds libggml-base (the packages or archive "
+                                                  "with the libraries, not only the executables)")
+    build = _build_tag(inp, root)
+    return Part(inp, found, identity.base_identity(found.base.source, build), build)
+
+
+def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict]:
+    """The first input's files, plus the backends each later one adds; refusals before any copy."""
+    first = parts[0]
+    for other in parts[1:]:
+        why = identity.same_base(first.base, other.base)
+        if why:
+            raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: {why} "
+                                f"({first.base.describe()} vs {other.base.describe()})",
+                                where=other.input.given,
+                                fix="merge inputs of one build (the same upstream build number, or the same "
+                                    "package version); backends of two ggml versions cannot share a process")
+    files = [*first.found.executables, *first.found.libraries]
+    provided: set[str] = set()
+    for lib in first.found.libraries:
+        if lib.source.name.startswith(("libggml-base.so", "libggml.so")):
+            provided |= identity.exported(lib.source)
+    modules: dict[str, OwnFile] = {}
+    contributed: dict[str, list[str]] = {}
+    for part in parts:
+        for m in part.found.modules:
+            backend = module_backend(m.source.name)
+            if m.dest in modules or (part is not first and backend in {module_backend(x.source.name)
+                                                                      for x in first.found.modules}):
+                continue                  # the first input's own modules win; a later one adds what it lacks
+            lacking = identity.missing_imports(m.source, provided)
+            if lacking:
+                raise AssembleError(f"{m.source.name} from {part.input.given} was built against another ggml base: "
+                                    f"it needs {', '.join(lacking[:4])}{' ...' if len(lacking) > 4 else ''}, which "
+                                    f"{first.found.base.source.name} of {first.input.given} does not export",
+                                    where=str(m.source), fix="take the module from the same build as the base")
+            modules[m.dest] = m
+            contributed.setdefault(part.input.given, [])
+            if backend not in contributed[part.input.given]:
+                contributed[part.input.given].append(backend)
+    return files + list(modules.values()), contributed
+
+
+def plan(req: RepairRequest, work: Path) -> Plan:
+    inputs = classify(req.inputs)
+    parts = [_read(inp, work, i, req.targets if i == 0 else ()) for i, inp in enumerate(inputs)]
+    own, contributed = _merge(parts)
+    ggml = parts[0].found.ggml
+    installed = tuple(dict.fromkeys("/" + m.source.parent.relative_to(p.found.root).as_posix()
+                                    for p in parts for m in p.found.modules))
+    loader = loader_facts(ggml.source, installed) if ggml else None
+    lib_dirs = [Path(d).expanduser() for d in req.lib_paths]
+    for d in lib_dirs:
+        if not d.is_dir():
+            raise AssembleError("no such folder", where=f"--lib-path {d}", fix="give a folder that holds libraries")
+    # Vendor libraries shipped inside an input (Debian's ROCm packages given with the llama.cpp ones)
+    # are found in its library folders, after --lib-path.
+    extra = [d for p in parts for d in sorted({f.source.parent for f in p.found.libraries})]
+    extra += [d for p in parts for d in sorted(p.found.root.glob("usr/lib/*-linux-gnu")) if d.is_dir()]
+    rules = BundleRules(hip=_Hip(tuple(GfxTarget.parse(t, "--hip-target") for t in req.hip_targets))
+                        if req.hip_targets else None)
+    bundle = plan_bundle(own, search_dirs=lib_dirs + list(dict.fromkeys(extra)), recipe=rules,
+                         prune_archs=bool(req.hip_targets))
+    return Plan(tuple(parts), tuple(own), contributed, loader, bundle)
+
+
+def show(p: Plan) -> None:
+    """--dry-run: what was found, what would be carried, what is left to the host and why."""
+    for part in p.parts:
+        f = part.found
+        print(f"input {part.input.given} ({part.input.kind}): {part.base.describe()}")
+        print(f"  executables  {', '.join(x.source.name for x in f.executables)}")
+        print(f"  modules      {', '.join(x.source.name for x in f.modules) or '(none)'}")
+        print(f"  libraries    {', '.join(x.source.name for x in f.libraries)}")
+        if f.left_out:
+            print(f"  left out     {', '.join(f.left_out)} (nothing carried needs them)")
+        if p.contributed.get(part.input.given):
+            print(f"  contributes  {', '.join(p.contributed[part.input.given])}")
+    print("would carry")
+    for o in p.bundle.own:
+        print(f"  {o.dest:<44} ours, from {o.source}")
+    for v in p.bundle.vendor:
+        print(f"  {v.dest:<44} vendor, from {v.source}")
+    for d in p.bundle.data:
+        print(f"  {d.dest + '/':<44} data, from {d.source}")
+    print("left to the host")
+    for s in p.bundle.system:
+        print(f"  {s.soname:<44} {s.reason}")
+    if p.loader and p.loader.backend_dirs:
+        print(f"loader: {p.loader.library} also searches {', '.join(p.loader.backend_dirs)} (compiled in) before "
+              "the executable's folder: a module installed there on a host is loaded first; verify reports it")
+
+
+def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Manifest:
+    first = p.parts[0]
+    backends = tuple(dict.fromkeys(b for o in p.own if o.kind == "module" and (b := module_backend(o.source.name))))
+    backends = tuple(sorted(backends, key=lambda b: (b != "cpu", b)))
+    return manifest.Manifest(
+        recipe=manifest.RecipeRecord(req.name, f"repaired from {', '.join(x.input.given for x in p.parts)}",
+                                     backends, tuple(o.source.name for o in p.own if o.kind == "executable"), ""),
+        llama_cpp=manifest.SourceRecord(sha=None, commit_time=None,
+                                        source=manifest.Provenance(kind="prebuilt", path=first.input.given,
+                                                                   version=first.base.version),
+                                        features={}, patches=()),
+        files=result.files, symlinks=result.symlinks, system_libs=result.system_libs,
+        glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
+        gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], {}),
+        inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256, x.base.version, x.build,
+                                          x.base.describe(), tuple(p.contributed.get(x.input.given, ())))
+                     for x in p.parts),
+        loader=manifest.LoaderRecord(p.loader.backend_dirs, req.accept_loader_risk) if p.loader else None)
+
+
+def repair(req: RepairRequest) -> Path | None:
+    if not NAME_RE.match(req.name):
+        raise AssembleError(f"{req.name!r} is not a runtime name", where="--name",
+                            fix="lower-case letters, digits, '.', '_' and '-', e.g. --name cuda-vulkan-b7416")
+    inputs = [("an input", Path(i).expanduser()) for i in req.inputs if Path(i).expanduser().is_dir()]
+    target = None if req.dry_run else outdir.check_destination(
+        req.out, cache=paths.cache_dir(), inputs=inputs + [("a --lib-path folder", Path(d)) for d in req.lib_paths])
+    with paths.scratch("repair-") as work:
+        if req.dry_run:
+            show(plan(req, work))
+            return None
+        with outdir.locked(target, wait=req.wait):
+            outdir.clear_leftovers(target)
+            with outdir.staged(target) as staging:
+                p = plan(req, work)
+                ui.step(f"repair into {staging.path.name}")
+                result = place_bundle(p.bundle, staging.path)
+                _manifest(req, p, result, staging.path).write(staging.path)
+                report = verify.verify_runtime(staging.path, extra_env=dict(req.check_env), static=req.verify_static,
+                                               hip_targets=req.hip_targets)
+                verify.render(report)
+                if not report.passed:
+                    raise AssembleError("the repaired runtime failed verification; nothing was written to the output",
+                                        where=str(target.path), fix="see the failed checks above", code=1)
+                outdir.swap_in(target, staging, keep=req.keep)
+    ui.step(ui.ok(f"runtime ready: {target.path}"))
+    return target.path
