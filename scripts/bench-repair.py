@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""assemble repair of a large prebuilt input against plain `cp -a` of the same files.
+
+    python3 scripts/bench-repair.py INPUT... [--lib-path DIR] [--hip-target GFX] [--rounds 3] [--out results.json]
+
+Each round runs, alternating, `assemble repair INPUT... --verify-static` (find, ELF closure, copy,
+patchelf, manifest with every sha256, the static checks: everything but running the runtime) and
+`cp -a` of exactly the files that runtime holds (the origins its manifest names), into fresh
+folders on the same filesystem. Medians over the rounds and their ratio, measured in one run;
+the page cache is warm for both after the first round (the first round is reported apart).
+Goal (issue 18): repair <= 1.2x cp -a.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _repair(inputs: list[str], out: Path, extra: list[str]) -> float:
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "builder", "repair", *inputs, "--name", "bench", "--out", str(out),
+                           "--verify-static", "-q", *extra], cwd=REPO, capture_output=True, text=True)
+    took = time.monotonic() - t0
+    if proc.returncode != 0:
+        sys.exit(f"repair failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return took
+
+
+def _copy(origins: list[tuple[str, str]], dest: Path) -> float:
+    """cp -a of the same files, one cp per destination folder (as a shell user would)."""
+    by_dir: dict[Path, list[str]] = {}
+    for src, rel in origins:
+        by_dir.setdefault((dest / rel).parent, []).append(src)
+    t0 = time.monotonic()
+    for folder, sources in by_dir.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-a", *sources, str(folder)], check=True)
+    return time.monotonic() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="+")
+    ap.add_argument("--lib-path", action="append", default=[])
+    ap.add_argument("--hip-target", action="append", default=[])
+    ap.add_argument("--accept-loader-risk", default="benchmark")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    extra = [x for d in args.lib_path for x in ("--lib-path", d)] + [x for g in args.hip_target for x in
+                                                                      ("--hip-target", g)]
+    extra += ["--accept-loader-risk", args.accept_loader_risk]
+    samples: dict[str, list[float]] = {"repair": [], "cp -a": []}
+    with tempfile.TemporaryDirectory(prefix="bench-repair-", dir=os.environ.get("TMPDIR")) as tmp:
+        work = Path(tmp)
+        size = files = 0
+        for r in range(args.rounds):
+            out = work / f"rt{r}" / "runtime-bench"
+            samples["repair"].append(_repair(args.inputs, out, extra))
+            m = json.loads((out / "manifest.json").read_text())
+            origins = [(f["origin"], f["path"]) for f in m["files"]]
+            size, files = sum(f["size"] for f in m["files"]), len(m["files"])
+            samples["cp -a"].append(_copy(origins, work / f"cp{r}"))
+            shutil.rmtree(out.parent)
+            shutil.rmtree(work / f"cp{r}")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in samples.items()}
+    print(f"machine:  {cpu} ({os.cpu_count()} cores), {platform.system()} {platform.release()}")
+    print(f"inputs:   {' '.join(args.inputs)}")
+    print(f"runtime:  {files} files, {size / 2**30:.2f} GiB; {args.rounds} rounds, medians over rounds 2.. (warm cache)")
+    for k, v in samples.items():
+        print(f"  {k:<8} first {v[0]:6.1f} s   median {med[k]:6.1f} s   all {', '.join(f'{x:.1f}' for x in v)}")
+    print(f"repair / cp -a: {med['repair'] / med['cp -a']:.2f}")
+    if args.out:
+        args.out.write_text(json.dumps({"samples": samples, "files": files, "bytes": size, "machine": cpu}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
