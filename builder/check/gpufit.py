@@ -9,6 +9,7 @@ from pathlib import Path
 
 from builder.check.gpuhost import AmdHost, NvidiaHost
 from builder.check.report import FAIL, PASS, SKIP, Check
+from builder.errors import AssembleError
 from builder.config.drivers import driver_at_least
 from builder.config.targets import CudaArch
 from builder.runtime.cudacode import CudaCode, needs_jit, read_cuda_code, runs_on
@@ -28,7 +29,11 @@ def cuda_code_checks(runtime: Path, modules: list[Path], wanted: tuple[CudaArch,
         cards += [(g.capability, f"{g.name} here") for g in host.gpus if g.capability is not None]
     for module in modules:
         rel = module.relative_to(runtime).as_posix()
-        code = read_cuda_code(module)
+        try:
+            code = read_cuda_code(module)
+        except AssembleError as exc:
+            checks.append(Check(f"CUDA code {module.name}", FAIL, f"{rel}: {exc.what}", "rebuild or re-copy the runtime"))
+            continue
         if code is None:
             checks.append(Check(f"CUDA code {module.name}", FAIL, f"{rel} carries no CUDA code objects (.nv_fatbin)",
                                 "rebuild it: a CUDA module without device code runs on no card"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.check.report import FAIL, WARN, Check
+from builder.errors import AssembleError
 from builder.prebuilt.loader import host_modules_in, loader_facts
 
 NAME = "compiled-in module folder"
@@ -26,7 +27,11 @@ def backend_dir_check(runtime: Path, accepted: str | None, recorded: tuple[str, 
     libggml = _libggml(runtime)
     if libggml is None:
         return None
-    dirs = tuple(dict.fromkeys(recorded + loader_facts(libggml).backend_dirs))
+    try:
+        found = loader_facts(libggml).backend_dirs
+    except AssembleError:
+        found = ()                    # a damaged libggml: the ELF and hash checks name it
+    dirs = tuple(dict.fromkeys(recorded + found))
     if not dirs:
         return None
     risk = (f"{libggml.name} searches {', '.join(dirs)} (GGML_BACKEND_DIR, compiled in) before the runtime's bin/: "

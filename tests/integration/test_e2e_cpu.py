@@ -12,7 +12,7 @@ import pytest
 from builder.check.tinymodel import write_tiny_llama
 from builder.config import cpulevels
 from tests.support.common import REPO, SHA, TEST_CACHE, assemble
-from tests.support.server import complete, server
+from tests.support.server import complete, decoy_folder, server
 
 pytestmark = pytest.mark.slow
 
@@ -62,10 +62,7 @@ def test_moved_runtime_serves_with_empty_env_and_decoys(cpu_runtime, spm_model, 
     moved = tmp_path / "a folder with spaces" / "runtime cpu"
     moved.parent.mkdir()
     shutil.move(second, moved)
-    decoy = tmp_path / "decoy"
-    decoy.mkdir()
-    for name in ("libllama.so.0", "libggml-base.so.0", "libggml.so.0"):
-        (decoy / name).write_bytes(b"not an ELF file: loading this must never happen\n")
+    decoy = decoy_folder(tmp_path)
     neutral = tmp_path / "cwd"
     neutral.mkdir()
     env = {"LD_LIBRARY_PATH": str(decoy)}

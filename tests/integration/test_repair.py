@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.common import assemble
-from tests.support.server import complete, server
+from tests.support.server import complete, decoy_folder, server
 
 pytestmark = pytest.mark.slow
 
@@ -106,10 +106,7 @@ def test_two_upstream_archives_merge_into_one_runtime_that_serves_moved(archives
     moved = tmp_path / "elsewhere with space" / "rt"
     moved.parent.mkdir()
     shutil.move(out, moved)
-    decoy = tmp_path / "decoy"
-    decoy.mkdir()
-    for name in ("libllama.so.0", "libggml-base.so.0", "libggml.so.0"):
-        (decoy / name).write_bytes(b"not an ELF file\n")
+    decoy = decoy_folder(tmp_path)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     with server(moved, _model(tmp_path), ["--device", "Vulkan0", "-ngl", "99"], {**VK, "LD_LIBRARY_PATH": str(decoy)},

@@ -13,6 +13,16 @@ import requests
 from builder.proc import stop
 
 
+def decoy_folder(root: Path) -> Path:
+    """A folder for LD_LIBRARY_PATH holding non-ELF files named like the runtime's own libraries:
+    a runtime that ever looks there first fails to start."""
+    decoy = root / "decoy"
+    decoy.mkdir()
+    for name in ("libllama.so.0", "libggml-base.so.0", "libggml.so.0"):
+        (decoy / name).write_bytes(b"not an ELF file: loading this must never happen\n")
+    return decoy
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -76,6 +76,12 @@ def run(args) -> int:
                                   targets=tuple(args.target), hip_targets=targets, check_env=env_pairs(args.check_env),
                                   verify_static=args.verify_static, accept_loader_risk=args.accept_loader_risk,
                                   dry_run=args.dry_run, keep=args.keep, wait=not args.no_wait))
-    if result is not None:
+    if result is None:
+        return 0
+    if args.json:
+        import json
+        from builder.runtime.manifest import Manifest
+        print(json.dumps({"runtime": str(result), "manifest": json.loads(Manifest.load(result).to_json())}, indent=2))
+    else:
         print(result)
     return 0
