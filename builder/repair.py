@@ -17,6 +17,7 @@ from pathlib import Path
 
 from builder import outdir, paths, ui
 from builder.check import verify
+from builder.config.recipe import NAME_RE
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.prebuilt import identity
@@ -27,9 +28,6 @@ from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import BundlePlan, plan_bundle
 from builder.runtime.layout import OwnFile, module_backend
 from builder.runtime.place import place_bundle
-
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-
 
 @dataclass(frozen=True)
 class RepairRequest:
@@ -87,8 +85,9 @@ def _build_tag(inp: Input, root: Path) -> str | None:
         return inp.build
     info = root / "common" / "build-info.cpp"
     if info.is_file():
-        m = re.search(r'LLAMA_BUILD_NUMBER\s*=\s*(\d+)', info.read_text(errors="replace"))
-        c = re.search(r'LLAMA_COMMIT\s*=\s*"([0-9a-f]{7,40})"', info.read_text(errors="replace"))
+        text = info.read_text(errors="replace")
+        m = re.search(r'LLAMA_BUILD_NUMBER\s*=\s*(\d+)', text)
+        c = re.search(r'LLAMA_COMMIT\s*=\s*"([0-9a-f]{7,40})"', text)
         if m and int(m.group(1)) > 0:
             return f"b{m.group(1)}"
         if c:
@@ -129,11 +128,11 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict]:
             provided |= identity.exported(lib.source)
     modules: dict[str, OwnFile] = {}
     contributed: dict[str, list[str]] = {}
+    first_backends = {module_backend(x.source.name) for x in first.found.modules}
     for part in parts:
         for m in part.found.modules:
             backend = module_backend(m.source.name)
-            if m.dest in modules or (part is not first and backend in {module_backend(x.source.name)
-                                                                      for x in first.found.modules}):
+            if m.dest in modules or (part is not first and backend in first_backends):
                 continue                  # the first input's own modules win; a later one adds what it lacks
             lacking = identity.missing_imports(m.source, provided)
             if lacking:
@@ -156,10 +155,7 @@ def plan(req: RepairRequest, work: Path) -> Plan:
     installed = tuple(dict.fromkeys("/" + m.source.parent.relative_to(p.found.root).as_posix()
                                     for p in parts for m in p.found.modules))
     loader = loader_facts(ggml.source, installed) if ggml else None
-    lib_dirs = [Path(d).expanduser() for d in req.lib_paths]
-    for d in lib_dirs:
-        if not d.is_dir():
-            raise AssembleError("no such folder", where=f"--lib-path {d}", fix="give a folder that holds libraries")
+    lib_dirs = _lib_dirs(req)
     # Vendor libraries shipped inside an input (Debian's ROCm packages given with the llama.cpp ones)
     # are found in its library folders, after --lib-path.
     extra = [d for p in parts for d in sorted({f.source.parent for f in p.found.libraries})]
@@ -218,13 +214,22 @@ def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Man
         loader=manifest.LoaderRecord(p.loader.backend_dirs, req.accept_loader_risk) if p.loader else None)
 
 
+def _lib_dirs(req: RepairRequest) -> list[Path]:
+    dirs = [Path(d).expanduser() for d in req.lib_paths]
+    for d in dirs:
+        if not d.is_dir():
+            raise AssembleError("no such folder", where=f"--lib-path {d}", fix="give a folder that holds libraries")
+    return dirs
+
+
 def repair(req: RepairRequest) -> Path | None:
+    lib_dirs = _lib_dirs(req)           # a typo fails at once, before any input is unpacked
     if not NAME_RE.match(req.name):
         raise AssembleError(f"{req.name!r} is not a runtime name", where="--name",
                             fix="lower-case letters, digits, '.', '_' and '-', e.g. --name cuda-vulkan-b7416")
     inputs = [("an input", Path(i).expanduser()) for i in req.inputs if Path(i).expanduser().is_dir()]
     target = None if req.dry_run else outdir.check_destination(
-        req.out, cache=paths.cache_dir(), inputs=inputs + [("a --lib-path folder", Path(d)) for d in req.lib_paths])
+        req.out, cache=paths.cache_dir(), inputs=inputs + [("a --lib-path folder", d) for d in lib_dirs])
     with paths.scratch("repair-") as work:
         if req.dry_run:
             show(plan(req, work))

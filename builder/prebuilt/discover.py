@@ -49,9 +49,6 @@ class Found:
         """libggml.so: the library that holds ggml's backend loader."""
         return next((f for f in self.libraries if f.source.name.startswith("libggml.so")), None)
 
-    def backends(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(b for m in self.modules if (b := module_backend(m.source.name))))
-
 
 def _walk(root: Path) -> list[Path]:
     out = []

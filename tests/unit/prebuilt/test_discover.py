@@ -17,8 +17,7 @@ from builder.prebuilt import identity
 from builder.prebuilt.discover import discover
 from builder.prebuilt.loader import loader_facts
 
-CC = shutil.which("cc") or shutil.which("gcc")
-pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler (the project requires one)")
+CC = shutil.which("cc") or shutil.which("gcc") or "cc"   # the project requires one: none here fails, never skips
 BACKENDS0 = "/usr/lib/x86_64-linux-gnu/ggml/backends0"
 
 
@@ -68,7 +67,6 @@ def test_a_build_folder_is_read_by_its_headers(tmp_path):
     assert sorted(libs) == ["libggml-base.so.0.9.4", "libggml.so.0.9.4", "libllama.so.0.0.1"]   # not libunused
     assert libs["libggml.so.0.9.4"].links == ("libggml.so.0",) and libs["libggml.so.0.9.4"].dest == "lib/libggml.so.0.9.4"
     assert f.left_out == ("bin/libggml-extra.so",) and f.base.source.name == "libggml-base.so.0.9.4"
-    assert f.backends() == ("cpu", "vulkan")
 
 
 def test_upstreams_flat_copies_are_one_library(tmp_path):

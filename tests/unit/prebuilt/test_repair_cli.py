@@ -6,9 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.common import assemble, one_error_line
-from tests.unit.prebuilt.test_discover import CC, make_build
-
-pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler (the project requires one)")
+from tests.unit.prebuilt.test_discover import make_build
 
 
 def test_inputs_with_different_ggml_bases_are_refused_naming_both(tmp_path):
