@@ -27,7 +27,7 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from builder.runtime.layout import LIB_DIR, arch_tokens, data_layout, data_libraries, module_backend
+from builder.runtime.layout import BIN_DIR, GGML_LOADER, LIB_DIR, arch_tokens, data_layout, data_libraries, module_backend
 from builder.runtime.elf import ElfInfo, Lookup, lookup, read_elf
 from builder.runtime.manifest import Manifest
 from builder.config.targets import GfxTarget
@@ -98,24 +98,73 @@ _COMPRESSED_BUNDLE = b"CCOB"
 _HIP_ANCHOR = b"-amdgcn-amd-amdhsa-"
 
 
+_BUNDLE_MAGIC = b"__CLANG_OFFLOAD_BUNDLE__"
+_BUNDLE_GAP = 1 << 16          # the padding between two bundles (they start 4 KiB aligned)
+
+
 def hip_archs(module: Path) -> tuple[set[str], bool]:
     """The gfx archs libggml-hip.so carries code for, and whether some bundles were compressed
     (their entry ids are then inside the compressed data and cannot be read here).
 
-    The module is 1.2 GB in Debian's build: it is mapped, not read, and searched for the literal
-    every offload-bundle entry id holds (bytes.find runs at memory speed; a regex over the whole
-    file took 4 s), each hit then matched in its few surrounding bytes."""
-    archs: set[str] = set()
+    The module is 1.2 GB in Debian's build: it is mapped, not read. Its .hip_fatbin section is a
+    row of offload bundles, each a header naming its entries (id, offset, size), so the walk
+    reads headers only and jumps over the code; anything else (a compressed bundle, a layout
+    not understood) falls back to searching the whole map for the literal every entry id holds."""
     with open(module, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        pos = data.find(_HIP_ANCHOR)
-        while pos >= 0:
-            m = _HIP_ENTRY.search(data[max(0, pos - 8):pos + len(_HIP_ANCHOR) + 64])   # a slice: re on an
-            # mmap with pos/endpos walks the whole map each time
+        start, stop = _fatbin_range(f, len(data))
+        walked = _walk_bundles(data, start, stop)
+        return walked if walked is not None else _scan_bundles(data)
+
+
+def _fatbin_range(f, size: int) -> tuple[int, int]:
+    try:
+        sec = ELFFile(f).get_section_by_name(".hip_fatbin")
+    except Exception:              # not an ELF file we can read: the whole file
+        return 0, size
+    if sec is None or sec["sh_offset"] + sec["sh_size"] > size:
+        return 0, size
+    return sec["sh_offset"], sec["sh_offset"] + sec["sh_size"]
+
+
+def _walk_bundles(data: mmap.mmap, start: int, stop: int) -> tuple[set[str], bool] | None:
+    archs: set[str] = set()
+    pos = data.find(_BUNDLE_MAGIC, start, min(stop, start + _BUNDLE_GAP))
+    if pos < 0:
+        return None
+    while pos >= 0:
+        (count,) = struct.unpack_from("<Q", data, pos + len(_BUNDLE_MAGIC))
+        if not 0 < count <= 4096:
+            return None
+        q = end = pos + len(_BUNDLE_MAGIC) + 8
+        for _ in range(count):
+            if q + 24 > stop:
+                return None
+            offset, size, id_len = struct.unpack_from("<QQQ", data, q)
+            if id_len > 256 or pos + offset + size > stop:
+                return None
+            m = _HIP_ENTRY.search(data[q + 24:q + 24 + id_len])
             if m:
                 archs.add(m.group(1).decode())
-            pos = data.find(_HIP_ANCHOR, pos + len(_HIP_ANCHOR))
-        compressed = data.find(_COMPRESSED_BUNDLE) >= 0
-    return archs, compressed
+            q += 24 + id_len
+            end = max(end, q, pos + offset + size)
+        pos = data.find(_BUNDLE_MAGIC, end, min(stop, end + _BUNDLE_GAP))
+        if pos < 0 and (stop - end > _BUNDLE_GAP or data[end:stop].strip(b"\0")):
+            return None            # something other than padding follows: not the plain layout
+    return archs, False
+
+
+def _scan_bundles(data: mmap.mmap) -> tuple[set[str], bool]:
+    """Every entry id in the file, wherever it is (bytes.find runs at memory speed; a regex over
+    the whole file took 4 s), each hit then matched in its few surrounding bytes."""
+    archs: set[str] = set()
+    pos = data.find(_HIP_ANCHOR)
+    while pos >= 0:
+        m = _HIP_ENTRY.search(data[max(0, pos - 8):pos + len(_HIP_ANCHOR) + 64])   # a slice: re on an
+        # mmap with pos/endpos walks the whole map each time
+        if m:
+            archs.add(m.group(1).decode())
+        pos = data.find(_HIP_ANCHOR, pos + len(_HIP_ANCHOR))
+    return archs, data.find(_COMPRESSED_BUNDLE) >= 0
 
 
 def hip_code_checks(runtime: Path, targets: tuple[str, ...]) -> list[Check]:
@@ -229,7 +278,9 @@ def _walk(runtime: Path, files: dict[str, ElfInfo], own: list[str]) -> list[Reso
     programs = [rel for rel, i in files.items() if rel.startswith("bin/") and i.is_program]
     modules = [rel for rel in files if rel.startswith("bin/") and module_backend(Path(rel).name)]
     host = "bin/llama-server" if "bin/llama-server" in programs else (programs[0] if programs else None)
-    host_chain = (files[host],) if host else ()
+    # A dlopen()ed module's loader chain: libggml, whose code dlopen()s it, then the executable.
+    loader = _ggml_loader(files)
+    host_chain = tuple(files[r] for r in (loader, host) if r is not None)
     out: list[Resolution] = []
     reached: set[str] = set()
 
@@ -331,11 +382,23 @@ def _hijack_check(runtime: Path, resolved: list[Resolution]) -> Check:
     return Check("LD_LIBRARY_PATH lookups", PASS, "every carried library is found through DT_RPATH before LD_LIBRARY_PATH")
 
 
+def _ggml_loader(files: dict[str, ElfInfo]) -> str | None:
+    """lib/libggml.so*: the library that dlopen()s backend modules."""
+    return next((rel for rel in sorted(files) if Path(rel).parent == Path(LIB_DIR)
+                 and Path(rel).name.startswith(GGML_LOADER) and not files[rel].is_program), None)
+
+
 # --- RPATH of our own files --------------------------------------------------
+
+def _names_lib(runtime: Path, rel: str, info: ElfInfo) -> bool:
+    return runtime / LIB_DIR in {_origin_entry(runtime, rel, e) for e in info.rpath}
+
 
 def _rpath_check(runtime: Path, files: dict[str, ElfInfo], own: list[str]) -> Check:
     problems = []
     lib = runtime / LIB_DIR
+    loader = _ggml_loader(files)
+    inherited = 0
     for rel in own:
         info = files[rel]
         if info.runpath:
@@ -343,6 +406,10 @@ def _rpath_check(runtime: Path, files: dict[str, ElfInfo], own: list[str]) -> Ch
                             "before it and it is not inherited)")
             continue
         if not info.needed:
+            continue
+        if not info.rpath and module_backend(Path(rel).name) and Path(rel).parent == Path(BIN_DIR) \
+                and loader is not None and _names_lib(runtime, loader, files[loader]):
+            inherited += 1        # glibc searches its loader chain's DT_RPATH: libggml's, then the executable's
             continue
         if not info.rpath:
             problems.append(f"{rel} has no DT_RPATH: it finds its libraries only on the host")
@@ -362,7 +429,9 @@ def _rpath_check(runtime: Path, files: dict[str, ElfInfo], own: list[str]) -> Ch
         return Check("RPATH of own files", FAIL, _join(problems),
                      "rebuild with assemble build (it sets DT_RPATH=$ORIGIN/../lib with patchelf --force-rpath); "
                      "never patch a runtime by hand without regenerating its manifest")
-    return Check("RPATH of own files", PASS, f"{len(own)} files use DT_RPATH relative to $ORIGIN, no DT_RUNPATH")
+    note = f" ({inherited} backend modules without one use their loader's: {loader})" if inherited else ""
+    return Check("RPATH of own files", PASS, f"{len(own)} files use DT_RPATH relative to $ORIGIN, no DT_RUNPATH"
+                 + note)
 
 
 def _origin_entry(runtime: Path, rel: str, entry: str) -> Path | None:

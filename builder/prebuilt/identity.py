@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
 
 from builder.errors import AssembleError
+from builder.runtime.elf import dynamic_symbols
 
 _VERSION = re.compile(r"\.so\.(\d+(?:\.\d+)*)$")
 _GGML_SYMBOL = re.compile(r"^(ggml|gguf)_")
@@ -39,21 +40,11 @@ class BaseIdentity:
 
 def _dynsym(path: Path) -> tuple[set[str], set[str]]:
     """(defined and exported, undefined) dynamic symbol names."""
-    defined, undefined = set(), set()
     try:
-        with open(path, "rb") as f:
-            sec = ELFFile(f).get_section_by_name(".dynsym")
-            for sym in (sec.iter_symbols() if sec is not None else ()):
-                if not sym.name or sym["st_info"]["bind"] not in ("STB_GLOBAL", "STB_WEAK"):
-                    continue
-                if sym["st_shndx"] == "SHN_UNDEF":
-                    undefined.add(sym.name)
-                elif sym["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED"):
-                    defined.add(sym.name)
-    except (ELFError, OSError) as exc:
+        return dynamic_symbols(path)
+    except (ELFError, OSError, struct.error) as exc:
         raise AssembleError(f"cannot read its dynamic symbols ({exc})", where=str(path),
                             fix="the file is damaged: fetch the input again") from None
-    return defined, undefined
 
 
 def exported(path: Path) -> set[str]:

@@ -25,7 +25,7 @@ from typing import Sequence
 from builder.digest import sha256_file
 from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.layout import LIB_DIR, KINDS, OwnFile, arch_tokens, expected_places
+from builder.runtime.layout import GGML_LOADER, LIB_DIR, KINDS, OwnFile, arch_tokens, expected_places
 from builder.runtime.policy import BUNDLE, classify, companions_for, data_rules_for
 
 OWN, VENDOR, DATA = "own", "vendor", "data"
@@ -40,7 +40,8 @@ class OwnPlan:
     dest: str
     kind: str
     links: tuple[str, ...]            # OwnFile.links, plus the SONAME link when it was missing
-    rpath: str | None                 # DT_RPATH to set; None for a file that is not ELF
+    rpath: str | None                 # DT_RPATH to set; None: leave the file's bytes as they are
+                                      # (not ELF, or a module that inherits its loader's DT_RPATH)
     pins: tuple[tuple[str, str], ...] = ()   # (soname, why) added as NEEDED so the bundled copy wins
 
 
@@ -124,6 +125,21 @@ def _rpath_for(dest: str, needed_dirs: Sequence[str]) -> str:
         if entry not in parts:
             parts.append(entry)
     return ":".join(parts)
+
+
+def _inherits_loader_rpath(f: OwnFile, info: ElfInfo, dirs: Sequence[str], pins, own_dests) -> bool:
+    """A backend module with neither DT_RPATH nor DT_RUNPATH, needing only lib/, stays byte for byte.
+
+    glibc searches such an object's dependencies in the DT_RPATH of its loader chain: libggml,
+    which dlopen()s it (its DT_RPATH is $ORIGIN, lib/), then the executable ($ORIGIN/../lib),
+    both before LD_LIBRARY_PATH. Setting the same folder on the module itself changes nothing
+    that loads, and costs patchelf a rewrite of the whole file (1.2 GB for a HIP module).
+    verify models the same rule (check.static: the loader chain in its walk and RPATH check).
+    """
+    return (f.kind == "module" and not info.rpath and not info.runpath and not pins
+            and set(dirs) == {LIB_DIR} and any(PurePosixPath(d).parent == PurePosixPath(LIB_DIR)
+                                               and PurePosixPath(d).name.startswith(GGML_LOADER)
+                                               for d in own_dests))
 
 
 def _same_content(a: Path, b: Path) -> bool:
@@ -306,8 +322,9 @@ def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), rec
         rpath, pins = None, ()
         if info is not None and info.has_dynamic:
             dirs = [LIB_DIR] + [str(PurePosixPath(provided[n]).parent) for n in info.needed if n in provided]
-            rpath = _rpath_for(f.dest, dirs)
             pins = _pins(f.dest, info, walk.nodes, walk.edges)
+            if not _inherits_loader_rpath(f, info, dirs, pins, [g.dest for g in own]):
+                rpath = _rpath_for(f.dest, dirs)
         own_plans.append(OwnPlan(source=Path(f.source), dest=f.dest, kind=f.kind, links=links_of[f.dest],
                                  rpath=rpath, pins=pins))
     _check_collisions(own_plans, vendor, data)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -469,3 +470,73 @@ def symlink_chain(path: Path) -> tuple[list[str], Path]:
         cur = cur.parent / os.readlink(cur)      # "a/../b" stays unresolved: "a" may be a symlink
         names.append(cur.name)
     raise AssembleError("symlink loop", where=str(path), fix="repair the library's symlinks", code=FAILED)
+
+
+# --- dynamic symbols ------------------------------------------------------------
+
+_SHDR64 = struct.Struct("<IIQQQQIIQQ")
+_SYM64 = struct.Struct("<IBBHQQ")
+_SHT_DYNSYM = 11
+_STB_GLOBAL, _STB_WEAK = 1, 2
+_STV_DEFAULT, _STV_PROTECTED = 0, 3
+
+
+def dynamic_symbols(path: Path | str) -> tuple[set[str], set[str]]:
+    """(defined and exported, undefined) global/weak names of .dynsym.
+
+    Read as two blocks and unpacked in one pass: pyelftools builds an object per symbol
+    (0.8 s for a repair's 19 ggml files). Files that are not little-endian ELF64 go
+    through pyelftools. Raises ELFError or OSError on a damaged file.
+    """
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != ELF_MAGIC:
+            raise ELFError("not an ELF file")
+        if head[4] != 2 or head[5] != 1:
+            return _dynamic_symbols_slow(f)
+        e_shoff, = struct.unpack_from("<Q", head, 0x28)
+        e_shentsize, e_shnum = struct.unpack_from("<HH", head, 0x3A)
+        if e_shentsize != _SHDR64.size or not e_shoff:
+            return _dynamic_symbols_slow(f)
+        f.seek(e_shoff)
+        table = f.read(e_shnum * _SHDR64.size)
+        if len(table) < e_shnum * _SHDR64.size:
+            raise ELFError("section header table truncated")
+        headers = [_SHDR64.unpack_from(table, i * _SHDR64.size) for i in range(e_shnum)]
+        dynsym = next((h for h in headers if h[1] == _SHT_DYNSYM), None)
+        if dynsym is None:
+            return set(), set()
+        if dynsym[6] >= e_shnum or dynsym[9] != _SYM64.size:
+            raise ELFError(".dynsym has a bad string table link or entry size")
+        strtab = headers[dynsym[6]]
+        f.seek(dynsym[4])
+        syms = f.read(dynsym[5])
+        f.seek(strtab[4])
+        names = f.read(strtab[5])
+    if len(syms) < dynsym[5] or len(names) < strtab[5]:
+        raise ELFError("dynamic symbol table truncated")
+    defined, undefined = set(), set()
+    for st_name, st_info, st_other, st_shndx, _, _ in _SYM64.iter_unpack(syms[:len(syms) // _SYM64.size * _SYM64.size]):
+        if not st_name or (st_info >> 4) not in (_STB_GLOBAL, _STB_WEAK):
+            continue
+        end = names.find(b"\0", st_name)
+        name = names[st_name:end if end >= 0 else len(names)].decode("utf-8", "replace")
+        if st_shndx == 0:
+            undefined.add(name)
+        elif (st_other & 3) in (_STV_DEFAULT, _STV_PROTECTED):
+            defined.add(name)
+    return defined, undefined
+
+
+def _dynamic_symbols_slow(f) -> tuple[set[str], set[str]]:
+    defined, undefined = set(), set()
+    f.seek(0)
+    sec = ELFFile(f).get_section_by_name(".dynsym")
+    for sym in (sec.iter_symbols() if sec is not None else ()):
+        if not sym.name or sym["st_info"]["bind"] not in ("STB_GLOBAL", "STB_WEAK"):
+            continue
+        if sym["st_shndx"] == "SHN_UNDEF":
+            undefined.add(sym.name)
+        elif sym["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED"):
+            defined.add(sym.name)
+    return defined, undefined

@@ -25,6 +25,8 @@ from builder.runtime.policy import DataRule, data_rules_for
 BIN_DIR = "bin"                       # executables and backend modules
 LIB_DIR = "lib"                       # shared libraries, ours and the vendors'
 KINDS = ("executable", "module", "library")
+# The library whose code dlopen()s the backend modules (ggml-backend-reg.cpp is part of it).
+GGML_LOADER = "libggml.so"
 
 # ggml backend modules: libggml-<backend>[-<variant>].so, loaded by ggml at run time.
 MODULE_RE = re.compile(r"^libggml-(cpu|cuda|hip|vulkan|musa|sycl|opencl|rpc|blas|metal|cann|webgpu|zdnn|hexagon)"

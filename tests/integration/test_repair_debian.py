@@ -9,6 +9,7 @@ folder first and the working directory last, and verify must say so."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -113,3 +114,16 @@ def test_debians_hip_module_with_debians_rocm_is_a_rocm_runtime(debs, sid_chroot
     checks = _checks(smoke)
     assert smoke.returncode == 0, smoke.stdout[-3000:]
     assert checks["load libggml-hip.so"]["status"] == "skip" and checks["smoke CPU"]["status"] == "pass"
+    # no AMD GPU here, so verify skips the HIP load; ld.so still proves the module maps, links and runs
+    # its initialisers in sid (it was edited at its end, not rewritten: runtime.elfappend), moved elsewhere
+    script = ('mount -t tmpfs none "$1/mnt" && mkdir "$1/mnt/rt" && mount --bind "$2" "$1/mnt/rt" && '
+              'mount --bind /proc "$1/proc" && cd / && exec chroot "$1" /usr/bin/env -i LD_DEBUG=files,libs '
+              '/mnt/rt/bin/llama-server --list-devices')
+    ld = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(sid_chroot),
+                         str(rt)], capture_output=True, text=True, timeout=300)
+    trace = ld.stdout + ld.stderr
+    assert ld.returncode == 0, trace[-3000:]
+    assert "calling init: /mnt/rt/bin/libggml-hip.so" in trace, trace[-3000:]
+    for lib in ("libz3.so.4", "libhipblas.so.2", "libamdhip64.so.6"):          # pinned and direct NEEDED
+        tries = re.findall(rf"trying file=(\S+/{re.escape(lib)})$", trace, re.M)
+        assert tries == ["/mnt/rt/bin/../lib/" + lib], (lib, tries)     # the first place searched, found

