@@ -257,7 +257,8 @@ def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Mani
             sha=tree.sha, commit_time=_commit_time(tree.path, tree.sha),
             source=manifest.Provenance.from_dict(tree.provenance),
             features=dict(prepared.feature_report.present),
-            patches=tuple(manifest.PatchRecord(p.name, p.file, p.sha256, p.fixes) for p in prepared.build_tree.applied)),
+            patches=tuple(manifest.PatchRecord(p.name, p.file, p.sha256, p.fixes) for p in prepared.build_tree.applied),
+            build=recipe.pin.build if tree.sha == recipe.pin.sha else None),
         gpu_targets=manifest.GpuTargets(cuda=tuple(str(a) for p in plans for a in p.unit.cuda_archs),
                                         hip=tuple(str(t) for p in plans for t in p.unit.hip_targets)),
         units=tuple(manifest.UnitRecord(

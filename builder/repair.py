@@ -18,6 +18,7 @@ from pathlib import Path
 from builder import outdir, paths, ui
 from builder.check import verify
 from builder.config.recipe import NAME_RE
+from builder.config.upstream import BUILD_RE
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.prebuilt import identity
@@ -204,7 +205,9 @@ def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Man
         llama_cpp=manifest.SourceRecord(sha=None, commit_time=None,
                                         source=manifest.Provenance(kind="prebuilt", path=first.input.given,
                                                                    version=first.base.version),
-                                        features={}, patches=()),
+                                        features={}, patches=(),
+                                        build=first.build if first.build and BUILD_RE.fullmatch(first.build)
+                                        else None),
         files=result.files, symlinks=result.symlinks, system_libs=result.system_libs,
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], {}),

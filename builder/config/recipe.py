@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.config import cpulevels
+from builder.config.upstream import BUILD_RE
 from builder.config.targets import DEFAULT_CUDA_ARCHITECTURES, CudaArch, GfxTarget
 from builder.config.versions import CONSTRAINT_FORMS, parse_constraint
 from builder.errors import AssembleError
@@ -55,6 +56,7 @@ class Pin:
     features: tuple[str, ...] = ()
     mirrors: tuple[Mirror, ...] = ()
     lock: str | None = None      # the lock file the sha came from (`assemble pin --lock`), if any
+    build: str | None = None     # upstream's build number for sha ("b7416", "b7416+3"), as pin found it
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ _TOP = {
     "pin": dict, "units": list, "cuda": dict, "hip": dict, "vulkan": dict, "cpu": dict,
     "cmake": dict, "patches": dict, "bundle": dict,
 }
-_PIN = {"sha": str, "features": list, "mirrors": list}
+_PIN = {"sha": str, "features": list, "mirrors": list, "build": str}
 _MIRROR = {"kind": str, "url": str, "package": str, "version": str, "sha256": str,
            "subdir": str, "path": str}
 _CUDA = {"architectures": list, "toolkit": str, "accept_blackwell_regression": bool}
@@ -245,14 +247,19 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
         raise c.fail("pin.mirrors", "no source mirror", "add at least one [[pin.mirrors]] table")
     mirrors = tuple(_mirror(c, m, f"pin.mirrors[{i}]", sha) for i, m in enumerate(mirrors_raw))
     locked = read_lock(path) if text is None else None  # a lock file next to the recipe wins
+    build = pin_raw.get("build")
+    if build is not None and not BUILD_RE.fullmatch(build):
+        raise c.fail("pin.build", f"{build!r} is not an upstream build number",
+                     'write it as upstream tags it ("b7416", or "b7416+3" three commits after it), '
+                     "or let assemble pin write it")
     features = c.strings(pin_raw.get("features", []), "pin.features")
     known = registry_names()
     for feature in features:
         if feature not in known:
             raise c.fail("pin.features", f"unknown feature '{feature}'",
                          f"use names from the registry (builder/data/features.toml): {', '.join(sorted(known))}")
-    pin = Pin(sha=locked or sha, features=features, mirrors=mirrors,
-              lock=str(lock_path(path)) if locked else None)
+    pin = Pin(sha=locked[0] if locked else sha, features=features, mirrors=mirrors,
+              lock=str(lock_path(path)) if locked else None, build=locked[1] if locked else build)
 
     targets = c.strings(data.get("targets", list(DEFAULT_TARGETS)), "targets")
     if not targets:
@@ -361,20 +368,24 @@ def lock_path(recipe_path: Path) -> Path:
     return recipe_path.with_name(recipe_path.stem + ".lock.json")
 
 
-def read_lock(recipe_path: Path) -> str | None:
-    """The sha a lock file next to the recipe pins, if there is one."""
+def read_lock(recipe_path: Path) -> tuple[str, str | None] | None:
+    """(sha, build number) a lock file next to the recipe pins, if there is one."""
     path = lock_path(Path(recipe_path))
     if not path.is_file():
         return None
     try:
-        sha = json.loads(path.read_text(encoding="utf-8"))["sha"]
-    except (ValueError, KeyError, TypeError) as exc:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        sha, build = data["sha"], data.get("build")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise AssembleError(f"unreadable lock file ({exc})", where=str(path),
                             fix="delete it and run assemble pin --lock again") from None
     if not isinstance(sha, str) or not SHA_RE.match(sha):
         raise AssembleError("the lock file's sha is not a 40-hex commit", where=str(path),
                             fix="delete it and run assemble pin --lock again")
-    return sha
+    if build is not None and not (isinstance(build, str) and BUILD_RE.fullmatch(build)):
+        raise AssembleError("the lock file's build is not an upstream build number", where=str(path),
+                            fix="delete it and run assemble pin --lock again")
+    return sha, build
 
 
 # --- lookup ----------------------------------------------------------------

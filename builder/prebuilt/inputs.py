@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import ui
+from builder.config.upstream import build_in_name
 from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.source.archive import ArchiveRefused, Limits, extract_trees, plan_tree
@@ -53,7 +54,6 @@ DEB_DATA = {"data.tar.xz": "r:xz", "data.tar.zst": "zst", "data.tar.gz": "r:gz",
             "data.tar": "r:"}
 LIMITS = Limits()
 MAX_LINK_TARGET = 4096            # a zip symlink's content is its target: PATH_MAX at most
-_BUILD = re.compile(r"(?:^|[-_.])(b\d{1,7})(?=[-_.]|$)")
 _ACCEPTED = "a build folder, a release archive (.tar.gz, .tgz, .tar.xz, .tar.zst, .zip) or .deb files"
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError, ValueError,
                NotImplementedError, RuntimeError, OverflowError, KeyError, UnicodeError)
@@ -67,12 +67,6 @@ class Input:
     files: tuple[Path, ...]    # the archive, or the .deb files (in the order given); () for a folder
     sha256: str | None         # archive: its sha256; debs: sha256 of the sorted "name sha256\n" lines; folder: None
     build: str | None          # an upstream build tag read from the name when present ("b7416")
-
-
-def build_tag(name: str) -> str | None:
-    """b7416 from llama-b7416-bin-ubuntu-x64.zip: a `b` and digits between separators."""
-    m = _BUILD.search(name)
-    return m.group(1) if m else None
 
 
 def _archive_suffix(name: str) -> str | None:
@@ -110,7 +104,7 @@ def classify(args: Sequence[str]) -> tuple[Input, ...]:
             raise AssembleError(f"given twice (also as {seen[path]!r})", where=given, fix="name each input once")
         seen[path] = given
         if stat.S_ISDIR(st.st_mode):
-            slots.append(Input(given, path, "folder", (), None, build_tag(p.name) or build_tag(path.name)))
+            slots.append(Input(given, path, "folder", (), None, build_in_name(p.name) or build_in_name(path.name)))
         elif not stat.S_ISREG(st.st_mode):
             raise AssembleError("is a special file (a device, fifo or socket), not a folder or an archive",
                                 where=given, fix=f"give {_ACCEPTED}")
@@ -121,7 +115,7 @@ def classify(args: Sequence[str]) -> tuple[Input, ...]:
             debs.append((given, path))
         elif _archive_suffix(p.name) or _archive_suffix(path.name):
             slots.append(Input(given, path, "archive", (path,), _sha(path, given),
-                               build_tag(p.name) or build_tag(path.name)))
+                               build_in_name(p.name) or build_in_name(path.name)))
         else:
             raise AssembleError("unknown file type: not a release archive or a Debian package", where=given,
                                 fix=f"give {_ACCEPTED}; a renamed archive keeps its real suffix")
@@ -140,7 +134,7 @@ def _debs(debs: list[tuple[str, Path]]) -> Input:
         names[path.name] = given
         lines.append(f"{path.name} {_sha(path, given)}\n")
     digest = hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
-    tags = {t for _, path in debs if (t := build_tag(path.name))}
+    tags = {t for _, path in debs if (t := build_in_name(path.name))}
     return Input(" ".join(g for g, _ in debs), debs[0][1], "debs", tuple(p for _, p in debs), digest,
                  tags.pop() if len(tags) == 1 else None)
 

@@ -17,8 +17,10 @@ from dataclasses import asdict, dataclass
 from builder.config.options import CONTAINER, BuildConfig, CliOptions, resolve
 from builder.config.recipe import Recipe, all_recipes
 from builder.config.targets import CudaArch, GfxTarget
+from builder.config.upstream import toolkit_line
+from builder.config.versions import parse_constraint
 from builder.runtime.layout import archive_stem, runtime_label
-from builder.toolchain.rules import MIN_ROCM, cuda_needed
+from builder.toolchain.rules import BLACKWELL_PATCH, MIN_ROCM, runner_cuda
 
 HOST_ARCH = "x86_64"   # every shipped recipe targets linux x86_64 runners
 ROCM_MIN = ">=" + ".".join(map(str, MIN_ROCM))
@@ -52,17 +54,13 @@ class Entry:
     units: tuple[dict, ...] = ()    # the resolved units (builder.config.options): where each builds, its targets
 
 
-def _cuda_min(archs: tuple[CudaArch, ...]) -> str:
-    """Oldest toolkit that can target every architecture (Blackwell needs a recent one)."""
-    need = cuda_needed(archs)
-    return f">={need[0]}.{need[1]}" if need else "any"
-
-
 def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -> Needs:
     """What a runner needs to build `units` (default: all); bundles_from: backends of units built
     elsewhere whose vendor libraries this runner still has to bundle."""
     recipe = config.recipe
     cuda = rocm = None
+    cuda_why = ""
+    gfx: list[str] = []
     vulkan = False
     containers = []
     for unit in units if units is not None else config.units:
@@ -70,16 +68,21 @@ def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -
             containers.append(unit.where.image)   # its toolkits live in the image
             continue
         if "cuda" in unit.backends:
-            cuda = recipe.cuda.toolkit or _cuda_min(unit.cuda_archs)
+            cuda, cuda_why = runner_cuda(unit.cuda_archs, recipe.cuda.toolkit, BLACKWELL_PATCH in recipe.patches_on,
+                                         config.accept_blackwell_regression)
         if "hip" in unit.backends:
             rocm = ROCM_MIN
+            gfx = [str(t) for t in unit.hip_targets]
         if "vulkan" in unit.backends:
             vulkan = True
     words = []
     if cuda:
-        words.append("CUDA toolkit" + (f" {cuda}" if cuda != "any" else ""))
+        words.append("CUDA toolkit" + (f" {cuda}" if cuda != "any" else "") + (f" ({cuda_why})" if cuda_why else ""))
     if rocm:
-        words.append(f"ROCm {rocm} (hipBLAS, rocBLAS)")
+        # which ROCm release first ships rocBLAS kernels for a gfx arch varies by vendor build (Debian's
+        # 6.4 has none for gfx1151 or gfx120x): the runner is asked for what build's rule checks
+        words.append(f"ROCm {rocm} (hipBLAS; rocBLAS with kernels for {', '.join(gfx) or 'the target'}: "
+                     "build refuses a ROCm whose rocBLAS lacks them)")
     if vulkan:
         words.append("Vulkan SDK (headers, glslc)")
     if containers:
@@ -106,11 +109,11 @@ def entries(recipes: list[Recipe] | None = None, hip_targets: tuple[GfxTarget, .
                 c = resolve(r, CliOptions(hip_target=gfx))
                 label = runtime_label(r.name, [gfx])
                 out.append(Entry(label, r.name, r.backends, str(gfx), f"{base} --hip-target {gfx}",
-                                 _artifact(label, r), needs(c), units=_units(c)))
+                                 _artifact(label, r, c), needs(c), units=_units(c)))
             continue
         cuda = config.cuda_unit()
         arch = _sm(cuda.cuda_archs) if cuda else "spirv" if "vulkan" in r.backends else "none"
-        out.append(Entry(r.name, r.name, r.backends, arch, base, _artifact(r.name, r), needs(config),
+        out.append(Entry(r.name, r.name, r.backends, arch, base, _artifact(r.name, r, config), needs(config),
                          units=_units(config)))
     return out
 
@@ -146,13 +149,27 @@ def _split_entries(r: Recipe, hip_targets: tuple[GfxTarget, ...]) -> list[Entry]
         label = runtime_label(r.name, [gfx])
         hip = f" --hip-target {gfx}" if gfx else ""
         jobs.append(Entry(label, r.name, r.backends, str(gfx) if gfx else "none", f"--recipe {r.name}{hip} {from_args}",
-                          _artifact(label, r), needs(c, [c.units[0]], bundles_from=bundled),
+                          _artifact(label, r, c), needs(c, [c.units[0]], bundles_from=bundled),
                           after=tuple(n for _, n, _ in imports), units=_units(c)))
     return jobs
 
 
-def _artifact(label: str, r: Recipe) -> str:
-    return archive_stem(label, r.pin.sha, HOST_ARCH)
+def _artifact(label: str, r: Recipe, config: BuildConfig) -> str:
+    """The stem `assemble package` will write for this job. The toolkit line is the CUDA/ROCm the
+    runtime carries: known here when the recipe fixes it (`toolkit = "==12.8"`), else a `*` in its
+    place (the runner's toolkit decides it): then `artifact` is a glob the workflow collects by."""
+    return archive_stem(label, r.pin.sha, HOST_ARCH, r.pin.build, _toolkit_line(r, config))
+
+
+def _toolkit_line(r: Recipe, config: BuildConfig) -> str | None:
+    backends = {b for u in config.units for b in u.backends}
+    cuda = rocm = None
+    if "cuda" in backends:
+        exact = [v for op, v in parse_constraint(r.cuda.toolkit) if op == "=="] if r.cuda.toolkit else []
+        cuda = ".".join(map(str, exact[0][:2])) if exact else "*"
+    if "hip" in backends:
+        rocm = "*"
+    return toolkit_line(cuda, rocm)
 
 
 def render(items: list[Entry], fmt: str) -> str:

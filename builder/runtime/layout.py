@@ -44,9 +44,12 @@ def runtime_label(recipe: str, hip_targets) -> str:
     return "-".join([recipe, *(str(t).replace(":", "-") for t in hip_targets if t)])
 
 
-def archive_stem(label: str, sha: str | None, arch: str) -> str:
-    """What `assemble package` writes and `assemble matrix` announces: runtime-<label>-<sha12>-linux-<arch>."""
-    return f"{runtime_dir_name(label)}-{(sha or 'local')[:12]}-linux-{arch}"
+def archive_stem(label: str, sha: str | None, arch: str, build: str | None = None, toolkit: str | None = None) -> str:
+    """What `assemble package` writes and `assemble matrix` announces:
+    runtime-<label>[-<bNNNN>][-<toolkit line>]-<sha12>-linux-<arch>, e.g.
+    runtime-cuda-vulkan-b7416-cuda12.8-0c1e57098bba-linux-x86_64 (config.upstream owns both grammars)."""
+    parts = [runtime_dir_name(label), build, toolkit, (sha or "local")[:12], "linux", arch]
+    return "-".join(p for p in parts if p)
 
 
 def module_backend(filename: str) -> str | None:

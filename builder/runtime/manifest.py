@@ -21,6 +21,7 @@ from typing import Any
 
 from builder import __version__
 from builder.config.recipe import NAME_RE, SHA_RE
+from builder.config.upstream import BUILD_RE
 from builder.digest import sha256_file
 from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError, BuildFailed
@@ -104,6 +105,7 @@ class SourceRecord:
     source: Provenance
     features: dict                    # feature name -> evidence
     patches: tuple[PatchRecord, ...]
+    build: str | None = None          # upstream's build number for sha ("b7416", "b7416+3"; config.upstream)
 
 
 @dataclass(frozen=True)
@@ -423,7 +425,8 @@ def _parse(raw: Any, where: str) -> Manifest:
                           commit_time=r.get(ll, "commit_time", "llama_cpp", int, required=False),
                           source=_provenance(r, r.get(ll, "source", "llama_cpp", dict)),
                           features=r.get(ll, "features", "llama_cpp", dict, required=False, default={}),
-                          patches=patches)
+                          patches=patches,
+                          build=r.matching(ll, "build", "llama_cpp", BUILD_RE, "an upstream build number"))
     files, seen = [], set()
     for i, f in enumerate(r.get(top, "files", "", list)):
         key = f"files[{i}]"

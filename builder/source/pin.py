@@ -37,6 +37,7 @@ from builder.source.features import (BlobCache, CommitView, Feature, FeatureRepo
 from builder.source.gitobjects import Change, GitRepo
 from builder.paths import cache_dir
 from builder.config.recipe import Recipe, lock_path, parse_recipe
+from builder.config.upstream import TAG_GLOB, TAG_RE, build_from_describe
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class PinResult:
     head: Commit
     report: FeatureReport                 # the features at head
     earliest: Earliest | None = None
+    build: str | None = None              # upstream's build number for the pinned sha (config.upstream)
 
     @property
     def sha(self) -> str:
@@ -219,7 +221,19 @@ def pin(repo: GitRepo, ref: str, names: Sequence[str], earliest: bool = False) -
                             fix="pin a newer ref (--ref), or remove those features from the recipe"
                                 + implied_fix(report.missing))
     found = find_earliest(repo, head, features) if earliest else None
-    return PinResult(repo=str(repo.path), ref=ref, head=_commit(repo, head), report=report, earliest=found)
+    pinned = found.commit.sha if found else head
+    return PinResult(repo=str(repo.path), ref=ref, head=_commit(repo, head), report=report, earliest=found,
+                     build=upstream_build(repo, pinned))
+
+
+def upstream_build(repo: GitRepo, sha: str) -> str | None:
+    """The nearest bNNNN tag at or before sha and how far past it ("b7416", "b7416+3"); None when
+    the repository has no such tag (a shallow clone, a fork without tags)."""
+    tag = repo.git("describe", "--tags", "--match", TAG_GLOB, "--abbrev=0", sha, check=False).strip()
+    if not TAG_RE.fullmatch(tag):
+        return None
+    count = repo.git("rev-list", "--count", f"{tag}..{sha}", check=False).strip()
+    return build_from_describe(tag, int(count)) if count.isdigit() else None
 
 
 # --- where the repository comes from ------------------------------------------
@@ -263,41 +277,55 @@ def _mirror_git(args: list[str], spec: str, dest: Path) -> None:
 # --- writing the pin back ------------------------------------------------------
 
 _TABLE_RE = re.compile(r"^\s*\[")
-_SHA_LINE_RE = re.compile(r'^(\s*sha\s*=\s*)(["\'])([^"\']*)\2(.*)$')
 
 
-def write_recipe_sha(path: Path, sha: str) -> bool:
-    """Replace [pin] sha in the recipe text, keeping every comment and line; True if it changed."""
+def write_recipe_pin(path: Path, sha: str, build: str | None) -> bool:
+    """Set [pin] sha and build in the recipe text, keeping every comment and line (a build
+    number that no longer applies is removed); True if the text changed."""
     text = path.read_text(encoding="utf-8")
     lines = text.splitlines(keepends=True)
-    in_pin, header = False, None
+    header, end = None, len(lines)
     for i, line in enumerate(lines):
         if _TABLE_RE.match(line):
-            in_pin = line.strip().split("#", 1)[0].strip() == "[pin]"
-            if in_pin:
+            if header is not None:
+                end = i
+                break
+            if line.strip().split("#", 1)[0].strip() == "[pin]":
                 header = i
+    if header is None:
+        raise AssembleError("the recipe has no [pin] table", where=str(path), fix="add [pin] with sha and features")
+    wanted = {"sha": sha, "build": build}
+    for key, value in wanted.items():
+        at = next((i for i in range(header + 1, end) if _key_line(key).match(lines[i].rstrip("\r\n"))), None)
+        if at is None:
+            if value is not None:
+                lines.insert(header + 1 + (key == "build"), f'{key} = "{value}"\n')
+                end += 1
             continue
-        m = _SHA_LINE_RE.match(line.rstrip("\r\n")) if in_pin else None
-        if m:
-            if m.group(3) == sha:
-                return False
-            end = line[len(line.rstrip("\r\n")):]
-            lines[i] = f"{m.group(1)}{m.group(2)}{sha}{m.group(2)}{m.group(4)}{end}"
-            break
-    else:
-        if header is None:
-            raise AssembleError("the recipe has no [pin] table", where=str(path), fix="add [pin] with sha and features")
-        lines.insert(header + 1, f'sha = "{sha}"\n')
+        if value is None:
+            del lines[at]
+            end -= 1
+            continue
+        m = _key_line(key).match(lines[at].rstrip("\r\n"))
+        newline = lines[at][len(lines[at].rstrip("\r\n")):]
+        lines[at] = f"{m.group(1)}{m.group(2)}{value}{m.group(2)}{m.group(4)}{newline}"
     new = "".join(lines)
+    if new == text:
+        return False
     parse_recipe(path, new)  # never write a recipe that no longer loads
     _atomic_write(path, new)
     return True
+
+
+def _key_line(key: str) -> re.Pattern:
+    return re.compile(rf'^(\s*{key}\s*=\s*)(["\'])([^"\']*)\2(.*)$')
 
 
 def write_lock(recipe: Recipe, result: PinResult) -> Path:
     """The pin as data next to the recipe (for recipes that should not be edited)."""
     data = result_json(recipe, result)
     data["sha"] = result.sha
+    data["build"] = result.build
     path = lock_path(recipe.path)
     _atomic_write(path, json.dumps(data, indent=2) + "\n")
     return path
@@ -320,6 +348,7 @@ def result_json(recipe: Recipe, result: PinResult) -> dict:
         "head": vars(result.head),
         "features": dict(result.report.present),
         "pinned": result.sha,
+        "build": result.build,
         "earliest": None if e is None else {
             **vars(e.commit), "parent": e.parent, "deciding": list(e.deciding), "reasons": e.reasons,
             "position": e.position, "history": e.history, "checked": e.checked,

@@ -17,7 +17,7 @@ from pathlib import Path
 from builder.config.options import HOST, BuildConfig, UnitConfig
 from builder.config.recipe import Recipe
 from builder.config.targets import CudaArch, GfxTarget
-from builder.config.versions import satisfies
+from builder.config.versions import parse_constraint, satisfies
 from builder.errors import AssembleError
 from builder.toolchain import hints
 from builder.toolchain.detect import (CudaToolkit, Distro, RocmInstall, Toolchain, VulkanSdk, kernel_archs,
@@ -191,6 +191,27 @@ def cuda_needed(archs: Sequence[CudaArch]) -> tuple[int, int] | None:
     need = [CUDA_SINCE.get(a.number, (12, 8)) for a in archs if a.number >= 100]
     need += [FAMILY_SUFFIX_SINCE for a in archs if a.suffix == "f"]
     return max(need) if need else None
+
+
+def runner_cuda(archs: Sequence[CudaArch], constraint: str | None, patched: bool, accepted: bool
+                ) -> tuple[str, str]:
+    """(version constraint, why) a runner's CUDA toolkit must meet to build these archs, by the
+    rules `build` applies: the recipe's constraint or the oldest toolkit that targets every arch,
+    and below 13 when a Blackwell arch is in the list unless the patch or the slowdown is opted in
+    (the refusal above). `assemble matrix` prints it for each job."""
+    need = cuda_needed(archs)
+    spec = constraint or (f">={need[0]}.{need[1]}" if need else "")
+    bw = blackwell(archs)
+    if not bw or patched or accepted:
+        return spec or "any", ""
+    below = f"<{REGRESSION_SINCE[0]}"
+    if spec and any(op in ("<", "<=", "==") and version_tuple(".".join(map(str, v)))[:2] < REGRESSION_SINCE
+                    for op, v in parse_constraint(spec)):
+        return spec, ""                      # the recipe already keeps it below 13
+    return (f"{spec},{below}" if spec else below), (
+        f"for {', '.join(f'sm_{a.base}' for a in bw)} CUDA >= {'.'.join(map(str, REGRESSION_SINCE))} is refused: it "
+        f"loses 50-80% of generation past 8k context; CUDA 13 only with the patch {BLACKWELL_PATCH} enabled or "
+        "the regression accepted")
 
 
 def _unsupported(c: Context) -> list[CudaArch]:

@@ -149,7 +149,8 @@ def test_sigkill_during_package_leaves_old_or_new_files(cpu_runtime, tmp_path):
     assert assemble("package", str(cpu_runtime), "--out-dir", str(dist)).returncode == 0
     assert (dist / expected.archive.name).read_bytes() == expected.archive.read_bytes()
     assert package.check_sums(dist) == [] and not list(dist.glob(f".*{package.PART_TAG}*"))
-    assert sorted(p.name for p in dist.iterdir()) == sorted([expected.archive.name, expected.sbom.name, package.SUMS])
+    assert sorted(p.name for p in dist.iterdir()) == sorted([expected.archive.name, expected.sbom.name,
+                                                             expected.provenance.name, package.SUMS])
 
 
 # --- every step of the swap, interrupted ----------------------------------------------------

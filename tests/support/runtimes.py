@@ -28,8 +28,10 @@ def _record(rt: Path, rel: str, role: str, origin: str) -> dict:
 
 
 def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str = "cpu",
-                 hip: tuple[str, ...] = ()) -> Path:
-    """A small runtime with a manifest, made of real files with real origins."""
+                 hip: tuple[str, ...] = (), build: str | None = None, rocm: str | None = None,
+                 cuda: str | None = None) -> Path:
+    """A small runtime with a manifest, made of real files with real origins; build, rocm and cuda
+    are what its manifest says of upstream's build number and the GPU runtimes it carries."""
     rt = root / f"runtime-{name}"
     (rt / "bin").mkdir(parents=True)
     (rt / "lib" / "data").mkdir(parents=True)
@@ -60,8 +62,12 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
                       "source": {"kind": "sdist", "package": "llama-cpp-python", "version": "0.3.36",
                                  "sha256": "8" * 64, "verified_by": "git"},
                       "features": {}, "patches": [{"name": "backend-loader-no-cwd", "file": PATCH,
-                                                   "sha256": sha256_file(patch), "fixes": "cwd loading"}]},
+                                                   "sha256": sha256_file(patch), "fixes": "cwd loading"}],
+                      **({"build": build} if build else {})},
         "gpu_targets": {"cuda": [], "hip": list(hip)},
+        "gpu_runtimes": {**({"rocm": {"version": rocm, "kernel_driver": "amdgpu", "source": "test"}} if rocm else {}),
+                         **({"cuda": {"version": cuda, "driver_min": "525.60", "driver_for_ptx": "570.26",
+                                      "source": "test"}} if cuda else {})},
         "units": [{"name": "main", "backends": ["cpu"], "container": None,
                    "toolchain": {"cmake": {"path": "/usr/bin/cmake", "version": "3.31.6"},
                                  "cc": {"path": "/usr/bin/cc", "version": "12.2.0"},

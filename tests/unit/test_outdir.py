@@ -230,7 +230,8 @@ def test_package_leaves_the_users_files_in_out_dir_alone(tmp_path):
         (dist / n).write_text(text)
     result = package.package(rt, dist)
     assert {n: (dist / n).read_text() for n in mine} == mine
-    assert sorted(os.listdir(dist)) == sorted([*mine, result.archive.name, result.sbom.name, package.SUMS])
+    assert sorted(os.listdir(dist)) == sorted([*mine, result.archive.name, result.sbom.name, result.provenance.name,
+                                               package.SUMS])
 
 
 def test_package_never_names_a_file_outside_out_dir(tmp_path):

@@ -6,21 +6,24 @@ import argparse
 import json
 from pathlib import Path
 
-from builder.release.package import FORMATS, package
+from builder.release.package import DEFAULT_FORMAT, FORMATS, package
 
 
 def register(sub, common) -> None:
     p = sub.add_parser("package", parents=[common], help="archive a runtime for release (tar + SBOM + SHA256SUMS)",
-                       description="Write runtime-<recipe>-<sha12>-linux-<arch>.<ext>: a byte-reproducible archive "
-                       "of a runtime folder (sorted entries, the pinned commit's date as every mtime, uid/gid 0), "
-                       "a CycloneDX SBOM beside it, and its line in SHA256SUMS.",
+                       description="Write runtime-<recipe>[-<bNNNN>][-<toolkit>]-<sha12>-linux-<arch>.<ext> (e.g. "
+                       "runtime-cuda-vulkan-b7416-cuda12.8-0c1e57098bba-linux-x86_64.tar.zst): a byte-reproducible "
+                       "archive of a runtime folder (sorted entries, the pinned commit's date as every mtime, uid/gid "
+                       "0), a CycloneDX SBOM and an in-toto/SLSA provenance statement beside it, and their lines in "
+                       "SHA256SUMS.",
                        epilog="examples:\n  assemble package runtime-cpu\n"
-                       "  assemble package runtime-cuda --format tar.zst --out-dir dist\n"
+                       "  assemble package runtime-cuda --format tar.gz --out-dir dist\n"
                        "  cd dist && sha256sum -c SHA256SUMS\n"
                        "exit status: 0 written, 1 the runtime fails its manifest or the disk is full, 2 bad input",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runtime", metavar="RUNTIME_DIR", help="the runtime folder (runtime-<recipe>/)")
-    p.add_argument("--format", choices=FORMATS, default="tar.gz", help="archive format (default tar.gz)")
+    p.add_argument("--format", choices=FORMATS, default=DEFAULT_FORMAT,
+                   help=f"archive format (default {DEFAULT_FORMAT}: multi-threaded zstd; tar.gz for old tools)")
     p.add_argument("--out-dir", metavar="DIR", default="dist",
                    help="where the archive, SBOM and SHA256SUMS go (default ./dist; other archives' sums are kept; "
                    "never inside the runtime; nothing else there is touched)")
@@ -31,7 +34,8 @@ def run(args) -> int:
     result = package(Path(args.runtime), Path(args.out_dir), args.format)
     if args.json:
         print(json.dumps({"archive": str(result.archive), "sha256": result.sha256, "size": result.size,
-                          "sbom": str(result.sbom), "sums": str(result.sums)}, indent=2))
+                          "sbom": str(result.sbom), "provenance": str(result.provenance),
+                          "sums": str(result.sums)}, indent=2))
     else:
         print(result.archive)
     return 0

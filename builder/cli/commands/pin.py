@@ -58,7 +58,7 @@ def run(args) -> int:
     if not args.dry_run:
         if args.lock:
             written = str(pinning.write_lock(recipe, result))
-        elif pinning.write_recipe_sha(recipe.path, result.sha):
+        elif pinning.write_recipe_pin(recipe.path, result.sha, result.build):
             written = str(recipe.path)
     if args.json:
         data = pinning.result_json(recipe, result)
@@ -74,10 +74,11 @@ def run(args) -> int:
         print(f"earliest: {e.commit.sha}")
         print(f"  {e.explain(args.ref)}")
         print(f"  ({e.checked} of {e.history} first-parent commits examined, {e.seconds:.2f}s)")
+    build = f" ({result.build})" if result.build else " (no bNNNN tag reaches it: names carry no build number)"
     if written:
-        print(f"pinned {result.sha} in {written}")
+        print(f"pinned {result.sha}{build} in {written}")
     elif args.dry_run:
-        print(f"would pin {result.sha} (dry run, nothing written)")
+        print(f"would pin {result.sha}{build} (dry run, nothing written)")
     else:
-        print(f"{recipe.path} already pins {result.sha}")
+        print(f"{recipe.path} already pins {result.sha}{build}")
     return 0

@@ -21,7 +21,7 @@ import zstandard
 
 from builder.digest import sha256_file
 from builder.errors import USAGE, AssembleError
-from builder.prebuilt.inputs import Input, build_tag, classify, unpack
+from builder.prebuilt.inputs import Input, classify, unpack
 from builder.source.archive import Limits
 
 TRIPLET = "usr/lib/x86_64-linux-gnu"
@@ -177,14 +177,6 @@ def test_classify_kinds_order_and_the_debs_grouped_where_the_first_was(place, tm
     # the set's digest does not depend on the order given
     (again,) = classify([str(d1), str(d2)])
     assert again.sha256 == debs.sha256
-
-
-def test_build_tags():
-    assert build_tag("llama-b7416-bin-ubuntu-x64.zip") == "b7416"
-    assert build_tag("llama-b7416-bin-ubuntu-vulkan-x64.tar.gz") == "b7416"
-    assert build_tag("b123") == "b123"
-    assert build_tag("libggml0_0.27.0-1_amd64.deb") is None
-    assert build_tag("sub123.zip") is None and build_tag("llama-cpp.zip") is None
 
 
 @pytest.mark.parametrize("case, expect", [

@@ -7,6 +7,7 @@ end-to-end ones package the real cpu runtime."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -70,7 +71,7 @@ def test_same_runtime_gives_the_same_bytes(tmp_path, fmt):
 
 def test_archive_entries_are_normalised(tmp_path):
     rt = make_runtime(tmp_path)
-    result = package.package(rt, tmp_path / "dist")
+    result = package.package(rt, tmp_path / "dist", "tar.gz")
     ms = members(result.archive)
     names = [m.name for m in ms]
     assert names[0] == "runtime-cpu" and "runtime-cpu/manifest.json" in names
@@ -96,12 +97,13 @@ def test_archive_entries_are_normalised(tmp_path):
 def test_checksum_file_verifies_and_catches_a_change(tmp_path):
     rt = make_runtime(tmp_path)
     dist = tmp_path / "dist"
-    result = package.package(rt, dist)
+    result = package.package(rt, dist, "tar.gz")
     other = make_runtime(tmp_path / "other", name="vulkan")
     package.package(other, dist, "tar.zst")
     sums = package.read_sums(dist / package.SUMS)
-    assert set(sums) == {result.archive.name, result.sbom.name, f"runtime-vulkan-{SHA[:12]}-linux-x86_64.tar.zst",
-                         f"runtime-vulkan-{SHA[:12]}-linux-x86_64.cdx.json"}
+    stem = f"runtime-vulkan-{SHA[:12]}-linux-x86_64"
+    assert set(sums) == {result.archive.name, result.sbom.name, result.provenance.name, f"{stem}.tar.zst",
+                         f"{stem}.cdx.json", f"{stem}.intoto.json"}
     ok = subprocess.run(["sha256sum", "-c", package.SUMS], cwd=dist, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert package.check_sums(dist) == []
@@ -126,19 +128,35 @@ def test_zst_archive_reads_with_the_zstd_tool(tmp_path):
 
 def test_hip_runtime_name_carries_its_gfx_target(tmp_path):
     rt = make_runtime(tmp_path, name="rocm", hip=("gfx1100",))
-    assert package.package(rt, tmp_path / "d").archive.name == f"runtime-rocm-gfx1100-{SHA[:12]}-linux-x86_64.tar.gz"
+    assert package.package(rt, tmp_path / "d").archive.name == f"runtime-rocm-gfx1100-{SHA[:12]}-linux-x86_64.tar.zst"
+
+
+@pytest.mark.parametrize("build, rocm, cuda, middle", [
+    ("b7416", None, "12.8", "b7416-cuda12.8"), (None, "6.4", None, "rocm6.4"),
+    ("b7416+3", "6.4", "13.0", "b7416+3-rocm6.4-cuda13.0"), (None, None, None, None),
+])
+def test_names_carry_the_upstream_build_number_and_the_toolkit_line(tmp_path, build, rocm, cuda, middle):
+    """What users and tools key on (upstream: llama-b7416-bin-ubuntu-cuda-12.8-x64), from the manifest."""
+    rt = make_runtime(tmp_path, name="cuda-vulkan", build=build, rocm=rocm, cuda=cuda)
+    result = package.package(rt, tmp_path / "d")
+    want = "-".join(p for p in ("runtime-cuda-vulkan", middle, SHA[:12], "linux-x86_64") if p)
+    assert result.archive.name == f"{want}.tar.zst" and result.sbom.name == f"{want}.cdx.json"
+    assert result.provenance.name == f"{want}.intoto.json"
 
 
 def test_a_gfx_target_with_features_names_the_archive_and_the_matrix_alike(tmp_path):
-    """gfx90a:xnack- is a target build accepts: its runtime packages, under the name matrix announced."""
-    rt = make_runtime(tmp_path, name="rocm", hip=("gfx90a:xnack-",))
+    """gfx90a:xnack- is a target build accepts: its runtime packages, under the name matrix announced
+    (a glob where the runner's ROCm decides the toolkit line)."""
+    rt = make_runtime(tmp_path, name="rocm", hip=("gfx90a:xnack-",), rocm="6.4")
     archive = package.package(rt, tmp_path / "d").archive.name
     entry = next(e for e in matrix.entries([load_recipe("rocm")], (GfxTarget.parse("gfx90a:xnack-"),)))
-    assert archive == f"runtime-rocm-gfx90a-xnack--{SHA[:12]}-linux-x86_64.tar.gz" == f"{entry.artifact}.tar.gz"
+    assert archive == f"runtime-rocm-gfx90a-xnack--rocm6.4-{SHA[:12]}-linux-x86_64.tar.zst"
+    assert entry.artifact == f"runtime-rocm-gfx90a-xnack--rocm*-{SHA[:12]}-linux-x86_64"
+    assert fnmatch.fnmatchcase(archive, f"{entry.artifact}.tar.zst")
 
 
-@pytest.mark.parametrize("archs, need", [("80,90", "any"), ("90,120", ">=12.8"), ("120,121", ">=12.9"),
-                                         ("120f", ">=12.9"), ("110", ">=13.0")])
+@pytest.mark.parametrize("archs, need", [("80,90", "any"), ("90,120", ">=12.8,<13"), ("120,121", ">=12.9,<13"),
+                                         ("120f", ">=12.9,<13"), ("110", ">=13.0")])
 def test_matrix_asks_for_the_oldest_cuda_that_targets_every_arch(archs, need, tmp_path):
     r = parse_recipe(tmp_path / "c.toml", GOOD_RECIPE.replace('["90"]', repr(archs.split(",")).replace("'", '"')))
     entry = next(e for e in matrix.entries([r]))
@@ -173,7 +191,8 @@ def test_a_killed_runs_temporaries_go_only_as_recorded(tmp_path, isolated_cache)
     result = package.package(rt, dist)
     assert not half.exists() and lookalike.read_text() == "mine\n"
     # no lock file and no other temporary in the folder: only the three outputs and the user's file
-    assert sorted(os.listdir(dist)) == sorted([lookalike.name, result.archive.name, result.sbom.name, package.SUMS])
+    assert sorted(os.listdir(dist)) == sorted([lookalike.name, result.archive.name, result.sbom.name,
+                                               result.provenance.name, package.SUMS])
     assert not (isolated_cache / "packages").exists() or all(
         package.locks.load(p, dist).entries == () for p in (isolated_cache / "packages").iterdir())
 
@@ -249,7 +268,7 @@ def test_matrix_covers_every_recipe_and_hip_target():
         assert len(mine) == (len(r.hip.targets) if "hip" in r.backends else 1) + units, r.name
     by = {e.name: e for e in entries}
     assert by["cpu"].needs.summary == "C/C++ compiler only" and by["cpu"].gpu_arch == "none"
-    assert by["cuda-vulkan"].needs.cuda_toolkit == ">=12.8" and by["cuda-vulkan"].needs.vulkan_sdk  # sm_120
+    assert by["cuda-vulkan"].needs.cuda_toolkit == ">=12.8,<13" and by["cuda-vulkan"].needs.vulkan_sdk  # sm_120
     r128 = by["rocm-cuda128-gfx1100"]
     assert r128.needs.rocm == ">=6.1" and r128.needs.cuda_toolkit is None   # CUDA is in the container
     assert r128.needs.container_engine and r128.needs.containers == ("cuda12.8-build",)
@@ -263,7 +282,7 @@ def test_matrix_hip_targets_and_github_format():
     assert proc.stdout.count("\n") == 1     # one line for $GITHUB_OUTPUT
     include = json.loads(proc.stdout)["include"]
     assert [e["name"] for e in include] == ["rocm-gfx1100", "rocm-gfx942", "cpu"]
-    assert include[1]["artifact"] == f"runtime-rocm-gfx942-{load_recipe('rocm').pin.sha[:12]}-linux-x86_64"
+    assert include[1]["artifact"] == f"runtime-rocm-gfx942-rocm*-{load_recipe('rocm').pin.sha[:12]}-linux-x86_64"
 
 
 def test_matrix_splits_a_recipe_whose_units_need_different_toolkits():
@@ -403,7 +422,7 @@ def test_no_op_rebuild_of_the_cpu_runtime_skips_the_compiler(cpu_runtime, tmp_pa
 # --- the real runtime --------------------------------------------------------------------
 
 def test_real_cpu_runtime_packages_reproducibly(cpu_runtime, tmp_path):
-    a = assemble("package", str(cpu_runtime), "--out-dir", str(tmp_path / "a"), "--json")
+    a = assemble("package", str(cpu_runtime), "--out-dir", str(tmp_path / "a"), "--json", "--format", "tar.gz")
     b = assemble("package", str(cpu_runtime), "--out-dir", str(tmp_path / "b"), "--json", "--format", "tar.gz")
     assert a.returncode == 0 and b.returncode == 0, a.stderr + b.stderr
     pa, pb = Path(json.loads(a.stdout)["archive"]), Path(json.loads(b.stdout)["archive"])

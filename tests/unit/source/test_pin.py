@@ -390,7 +390,7 @@ def test_command_writes_sha_keeping_comments(history, tmp_path, capsys):
     assert _run_cmd(["pin", str(recipe), "--repo", str(repo), "--ref", "main", "--lock"]) == 0
     assert recipe.read_text() == text
     lock = json.loads((tmp_path / "test.lock.json").read_text())
-    assert lock["sha"] == model.main[-1] and read_lock(recipe) == model.main[-1]
+    assert lock["sha"] == model.main[-1] and read_lock(recipe) == (model.main[-1], None)
     # ... and the lock wins when the recipe is loaded (what `assemble build` builds)
     loaded = parse_recipe(recipe)
     assert loaded.pin.sha == model.main[-1] and loaded.pin.lock == str(tmp_path / "test.lock.json")
@@ -410,13 +410,48 @@ def test_command_refuses_missing_features(history, tmp_path):
     assert "0" * 40 in recipe.read_text()  # untouched
 
 
-def test_write_recipe_sha_never_writes_a_broken_recipe(tmp_path):
+def test_write_recipe_pin_never_writes_a_broken_recipe(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text(RECIPE.format(url="https://example.org/x.git"))
     with pytest.raises(AssembleError):
-        P.write_recipe_sha(recipe, "not-a-sha")
+        P.write_recipe_pin(recipe, "not-a-sha", None)
+    with pytest.raises(AssembleError):
+        P.write_recipe_pin(recipe, "a" * 40, "7416")          # not upstream's grammar
     assert "0" * 40 in recipe.read_text()
-    assert P.write_recipe_sha(recipe, "a" * 40) and not P.write_recipe_sha(recipe, "a" * 40)
+    assert P.write_recipe_pin(recipe, "a" * 40, None) and not P.write_recipe_pin(recipe, "a" * 40, None)
+
+
+def test_pin_records_the_nearest_upstream_build_number(history, tmp_path, capsys):
+    """bNNNN tags (upstream's release numbers): the tag itself, N commits past it, or none at all;
+    the recipe's build line follows the sha, and a number that no longer applies is removed."""
+    repo, model = history
+    recipe = tmp_path / "test.toml"
+    recipe.write_text(RECIPE.format(url=repo))
+    subprocess.run(["git", "-C", str(repo), "tag", "b100", model.main[DEVICE_AT - 2]], check=True)
+    assert _run_cmd(["pin", str(recipe), "--earliest", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["pinned"] == model.main[DEVICE_AT] and out["build"] == "b100+2"
+    assert parse_recipe(recipe).pin.build == "b100+2"
+    assert 'build = "b100+2"' in recipe.read_text()
+    subprocess.run(["git", "-C", str(repo), "tag", "-a", "-m", "b102", "b102", model.main[DEVICE_AT]], check=True)
+    assert _run_cmd(["pin", str(recipe), "--earliest"]) == 0
+    assert "(b102)" in capsys.readouterr().out and parse_recipe(recipe).pin.build == "b102"
+    assert recipe.read_text().count("build =") == 1
+    # the lock carries its own number, and wins with its sha
+    assert _run_cmd(["pin", str(recipe), "--ref", "main", "--lock"]) == 0
+    capsys.readouterr()
+    # commits reachable from the pin and not from the tag, as upstream counts its build numbers
+    distance = int(subprocess.run(["git", "-C", str(repo), "rev-list", "--count", f"b102..{model.main[-1]}"],
+                                  capture_output=True, text=True, check=True).stdout)
+    assert distance > 0 and read_lock(recipe) == (model.main[-1], f"b102+{distance}")
+    assert parse_recipe(recipe).pin.build == read_lock(recipe)[1]
+    (tmp_path / "test.lock.json").unlink()
+    # tags gone (a shallow clone, a fork): the stale number is removed, never kept beside a new sha
+    for tag in ("b100", "b102"):
+        subprocess.run(["git", "-C", str(repo), "tag", "-d", tag], check=True, capture_output=True)
+    assert _run_cmd(["pin", str(recipe), "--ref", "main"]) == 0
+    assert "no bNNNN tag" in capsys.readouterr().out
+    assert "build =" not in recipe.read_text() and parse_recipe(recipe).pin.build is None
 
 
 def test_open_repo_refuses_nonsense(tmp_path):

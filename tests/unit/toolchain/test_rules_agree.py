@@ -126,3 +126,34 @@ def test_build_refuses_exactly_what_doctor_calls_missing(recipe_name, cli, parts
     slower = [r.meaning for r in rows if r.status == doctor.WARN]
     if expect != "missing":
         assert warned == slower          # the same warnings, in the same words
+
+
+@pytest.mark.parametrize("optin", ["none", "patch", "accept"])
+@pytest.mark.parametrize("version", ["12.4", "12.8", "12.9", "13.0", "13.1"])
+def test_matrix_asks_runners_for_exactly_the_cuda_build_accepts(optin, version, monkeypatch):
+    """The toolkit constraint `assemble matrix` prints for a CUDA job (sm_120 in the list) holds for a
+    version exactly when `build` would not refuse that toolkit: both read toolchain.rules."""
+    from builder.config.versions import satisfies
+    from builder.release import matrix
+    from builder.toolchain.rules import BLACKWELL_PATCH
+    r = load_recipe("cuda")
+    if optin == "patch":
+        r = dataclasses.replace(r, patches_on=(BLACKWELL_PATCH,))
+    elif optin == "accept":
+        r = dataclasses.replace(r, cuda=dataclasses.replace(r.cuda, accept_blackwell_regression=True))
+    (entry,) = matrix.entries([r])
+    spec = entry.needs.cuda_toolkit
+    toolkit = cuda(version, archs=ARCHS if version >= "12.8" else ARCHS[:5])
+    toolchain = Toolchain("host", **{**TOOLS, "cuda": toolkit, "launcher_choice": CliOptions().launcher})
+    config = resolve(r, CliOptions(), env={})
+    monkeypatch.setattr(pipeline, "distro", lambda: tc.Distro("debian", (), "13", "trixie", "Debian GNU/Linux 13"))
+    monkeypatch.setattr(pipeline.ui, "warn", lambda text: None)
+    try:
+        pipeline._enforce(config, config.wanted(), {u.name: toolchain for u in config.units},
+                          doctor.blackwell_patch(config, toolkit))
+        refused = False
+    except AssembleError:
+        refused = True
+    assert refused == (not satisfies(version, spec)), (version, spec)
+    if optin == "none":
+        assert spec == ">=12.8,<13" and "sm_120" in entry.needs.summary

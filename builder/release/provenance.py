@@ -1,0 +1,74 @@
+"""An in-toto Statement (v1) with a SLSA Provenance (v1) predicate for a release archive.
+
+What was built (the archive, by sha256), from what (llama.cpp at its sha and build number, the
+patches applied, the prebuilt inputs a repair took), how (the recipe, the GPU targets, each
+unit's CMake configure and build commands and where they ran), and by which tool. Everything
+comes from the runtime's manifest, which the build wrote: no clock and no host name, so the same
+runtime gives the same statement bytes, as the archive and the SBOM do. It is not signed here;
+a pipeline signs it with its own identity (cosign attest, GitHub's attest-build-provenance).
+"""
+
+from __future__ import annotations
+
+from builder import __version__
+from builder.runtime.manifest import Manifest
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+# SLSA asks for a URI naming the build template: what the parameters below mean is fixed by it.
+BUILD_TYPE = "urn:assemble:buildtype:runtime:v1"
+SUFFIX = ".intoto.json"
+
+
+def statement(m: Manifest, archive_name: str, archive_sha256: str, byproducts: dict[str, str]) -> dict:
+    """byproducts: name -> sha256 of the files written beside the archive (the SBOM)."""
+    src = m.llama_cpp
+    external: dict = {"recipe": m.recipe.name, "recipe_file": m.recipe.file,
+                      "backends": list(m.recipe.backends),
+                      "gpu_targets": {"cuda": list(m.gpu_targets.cuda), "hip": list(m.gpu_targets.hip)}}
+    if src.sha:
+        external["source"] = {"sha": src.sha, **({"build": src.build} if src.build else {})}
+    if m.inputs:
+        external["inputs"] = [{"given": i.given, "kind": i.kind, **({"build": i.build} if i.build else {})}
+                              for i in m.inputs]
+    internal = {"units": [{"name": u.name, "backends": list(u.backends), "container": u.container,
+                           "configure": list(u.configure), "build": list(u.build),
+                           **({"environment": u.environment} if u.environment else {})} for u in m.units]}
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": archive_name, "digest": {"sha256": archive_sha256}}],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": external,
+                "internalParameters": internal,
+                "resolvedDependencies": _dependencies(m),
+            },
+            "runDetails": {
+                "builder": {"id": f"urn:assemble:{__version__}"},
+                "metadata": {},
+                "byproducts": [{"name": n, "digest": {"sha256": d}} for n, d in sorted(byproducts.items())],
+            },
+        },
+    }
+
+
+def _dependencies(m: Manifest) -> list[dict]:
+    src, out = m.llama_cpp, []
+    p = src.source
+    if src.sha:
+        uri = {"git": f"git+{p.url}" if p.url else None,
+               "sdist": f"pkg:pypi/{p.package}@{p.version}" if p.package else None}.get(p.kind) or "llama.cpp"
+        dep = {"uri": uri, "digest": {"gitCommit": src.sha}, "name": "llama.cpp"}
+        if p.kind == "sdist" and p.sha256:
+            dep["annotations"] = {"sdist_sha256": p.sha256, "subdir": p.subdir or ""}
+        out.append(dep)
+    for patch in src.patches:
+        out.append({"name": f"patches/{patch.file}", "digest": {"sha256": patch.sha256}})
+    for i in m.inputs:
+        dep = {"name": i.given, "annotations": {"kind": i.kind}}
+        if i.sha256:
+            dep["digest"] = {"sha256": i.sha256}
+        out.append(dep)
+    return out
