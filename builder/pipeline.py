@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import outdir, paths, ui
-from builder.build import collect, merge, run, unitfolder
+from builder.build import cachestats, collect, merge, run, unitfolder
+from builder.config import remotecache
 from builder.build.plan import UnitPlan, plan_unit
 from builder.build.unitfolder import UnitDescription
 from builder.config.options import ADOPTED, CONTAINER, BuildConfig, UnitConfig
@@ -110,7 +112,23 @@ def prepare(config: BuildConfig) -> Prepared:
             plans.append(unitfolder.adopt(recorded[unit.name], config, unit))
         else:
             plans.append(plan_unit(config, unit, toolchains[unit.name], prepared_tree.path, tree.sha, tree_id))
+    _check_remote_cache(config, plans)
     return Prepared(config, tree, prepared_tree, report, tuple(plans), records, recorded)
+
+
+def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan]) -> None:
+    """A shared cache each unit's launcher can use, or one line before anything compiles."""
+    url = config.remote_cache.value
+    if not url:
+        return
+    for plan in plans:
+        where = f"unit {plan.unit.name} ({config.remote_cache.origin})"
+        if plan.in_container:
+            ui.warn(f"unit {plan.unit.name} builds in container {plan.unit.where.image} without network: it uses "
+                    "its local ccache, not the remote cache")
+            continue
+        remotecache.check(url, plan.launcher or "", where)
+    ui.info(f"remote compile cache: {remotecache.redacted(url)} ({config.remote_cache.origin})")
 
 
 def preview(config: BuildConfig) -> tuple[UnitPlan, ...]:
@@ -238,6 +256,14 @@ def _toolchain_lib_dirs(plans: tuple[UnitPlan, ...]) -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
+def _cache_stats(build_dir: Path) -> dict | None:
+    """The compile cache's counters of the folder's last build (None: no stats, e.g. nothing was compiled)."""
+    try:
+        return json.loads((build_dir / cachestats.STATS_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _commit_time(tree: Path, sha: str | None) -> int | None:
     if not sha:
         return None
@@ -270,7 +296,8 @@ def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Mani
             built_elsewhere=prepared.adopted[p.unit.name].origin() if p.unit.name in prepared.adopted else None,
             build_dir=str(p.build_dir), configure=tuple(p.configure), build=tuple(p.build), defines=dict(p.defines),
             toolchain=p.toolchain,
-            environment=None if p.unit.name in prepared.adopted else p.environment.as_dict()) for p in plans),
+            environment=None if p.unit.name in prepared.adopted else p.environment.as_dict(),
+            cache=_cache_stats(p.build_dir)) for p in plans),
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         system_libs=result.system_libs, files=result.files, symlinks=result.symlinks,
         config=prepared.config.as_dict(),

@@ -41,6 +41,8 @@ class UnitPlan:
     key: str = ""
     tree: str = ""                              # the patch set applied to the source ("" = pristine)
     environment: BuildEnv = BuildEnv((), (), ())  # what CMake and the compilers see of ours (host units)
+    launcher: str | None = None                 # "ccache" | "sccache" | None: what fronts the compilers
+    remote_cache: str | None = None             # the shared store (not in the key: it changes no output)
 
     @property
     def configure(self) -> tuple[str, ...]:
@@ -117,4 +119,12 @@ def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: 
     cmake = IMAGE_TOOLS["cmake"] if unit.where.kind == CONTAINER else _path(tc.cmake, "cmake")
     return UnitPlan(recipe=config.recipe.name, unit=unit, sha=sha, source_dir=source_dir, build_dir=build_dir,
                     defines=defines, targets=tuple(config.targets), jobs=int(config.jobs.value), cmake=cmake,
-                    env=env, toolchain=record, key=key, tree=tree, environment=environment)
+                    env=env, toolchain=record, key=key, tree=tree, environment=environment,
+                    launcher=launcher_name(unit, tc), remote_cache=config.remote_cache.value)
+
+
+def launcher_name(unit: UnitConfig, tc: Toolchain) -> str | None:
+    """Which compiler cache fronts this unit's compilers: the image's ccache, or the host's choice."""
+    if unit.where.kind == CONTAINER:
+        return IMAGE_TOOLS["launcher"] if tc.launcher_choice != "none" else None
+    return tc.launcher.name if tc.launcher else None

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import locks, ui
+from builder.build import cachestats
 from builder.build.plan import UnitPlan
+from builder.config import remotecache
 from builder.errors import AssembleError, BuildFailed
 from builder.paths import cache_dir
 from builder.proc import command_line, run_logged
@@ -79,6 +81,7 @@ def container_run(plan: UnitPlan, engine: Engine, *, image: str | None = None,
                                                      "on the host (--container none)")
     script = f"set -eu\n{command_line(plan.configure)}\n{command_line(plan.build)}\n"
     env = {"HOME": "/tmp", "CCACHE_DIR": str(cache / "ccache" / name), "CCACHE_BASEDIR": str(cache),
+           "CCACHE_STATSLOG": str(build_dir / cachestats.STATS_LOG),
            # the source is owned by another uid inside: let llama.cpp's build-info read its git sha
            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*",
            "NINJA_STATUS": "[%f/%t] ", **dict(plan.env)}
@@ -131,11 +134,14 @@ def run_unit(plan: UnitPlan, engine: Engine | None = None) -> Path:
             ui.step(f"build {plan.unit.name}: unchanged since its last build, reusing {plan.build_dir}")
             return plan.build_dir
         built.unlink(missing_ok=True)  # from here until the build ends, nothing vouches for the tree
+        for name in (cachestats.STATS_LOG, cachestats.STATS_FILE):
+            (plan.build_dir / name).unlink(missing_ok=True)          # this build's counters only
         start = time.monotonic()
         if plan.in_container:
             run_container(container_run(plan, engine or container.find_engine()))
         else:
             _run_here(plan)
+        _record_cache_stats(plan)
         tmp = built.with_name(BUILT_STAMP + ".tmp")
         tmp.write_text(json.dumps({"fingerprint": fingerprint, "outputs": _outputs(plan.build_dir)}, indent=1))
         os.replace(tmp, built)
@@ -147,7 +153,14 @@ def run_unit(plan: UnitPlan, engine: Engine | None = None) -> Path:
 def _run_here(plan: UnitPlan) -> None:
     log = plan.build_dir / LOG
     env = plan.environment.mapping({"NINJA_STATUS": "[%f/%t] ", **dict(plan.env)})
-    env.setdefault("CCACHE_BASEDIR", str(cache_dir()))  # relative paths: hits across build folders
+    # relative paths under the cache: hits across build folders, and across machines whose HOME differs
+    for k, v in remotecache.launcher_env(plan.remote_cache, plan.launcher or "", cache_dir()).items():
+        if k in ("CCACHE_BASEDIR", "SCCACHE_BASEDIRS"):
+            env.setdefault(k, v)          # a base folder the caller chose wins
+        else:
+            env[k] = v                    # --remote-cache / ASSEMBLE_REMOTE_CACHE, asked for explicitly
+    if plan.launcher == "ccache":
+        env["CCACHE_STATSLOG"] = str(plan.build_dir / cachestats.STATS_LOG)
     if notice := plan.environment.notice():
         line, serious = notice
         (ui.warn if serious else ui.info)(line)
@@ -162,6 +175,20 @@ def _run_here(plan: UnitPlan) -> None:
         ui.step(f"configure {plan.unit.name}: reusing {plan.build_dir}")
     ui.step(f"build {plan.unit.name}: {', '.join(plan.targets)}")
     run_logged(plan.build, log, f"build {plan.unit.name}", fix=_FIX, env=env, progress=True)
+
+
+def _record_cache_stats(plan: UnitPlan) -> None:
+    """The compile cache's counters of this build: one line in the log, a file for the manifest."""
+    if plan.launcher != "ccache":
+        return
+    stats = cachestats.read_stats_log(plan.build_dir / cachestats.STATS_LOG,
+                                      None if plan.in_container else plan.remote_cache)
+    if stats is None:
+        return
+    ui.info(f"compile cache of unit {plan.unit.name}: {stats.line()}")
+    with open(plan.build_dir / LOG, "a") as f:
+        f.write(f"assemble: compile cache: {stats.line()}\n")
+    (plan.build_dir / cachestats.STATS_FILE).write_text(json.dumps(stats.as_dict(), indent=1))
 
 
 def _tool_stats(tools: dict) -> dict:

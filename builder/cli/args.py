@@ -33,6 +33,9 @@ def add_plan_options(p) -> None:
                    help="parallel compile jobs (default: $CMAKE_BUILD_PARALLEL_LEVEL, else all cores)")
     p.add_argument("--launcher", choices=LAUNCHERS, default="auto",
                    help="compiler launcher (default auto: ccache or sccache when installed)")
+    p.add_argument("--remote-cache", metavar="URL",
+                   help="compile cache shared across machines (default $ASSEMBLE_REMOTE_CACHE): ccache takes "
+                        "redis://, redis+unix:, http://; sccache redis://, s3://, gs://, gha")
     p.add_argument("--container", metavar="NAME",
                    help=f"build units that name no container in this one ({', '.join(container.available())}); "
                         "'none' builds every unit on the host")
@@ -84,4 +87,4 @@ def cli_options(args, **extra) -> CliOptions:
         hip_target=GfxTarget.parse(args.hip_target, "--hip-target") if args.hip_target is not None else None,
         defines=defines(args.define), targets=tuple(args.target), jobs=args.jobs, launcher=args.launcher,
         container=args.container, engine=args.engine, patches=tuple(args.patch),
-        accept_blackwell_regression=args.accept_blackwell_regression, **extra)
+        accept_blackwell_regression=args.accept_blackwell_regression, remote_cache=args.remote_cache, **extra)

@@ -15,7 +15,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from builder.config import cpulevels
+from builder.config import cpulevels, remotecache
 from builder.config.recipe import Mirror, Recipe, Unit
 from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError
@@ -77,6 +77,7 @@ class CliOptions:
     accept_blackwell_regression: bool = False
     unit_from: tuple[tuple[str, str], ...] = ()   # (unit, folder): built elsewhere, merged as they are
     only_unit: str | None = None
+    remote_cache: str | None = None               # the shared compile cache (builder.build.remotecache)
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ class BuildConfig:
     source: str | None = None
     accept_blackwell_regression: bool = False
     only_unit: str | None = None
+    remote_cache: Setting = Setting(None, "default")   # value: the URL (may hold a password: shown redacted)
 
     def unit(self, name: str) -> UnitConfig:
         return next(u for u in self.units if u.name == name)
@@ -166,6 +168,8 @@ class BuildConfig:
                 "targets": list(self.targets), "patches": list(self.recipe.patches_on),
                 "accept_blackwell_regression": self.accept_blackwell_regression,
                 "jobs": self.jobs.as_dict(), "launcher": self.launcher.as_dict(), "engine": self.engine.as_dict(),
+                "remote_cache": {"value": remotecache.redacted(self.remote_cache.value)
+                                 if self.remote_cache.value else None, "from": self.remote_cache.origin},
                 **self.places.as_dict(), "units": [u.as_dict() for u in self.units]}
 
 
@@ -179,6 +183,10 @@ def resolve(recipe: Recipe, cli: CliOptions = CliOptions(), env: Mapping[str, st
     _check_unit_names(recipe, cli)
     adopted = dict(cli.unit_from)
     units = tuple(_unit(recipe, u, cli, adopted) for u in recipe.units)
+    remote = _first((cli.remote_cache, "--remote-cache"), (env.get(remotecache.ENV) or None, remotecache.ENV),
+                    (None, "default"))
+    if remote.value:
+        remotecache.check_known(str(remote.value), remote.origin)
     return BuildConfig(
         recipe=recipe, units=units, targets=cli.targets or recipe.targets,
         jobs=_first((cli.jobs, "--jobs"), (_int_env(env, JOBS_ENV), JOBS_ENV), (os.cpu_count() or 2, "default")),
@@ -188,7 +196,7 @@ def resolve(recipe: Recipe, cli: CliOptions = CliOptions(), env: Mapping[str, st
         places=resolve_places(cli, env), source=cli.source,
         accept_blackwell_regression=bool(cli.accept_blackwell_regression
                                          or (recipe.cuda is not None and recipe.cuda.accept_blackwell_regression)),
-        only_unit=cli.only_unit)
+        only_unit=cli.only_unit, remote_cache=remote)
 
 
 @dataclass(frozen=True)

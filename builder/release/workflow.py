@@ -22,6 +22,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.config import remotecache
 from builder.errors import AssembleError
 from builder.release.matrix import Entry
 from builder.release.package import DEFAULT_FORMAT, SUMS
@@ -116,8 +117,9 @@ def _setup() -> list[dict]:
 
 
 def _cache_env() -> dict:
-    # ccache reads CCACHE_REMOTE_STORAGE; empty means local only (builder/build/environment.py passes CCACHE_*)
-    return {"CCACHE_REMOTE_STORAGE": "${{ secrets.%s }}" % CACHE_SECRET}
+    # assemble's own setting (config.remotecache): each launcher is told in its words, the build's hit
+    # counts land in its log and manifest; an unset secret is empty, which means local caching only
+    return {remotecache.ENV: "${{ secrets.%s }}" % CACHE_SECRET}
 
 
 def workflow(entries: list[Entry], runners: RunnerMap, name: str = "release") -> dict:

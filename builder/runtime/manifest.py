@@ -136,6 +136,7 @@ class UnitRecord:
     defines: dict
     toolchain: dict                   # tool -> what was found (free-form detail, read through tools())
     environment: dict | None = None   # what the build saw of the caller's environment (builder.build.environment)
+    cache: dict | None = None         # what its compiles found in the compiler cache (builder.build.cachestats)
 
     def toolkit_roots(self) -> dict[str, tuple[str, str]]:
         """GPU toolkit -> (root folder, version), for naming where a vendor file came from."""
@@ -569,7 +570,8 @@ def _unit(r: _Reader, u: dict, key: str) -> UnitRecord:
                       build=r.strings(u, "build", key, required=False),
                       defines=r.get(u, "defines", key, dict, required=False, default={}),
                       toolchain=r.get(u, "toolchain", key, dict, required=False, default={}),
-                      environment=r.get(u, "environment", key, dict, required=False))
+                      environment=r.get(u, "environment", key, dict, required=False),
+                      cache=r.get(u, "cache", key, dict, required=False))
 
 
 def _plain(obj: Any) -> Any:

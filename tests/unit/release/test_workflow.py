@@ -71,7 +71,7 @@ def test_stages_rows_needs_and_runners(tmp_path):
     assert rows["cpu"]["runs-on"] == rows["cuda128-vulkan"]["runs-on"] == "ubuntu-latest"   # container: hosted
     # build, package (tar.zst: archive + SBOM + provenance + sums), upload; the remote cache from a secret
     steps = {s.get("name", s.get("uses")): s for s in jobs["runtimes"]["steps"]}
-    assert steps["Build"]["env"] == {"CCACHE_REMOTE_STORAGE": "${{ secrets.ASSEMBLE_REMOTE_CACHE }}"}
+    assert steps["Build"]["env"] == {"ASSEMBLE_REMOTE_CACHE": "${{ secrets.ASSEMBLE_REMOTE_CACHE }}"}
     assert "assemble package runtime --format tar.zst" in steps["Package"]["run"]
     assert "assemble doctor --recipe" in steps["Check this runner (the rules build enforces)"]["run"]
     # a merge job downloads the unit folders under the names its --unit-from gives

@@ -1,0 +1,77 @@
+"""config.remotecache and build.cachestats: one URL, each launcher's words, never a password shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builder.build.cachestats import read_stats_log
+from builder.config import remotecache as rc
+from builder.config.options import CliOptions, resolve
+from builder.config.recipe import load_recipe
+from builder.errors import AssembleError
+from tests.support.common import assemble, one_error_line
+
+
+def test_redacted_hides_only_the_password():
+    assert rc.redacted("redis://:s3cret@cache:6379/2") == "redis://:***@cache:6379/2"
+    assert rc.redacted("redis://user:s3cret@cache") == "redis://user:***@cache"
+    assert rc.redacted("redis://cache:6379") == "redis://cache:6379"
+    assert rc.redacted("http://cache.internal/ccache") == "http://cache.internal/ccache"
+
+
+@pytest.mark.parametrize("url, launcher, env", [
+    ("redis://h:6379", "ccache", {"CCACHE_REMOTE_STORAGE": "redis://h:6379", "CCACHE_BASEDIR": "/c"}),
+    ("http://h/x", "ccache", {"CCACHE_REMOTE_STORAGE": "http://h/x", "CCACHE_BASEDIR": "/c"}),
+    (None, "ccache", {"CCACHE_BASEDIR": "/c"}),
+    ("redis://h:6379", "sccache", {"SCCACHE_REDIS_ENDPOINT": "redis://h:6379", "SCCACHE_BASEDIRS": "/c"}),
+    ("s3://bucket/llama/ci", "sccache", {"SCCACHE_BUCKET": "bucket", "SCCACHE_S3_KEY_PREFIX": "llama/ci",
+                                        "SCCACHE_BASEDIRS": "/c"}),
+    ("gs://b", "sccache", {"SCCACHE_GCS_BUCKET": "b", "SCCACHE_BASEDIRS": "/c"}),
+    ("gha", "sccache", {"SCCACHE_GHA_ENABLED": "true", "SCCACHE_BASEDIRS": "/c"}),
+])
+def test_each_launcher_is_told_in_its_own_words(url, launcher, env):
+    if url:
+        rc.check(url, launcher, "test")
+    assert rc.launcher_env(url, launcher, Path("/c")) == env
+
+
+@pytest.mark.parametrize("url, launcher, words", [
+    ("s3://bucket", "ccache", "ccache cannot use"), ("http://h/x", "sccache", "sccache cannot use"),
+    ("redis://h", "", "needs a compiler launcher"),
+])
+def test_a_url_the_launcher_cannot_use_is_refused(url, launcher, words):
+    with pytest.raises(AssembleError, match=words):
+        rc.check(url, launcher, "unit main")
+
+
+def test_the_setting_resolves_once_and_is_shown_redacted():
+    r = load_recipe("cpu")
+    assert resolve(r, env={}).remote_cache.value is None
+    c = resolve(r, env={rc.ENV: "redis://:pw@env-host"})
+    assert (c.remote_cache.value, c.remote_cache.origin) == ("redis://:pw@env-host", rc.ENV)
+    c = resolve(r, CliOptions(remote_cache="redis://cli-host"), env={rc.ENV: "redis://env-host"})
+    assert (c.remote_cache.value, c.remote_cache.origin) == ("redis://cli-host", "--remote-cache")
+    assert resolve(r, env={rc.ENV: "redis://:pw@h"}).as_dict()["remote_cache"]["value"] == "redis://:***@h"
+    with pytest.raises(AssembleError, match="not a compile cache URL"):
+        resolve(r, CliOptions(remote_cache="ftp://h"), env={})
+
+
+def test_cli_refuses_a_bad_url_in_one_line_and_show_never_prints_the_password():
+    one_error_line(assemble("build", "--recipe", "cpu", "--remote-cache", "ftp://:pw@h", "--out", "/nonexistent/x"),
+                   2, ["not a compile cache URL", "--remote-cache"])
+    shown = assemble("show", "cpu", "--remote-cache", "redis://:hunter2@cache:6379", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert "hunter2" not in shown.stdout + shown.stderr and "redis://:***@cache:6379" in shown.stdout
+
+
+def test_stats_log_counts_this_builds_compiles(tmp_path):
+    log = tmp_path / "ccache-stats.log"
+    log.write_text("# a.c\ncache_miss\ndirect_cache_miss\nlocal_storage_write\n"
+                   "# b.c\ndirect_cache_hit\nremote_storage_hit\nremote_storage_read_hit\n"
+                   "# c.c\npreprocessed_cache_hit\nlocal_storage_hit\n")
+    s = read_stats_log(log, "redis://:pw@h")
+    assert (s.compiles, s.hits, s.remote_hits, s.misses, s.remote) == (3, 2, 1, 1, "redis://:***@h")
+    assert s.line() == "ccache: 3 compiles, 2 hits (66.7%), 1 from the remote cache, 1 compiled"
+    assert read_stats_log(tmp_path / "none.log", None) is None
