@@ -42,6 +42,7 @@ class BuildRequest:
     keep: int | None = None
     wait: bool = True
     lib_paths: tuple[str, ...] = ()             # extra folders the bundler searches (e.g. cuBLAS from a wheel)
+    unit_out: Path | None = None                # --only-unit --out: where the unit folder is exported
 
 
 @dataclass(frozen=True)
@@ -158,15 +159,28 @@ def _run(plan: UnitPlan, prepared: Prepared) -> None:
 
 
 def build_unit(req: BuildRequest) -> Path:
-    """--only-unit: compile one unit of a multi-unit recipe for another machine's --unit-from."""
+    """--only-unit: compile one unit of a multi-unit recipe for another machine's --unit-from. With
+    --out, its bin/ and assemble-unit.json are exported there (a CI artifact), under the same rules
+    as a runtime's --out: refused before anything is compiled unless new, empty or ours."""
+    target = None if req.unit_out is None else outdir.check_destination(
+        req.unit_out, cache=paths.cache_dir(),
+        source=Path(req.config.source).expanduser() if req.config.source else None)
     prepared = prepare(req.config)
     plan = prepared.plans[0]
     _run(plan, prepared)
     collect.collect_unit(plan)  # every target and module it owes is there
-    ui.step(ui.ok(f"unit {plan.unit.name} ready: {plan.build_dir}"))
-    ui.info(f"copy its bin/ and {unitfolder.UNIT_FILE} to the merging machine, then: "
+    folder = plan.build_dir
+    if target is not None:
+        with outdir.locked(target, wait=req.wait):
+            outdir.clear_leftovers(target)
+            with outdir.staged(target) as staging:
+                unitfolder.export(plan.build_dir, staging.path)
+                outdir.swap_in(target, staging, keep=req.keep)
+        folder = target.path
+    ui.step(ui.ok(f"unit {plan.unit.name} ready: {folder}"))
+    ui.info(f"carry {folder.name}/ (bin/ and {unitfolder.UNIT_FILE}) to the merging machine, then: "
             f"assemble build --recipe {req.config.recipe.name} --unit-from {plan.unit.name}=DIR")
-    return plan.build_dir
+    return folder
 
 
 def build(req: BuildRequest) -> Path:

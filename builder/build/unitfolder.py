@@ -14,6 +14,7 @@ import dataclasses
 import json
 import platform
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,3 +182,10 @@ def adopt(desc: UnitDescription, config: BuildConfig, unit: UnitConfig) -> UnitP
     return UnitPlan(recipe=config.recipe.name, unit=unit, sha=desc.sha, source_dir=Path(desc.source_dir),
                     build_dir=Path(desc.folder), defines=desc.defines, targets=desc.targets, jobs=desc.jobs,
                     cmake=desc.cmake, env=desc.env, toolchain=desc.toolchain, key=desc.key, tree=desc.tree)
+
+
+def export(build_dir: Path, dest: Path) -> None:
+    """What --unit-from needs of a finished unit, copied into `dest` (empty): bin/ with its links
+    as they are, and the description. Nothing else of the build folder leaves the machine."""
+    shutil.copytree(build_dir / "bin", dest / "bin", symlinks=True)
+    shutil.copy2(build_dir / UNIT_FILE, dest / UNIT_FILE)

@@ -32,7 +32,8 @@ def register(sub, common) -> None:
     p.add_argument("--lib-path", action="append", default=[], metavar="DIR",
                    help="also bundle vendor libraries from DIR (e.g. cuBLAS from NVIDIA's wheel); repeatable")
     p.add_argument("--only-unit", metavar="NAME", help="build this one unit of a multi-unit recipe and stop (no "
-                   "runtime): its folder is for --unit-from on the machine that merges")
+                   "runtime): its folder is for --unit-from on the machine that merges; with --out DIR, bin/ and "
+                   "assemble-unit.json are exported there (a CI artifact; same --out rules as a runtime)")
     p.add_argument("--unit-from", action="append", default=[], metavar="NAME=DIR",
                    help="take unit NAME from a folder made by --only-unit elsewhere instead of compiling it; "
                         "same recipe, sha, patches and ABI flags or it is refused; repeatable")
@@ -54,14 +55,12 @@ def run(args) -> int:
         raise AssembleError("--keep must be 0 or more", fix="write e.g. --keep 3")
     if args.no_verify and args.verify_static:
         raise AssembleError("--no-verify and --verify-static contradict each other", fix="pick one")
-    if args.only_unit and args.out:
-        raise AssembleError("--only-unit builds no runtime, so --out has nothing to receive", where="--out",
-                            fix="drop --out; the unit's folder is printed at the end")
     out = Path(args.out) if args.out else Path.cwd() / runtime_dir_name(recipe.name)
     config = config_of(args)
     req = BuildRequest(config=config, out=out, check_env=env_pairs(args.check_env), verify=not args.no_verify,
                        verify_static=args.verify_static, keep=args.keep, wait=not args.no_wait,
-                       lib_paths=tuple(args.lib_path))
+                       lib_paths=tuple(args.lib_path),
+                       unit_out=Path(args.out) if args.only_unit and args.out else None)
     if args.only_unit:
         print(build_unit(req))
         return 0

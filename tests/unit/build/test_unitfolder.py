@@ -102,7 +102,7 @@ def test_cli_refusals_come_before_any_work(tmp_path):
         (["--unit-from", f"nope={tmp_path}"], "has no unit 'nope'"),
         (["--unit-from", f"vulkan={tmp_path / 'missing'}"], "no such folder"),
         (["--only-unit", "vulkan", "--unit-from", f"vulkan={tmp_path}"], "both to be built"),
-        (["--only-unit", "vulkan", "--out", str(tmp_path / "rt")], "--only-unit builds no runtime"),
+        (["--only-unit", "vulkan", "--out", str(tmp_path)], "--out is the working directory"),
         (["--unit-from", f"vulkan={tmp_path}"], "no assemble-unit.json"),
         (["--lib-path", str(tmp_path / "nope")], "--lib-path"),
     ]
@@ -130,10 +130,18 @@ def test_a_unit_built_alone_and_carried_elsewhere_merges_and_serves(tmp_path):
     assert desc["unit"] == "vulkan" and desc["sha"] == SHA and desc["defines"]["GGML_BACKEND_DL"] == "ON"
     assert base_units() == before, "--only-unit touched another unit"
 
-    carried = tmp_path / "carried unit"          # what a release job would upload and download
-    carried.mkdir()
-    shutil.copytree(unit_dir / "bin", carried / "bin", symlinks=True)
-    shutil.copy2(unit_dir / unitfolder.UNIT_FILE, carried)
+    # what a release job uploads: --only-unit --out exports bin/ and the description, nothing else
+    exported = tmp_path / "unit-export"
+    again = assemble("build", "--recipe", str(RECIPE), "--only-unit", "vulkan", "--out", str(exported), check=True)
+    assert Path(again.stdout.strip().splitlines()[-1]) == exported
+    assert sorted(p.name for p in exported.iterdir()) == ["assemble-unit.json", "bin"]
+    assert sorted(p.name for p in (exported / "bin").iterdir()) == sorted(p.name for p in (unit_dir / "bin").iterdir())
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    refused = assemble("build", "--recipe", str(RECIPE), "--only-unit", "vulkan", "--out", str(tmp_path / "other"))
+    assert refused.returncode == 2 and "did not make" in refused.stderr and (tmp_path / "other" / "notes.txt").exists()
+    carried = tmp_path / "carried unit"          # ... and the merging job downloads
+    shutil.copytree(exported, carried, symlinks=True)
 
     out = tmp_path / "runtime-vulkan-units"
     merged = assemble("build", "--recipe", str(RECIPE), "--unit-from", f"vulkan={carried}", "--out", str(out),
