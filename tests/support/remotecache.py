@@ -1,0 +1,89 @@
+"""A real Redis server and two "machines" for the shared compile cache: used by
+tests/integration/test_remote_cache.py and scripts/bench-remote-cache.py.
+
+A machine is another HOME (so another assemble cache and ccache folder), another checkout path
+of the recipe and another working directory, as two CI runners have; it starts with nothing
+cached but the llama.cpp sdist download (a runner's HTTP cache would have it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from tests.support.common import REPO, TEST_CACHE, assemble
+
+SDIST = "llama-cpp-python-0.3.36.tar.gz"
+
+
+@contextmanager
+def redis_server(data: Path) -> Iterator[str]:
+    """redis-server on 127.0.0.1 at a free port, nothing persisted; its URL while it runs."""
+    server = shutil.which("redis-server")
+    assert server, "redis-server is missing: scripts/ci-setup.sh installs it"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    data.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+                             "--dir", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, "redis-server did not answer PING"
+            time.sleep(0.2)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@dataclass(frozen=True)
+class Machine:
+    home: Path
+    recipe: Path
+    work: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"HOME": str(self.home), "ASSEMBLE_CACHE": str(self.home / ".cache" / "assemble"),
+                "CCACHE_DIR": str(self.home / ".ccache"), "XDG_CACHE_HOME": str(self.home / ".cache")}
+
+
+def machine(root: Path, name: str, recipe: str = "cpu") -> Machine:
+    home = root / name / "home"
+    downloads = home / ".cache" / "assemble" / "downloads"
+    downloads.mkdir(parents=True)
+    cached = TEST_CACHE / "cache" / "downloads" / SDIST
+    if cached.is_file():
+        shutil.copy(cached, downloads / SDIST)
+    checkout = root / name / "checkouts" / f"project-{name}"
+    checkout.mkdir(parents=True)
+    shutil.copy(REPO / "recipes" / f"{recipe}.toml", checkout / f"{recipe}.toml")
+    return Machine(home, checkout / f"{recipe}.toml", checkout)
+
+
+def build_on(m: Machine, url: str) -> tuple[float, dict, str]:
+    """Build the recipe there through the remote cache: (seconds, the manifest's units[0].cache, stderr)."""
+    out = m.work / "out" / f"runtime-{m.recipe.stem}"
+    start = time.monotonic()
+    proc = assemble("build", "--recipe", str(m.recipe), "--out", str(out), "--remote-cache", url, "--no-verify",
+                    cwd=m.work, env=m.env, timeout=3600)
+    took = time.monotonic() - start
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (unit,) = json.loads((out / "manifest.json").read_text())["units"]
+    return took, unit["cache"], proc.stderr
