@@ -74,6 +74,18 @@ targets = {targets}
     return parse_recipe(tmp_path / "t.toml", text)
 
 
+def _moved_with_decoy(runtime: Path, tmp_path: Path, soname: str, body: str) -> tuple[Path, Path]:
+    """The runtime moved to another path, and a folder holding a decoy `soname` for LD_LIBRARY_PATH."""
+    moved = tmp_path / "elsewhere" / "rt"
+    moved.parent.mkdir()
+    shutil.move(runtime, moved)
+    decoys = tmp_path / "decoys"
+    decoys.mkdir()
+    compile_c(DECOY % {"name": soname.split(".so")[0], "body": body}, decoys / soname, "-shared",
+              f"-Wl,-soname,{soname}")
+    return moved, decoys
+
+
 def place(plan: BundlePlan, where: Path) -> tuple[Path, object]:
     where.mkdir(parents=True)
     return where, place_bundle(plan, where)
@@ -162,13 +174,8 @@ def test_host_closure_placement_and_relocation(tmp_path, omp_build):
     assert result.glibc_min and result.glibc_min == plan.glibc_min
 
     # relocatable: moved elsewhere and run with a decoy libllama.so.0 on LD_LIBRARY_PATH
-    moved = tmp_path / "elsewhere" / "rt"
-    moved.parent.mkdir()
-    shutil.move(runtime, moved)
-    decoys = tmp_path / "decoys"
-    decoys.mkdir()
-    compile_c(DECOY % {"name": "libllama", "body": 'const char *llama_probe(void) { return "DECOY"; }'},
-              decoys / "libllama.so.0", "-shared", "-Wl,-soname,libllama.so.0")
+    moved, decoys = _moved_with_decoy(runtime, tmp_path, "libllama.so.0", 'const char *llama_probe(void) '
+                                      '{ return "DECOY"; }')
     proc, loaded = run(moved / "bin" / "probe", str(decoys))
     assert proc.returncode == 0, proc.stderr
     assert "DECOY" not in proc.stdout and "real-llama" in proc.stdout
@@ -233,13 +240,7 @@ def test_module_without_rpath_is_left_as_is_and_still_loads_from_lib(tmp_path):
     runtime, _ = place(plan, tmp_path / "runtime")
     assert sha256_file(runtime / "bin/libggml-cpu.so") == sha256_file(bare), "the module must stay byte for byte"
 
-    moved = tmp_path / "elsewhere" / "rt"
-    moved.parent.mkdir()
-    shutil.move(runtime, moved)
-    decoys = tmp_path / "decoys"
-    decoys.mkdir()
-    compile_c(DECOY % {"name": "libdep", "body": 'const char *dep_probe(void) { return "DECOY"; }'},
-              decoys / "libdep.so.1", "-shared", "-Wl,-soname,libdep.so.1")
+    moved, decoys = _moved_with_decoy(runtime, tmp_path, "libdep.so.1", 'const char *dep_probe(void) { return "DECOY"; }')
     proc, _ = run(moved / "bin" / "probe", str(decoys))
     assert proc.returncode == 0 and proc.stdout.strip() == "real-dep", (proc.stdout, proc.stderr)
     checks = {c.name: c for c in static_checks(moved, None, ())}
