@@ -159,8 +159,11 @@ def _patch(tool: str, source: Path, path: Path, plan: OwnPlan, mode: int) -> tup
         cmd += ["--output", str(path), str(source)]
         proc = run(cmd)
         if proc.returncode != 0:
+            said = (proc.stderr or proc.stdout).strip()
+            if "No space left" in said:       # the disk, not patchelf: worded as every other full disk
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
             raise BuildFailed(f"patchelf failed on {plan.dest}", where=str(plan.source), fix="see the output below",
-                              details=(proc.stderr or proc.stdout).strip()[-2000:])
+                              details=said[-2000:])
         os.chmod(path, mode)
     after = read_elf(path)
     pins = {s for s, _ in plan.pins}
