@@ -113,16 +113,17 @@ def prepare(config: BuildConfig) -> Prepared:
             plans.append(unitfolder.adopt(recorded[unit.name], config, unit))
         else:
             plans.append(plan_unit(config, unit, toolchains[unit.name], prepared_tree.path, tree.sha, tree_id))
-    _check_remote_cache(config, plans)
+    _check_remote_cache(config, plans, adopted=set(recorded))
     return Prepared(config, tree, prepared_tree, report, tuple(plans), records, recorded)
 
 
-def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan]) -> None:
-    """A shared cache each unit's launcher can use, or one line before anything compiles."""
+def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan], adopted: set[str]) -> None:
+    """A shared cache the launcher of each unit compiled here can use, or one line before anything
+    compiles (a unit taken from --unit-from compiles nothing here and is not asked)."""
     url = config.remote_cache.value
     if not url:
         return
-    for plan in plans:
+    for plan in (p for p in plans if p.unit.name not in adopted):
         where = f"unit {plan.unit.name} ({config.remote_cache.origin})"
         if plan.in_container:
             ui.warn(f"unit {plan.unit.name} builds in container {plan.unit.where.image} without network: it uses "

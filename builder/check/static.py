@@ -27,7 +27,8 @@ from pathlib import Path
 
 from elftools.elf.elffile import ELFFile
 
-from builder.runtime.layout import BIN_DIR, GGML_LOADER, LIB_DIR, arch_tokens, data_layout, data_libraries, module_backend
+from builder.runtime.layout import (BIN_DIR, LIB_DIR, arch_tokens, data_layout, data_libraries, is_ggml_loader,
+                                    module_backend)
 from builder.runtime.elf import ElfInfo, Lookup, lookup, read_elf
 from builder.runtime.manifest import Manifest
 from builder.config.targets import GfxTarget
@@ -385,7 +386,7 @@ def _hijack_check(runtime: Path, resolved: list[Resolution]) -> Check:
 def _ggml_loader(files: dict[str, ElfInfo]) -> str | None:
     """lib/libggml.so*: the library that dlopen()s backend modules."""
     return next((rel for rel in sorted(files) if Path(rel).parent == Path(LIB_DIR)
-                 and Path(rel).name.startswith(GGML_LOADER) and not files[rel].is_program), None)
+                 and is_ggml_loader(Path(rel).name) and not files[rel].is_program), None)
 
 
 # --- RPATH of our own files --------------------------------------------------

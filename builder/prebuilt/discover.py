@@ -20,7 +20,7 @@ from pathlib import Path
 from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.runtime.elf import ElfInfo, read_elf
-from builder.runtime.layout import OwnFile, module_backend, own_file
+from builder.runtime.layout import OwnFile, is_ggml_loader, module_backend, own_file
 
 SKIP_DIRS = {"CMakeFiles", ".git", "__pycache__", "share", "include", "doc"}   # never hold what a runtime runs
 EXECUTABLE_PREFIXES = ("llama-",)
@@ -47,7 +47,7 @@ class Found:
     @property
     def ggml(self) -> OwnFile | None:
         """libggml.so: the library that holds ggml's backend loader."""
-        return next((f for f in self.libraries if f.source.name.startswith("libggml.so")), None)
+        return next((f for f in self.libraries if is_ggml_loader(f.source.name)), None)
 
 
 def _walk(root: Path) -> list[Path]:

@@ -46,11 +46,11 @@ class RunnerMap:
     source: str                               # where it was read, for messages
 
     def runs_on(self, e: Entry) -> str | list[str]:
-        for key in (e.name, *_kinds(e), "default"):
-            if key in self.labels:
-                v = self.labels[key]
-                return list(v) if isinstance(v, tuple) else v
-        raise AssertionError("default is always set")
+        return self.label(next(k for k in (e.name, *_kinds(e), "default") if k in self.labels))
+
+    def label(self, key: str) -> str | list[str]:
+        v = self.labels[key]
+        return list(v) if isinstance(v, tuple) else v
 
 
 def _kinds(e: Entry) -> list[str]:
@@ -158,8 +158,7 @@ def workflow(entries: list[Entry], runners: RunnerMap, name: str = "release") ->
     jobs["release"] = {
         "needs": ["runtimes"],
         "if": "startsWith(github.ref, 'refs/tags/')",
-        "runs-on": runners.labels["default"] if isinstance(runners.labels["default"], str)
-        else list(runners.labels["default"]),
+        "runs-on": runners.label("default"),
         "permissions": {"contents": "write"},
         "steps": [
             {"uses": "actions/download-artifact@v4", "with": {"pattern": "runtime-*", "path": "jobs"}},

@@ -25,7 +25,7 @@ from typing import Sequence
 from builder.digest import sha256_file
 from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.layout import GGML_LOADER, LIB_DIR, KINDS, OwnFile, arch_tokens, expected_places
+from builder.runtime.layout import LIB_DIR, KINDS, is_ggml_loader, OwnFile, arch_tokens, expected_places
 from builder.runtime.policy import BUNDLE, classify, companions_for, data_rules_for
 
 OWN, VENDOR, DATA = "own", "vendor", "data"
@@ -127,7 +127,7 @@ def _rpath_for(dest: str, needed_dirs: Sequence[str]) -> str:
     return ":".join(parts)
 
 
-def _inherits_loader_rpath(f: OwnFile, info: ElfInfo, dirs: Sequence[str], pins, own_dests) -> bool:
+def _inherits_loader_rpath(f: OwnFile, info: ElfInfo, dirs: Sequence[str], pins, has_loader: bool) -> bool:
     """A backend module with neither DT_RPATH nor DT_RUNPATH, needing only lib/, stays byte for byte.
 
     glibc searches such an object's dependencies in the DT_RPATH of its loader chain: libggml,
@@ -136,10 +136,8 @@ def _inherits_loader_rpath(f: OwnFile, info: ElfInfo, dirs: Sequence[str], pins,
     that loads, and costs patchelf a rewrite of the whole file (1.2 GB for a HIP module).
     verify models the same rule (check.static: the loader chain in its walk and RPATH check).
     """
-    return (f.kind == "module" and not info.rpath and not info.runpath and not pins
-            and set(dirs) == {LIB_DIR} and any(PurePosixPath(d).parent == PurePosixPath(LIB_DIR)
-                                               and PurePosixPath(d).name.startswith(GGML_LOADER)
-                                               for d in own_dests))
+    return (has_loader and f.kind == "module" and not info.rpath and not info.runpath and not pins
+            and set(dirs) == {LIB_DIR})
 
 
 def _same_content(a: Path, b: Path) -> bool:
@@ -316,6 +314,9 @@ def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), rec
     vendor = tuple(_vendor_plan(n) for n in libraries)
     data, data_warnings = _plan_data(libraries, vendor, recipe, prune_archs)
 
+    # libggml in lib/ is ours, so it gets DT_RPATH $ORIGIN: the loader chain every module inherits
+    has_loader = any(PurePosixPath(g.dest).parent == PurePosixPath(LIB_DIR)
+                     and is_ggml_loader(PurePosixPath(g.dest).name) for g in own)
     own_plans = []
     for f in own:
         info = infos[f.dest]
@@ -323,7 +324,7 @@ def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), rec
         if info is not None and info.has_dynamic:
             dirs = [LIB_DIR] + [str(PurePosixPath(provided[n]).parent) for n in info.needed if n in provided]
             pins = _pins(f.dest, info, walk.nodes, walk.edges)
-            if not _inherits_loader_rpath(f, info, dirs, pins, [g.dest for g in own]):
+            if not _inherits_loader_rpath(f, info, dirs, pins, has_loader):
                 rpath = _rpath_for(f.dest, dirs)
         own_plans.append(OwnPlan(source=Path(f.source), dest=f.dest, kind=f.kind, links=links_of[f.dest],
                                  rpath=rpath, pins=pins))

@@ -54,7 +54,14 @@ def _align(n: int, a: int) -> int:
 def patch_in_place(path: Path, rpath: str, add_needed: tuple[str, ...]) -> bool:
     """Give `path` (a copy this tool owns) DT_RPATH=rpath, no DT_RUNPATH, and the extra DT_NEEDED
     entries first (as patchelf --add-needed does). False, and the file untouched, when its shape
-    is not one this module handles."""
+    is not one this module handles or its headers are cut short (patchelf then says what is wrong)."""
+    try:
+        return _patch(path, rpath, add_needed)
+    except struct.error:          # a header read past the end: every read comes before the first write
+        return False
+
+
+def _patch(path: Path, rpath: str, add_needed: tuple[str, ...]) -> bool:
     with open(path, "r+b") as f:
         head = f.read(_EHDR.size)
         if len(head) < _EHDR.size or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:

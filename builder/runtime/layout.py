@@ -28,6 +28,11 @@ KINDS = ("executable", "module", "library")
 # The library whose code dlopen()s the backend modules (ggml-backend-reg.cpp is part of it).
 GGML_LOADER = "libggml.so"
 
+
+def is_ggml_loader(name: str) -> bool:
+    """libggml.so, libggml.so.0, libggml.so.0.9.4: ggml's backend loader, by its file name."""
+    return name == GGML_LOADER or name.startswith(GGML_LOADER + ".")
+
 # ggml backend modules: libggml-<backend>[-<variant>].so, loaded by ggml at run time.
 MODULE_RE = re.compile(r"^libggml-(cpu|cuda|hip|vulkan|musa|sycl|opencl|rpc|blas|metal|cann|webgpu|zdnn|hexagon)"
                        r"(-[A-Za-z0-9_]+)?\.so$")

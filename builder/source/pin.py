@@ -325,7 +325,6 @@ def write_lock(recipe: Recipe, result: PinResult) -> Path:
     """The pin as data next to the recipe (for recipes that should not be edited)."""
     data = result_json(recipe, result)
     data["sha"] = result.sha
-    data["build"] = result.build
     path = lock_path(recipe.path)
     _atomic_write(path, json.dumps(data, indent=2) + "\n")
     return path

@@ -106,6 +106,9 @@ def test_shapes_it_does_not_handle_are_left_untouched(tmp_path, parts):
     text = tmp_path / "notelf"
     text.write_bytes(b"not an ELF file at all" * 10)
     assert not elfappend.patch_in_place(text, "$ORIGIN", ())
+    cut = tmp_path / "cut.so"                    # headers cut short: no exception, nothing written
+    cut.write_bytes(module.read_bytes()[:100])
+    assert not elfappend.patch_in_place(cut, "$ORIGIN", ()) and cut.read_bytes() == module.read_bytes()[:100]
 
 
 def test_place_bundle_appends_to_large_files_with_the_same_result_as_patchelf(tmp_path, parts, monkeypatch):
