@@ -531,3 +531,13 @@ def _prune(target: Target, keep: int) -> tuple[Path, ...]:
             _save(target, _load(target).without(doomed))
         removed.append(p)
     return tuple(removed)
+
+
+def publish(target: Target, fill, *, wait: bool = True, keep: int | None = None) -> None:
+    """Lock the output, fill a fresh staging folder beside it (`fill(path)`; raising abandons it, the
+    old output untouched), then swap it in."""
+    with locked(target, wait=wait):
+        clear_leftovers(target)
+        with staged(target) as staging:
+            fill(staging.path)
+            swap_in(target, staging, keep=keep)

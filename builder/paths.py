@@ -117,3 +117,13 @@ def _alive(pid: int) -> bool:
     except PermissionError:       # someone else's process: alive
         return True
     return True
+
+
+SOCKET_PATH_BUDGET = 60      # of the 108 bytes a unix socket path may have: room for the names below it
+
+
+def socket_parent() -> Path:
+    """A temporary folder short enough to hold unix sockets: the process's own (TMPDIR) when its
+    path leaves room, else /tmp (a build's TMPDIR sits deep in its output's staging folder)."""
+    own = Path(tempfile.gettempdir())
+    return own if len(str(own)) <= SOCKET_PATH_BUDGET else Path("/tmp")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder import outdir, paths, ui
-from builder.build import cachestats, collect, merge, run, unitfolder
+from builder.build import cacherelay, cachestats, collect, merge, run, unitfolder
 from builder.config import remotecache
 from builder.build.plan import UnitPlan, plan_unit
 from builder.build.unitfolder import UnitDescription
@@ -126,8 +126,12 @@ def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan], adopted: set
     for plan in (p for p in plans if p.unit.name not in adopted):
         where = f"unit {plan.unit.name} ({config.remote_cache.origin})"
         if plan.in_container:
-            ui.warn(f"unit {plan.unit.name} builds in container {plan.unit.where.image} without network: it uses "
-                    "its local ccache, not the remote cache")
+            if cacherelay.relayable(url):
+                ui.info(f"unit {plan.unit.name} reaches the remote cache from its networkless container through "
+                        "a unix-socket relay (nothing else)")
+            else:
+                ui.warn(f"unit {plan.unit.name} builds in container {plan.unit.where.image} without network, and "
+                        f"only a Redis cache is relayed into it: it uses its local ccache, not {remotecache.redacted(url)}")
             continue
         remotecache.check(url, plan.launcher or "", where)
     ui.info(f"remote compile cache: {remotecache.redacted(url)} ({config.remote_cache.origin})")
@@ -215,10 +219,7 @@ def build(req: BuildRequest) -> Path:
                 from builder.check import verify
                 report = verify.verify_runtime(staging.path, recipe=recipe, extra_env=dict(req.check_env),
                                                static=req.verify_static)
-                verify.render(report)
-                if not report.passed:
-                    raise AssembleError("the new runtime failed verification; the previous runtime is untouched",
-                                        where=str(out), fix="see the failed checks above", code=1)
+                verify.require_passed(report, str(out))
             outdir.swap_in(target, staging, keep=req.keep)
     ui.step(ui.ok(f"runtime ready: {out}"))
     return out

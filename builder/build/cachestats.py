@@ -1,4 +1,5 @@
-"""What one build's compiles found in the compiler cache: ccache's stats log of that build, read.
+"""What one build's compiles found in the compiler cache: ccache's stats log of that build, or the
+counters of the sccache server that served it alone (builder.build.sccacheserver).
 
 The log (CCACHE_STATSLOG, one per build folder) names each compile and its counters; summed
 here into hits, misses and remote hits, for the build's log line and the manifest
@@ -54,3 +55,13 @@ def read_stats_log(path: Path, remote: str | None) -> CacheStats | None:
     misses = counts["cache_miss"]
     return CacheStats("ccache", redacted(remote) if remote else None, hits + misses, hits,
                       counts["remote_storage_hit"], misses)
+
+
+def from_sccache(stats_json: dict, remote: str | None) -> CacheStats:
+    """sccache's `--show-stats --stats-format=json` of a server that served this build alone. With a
+    remote store sccache keeps no local tier: every hit came from the store."""
+    stats = stats_json.get("stats", {})
+    hits = sum(stats.get("cache_hits", {}).get("counts", {}).values())
+    misses = sum(stats.get("cache_misses", {}).get("counts", {}).values())
+    return CacheStats("sccache", redacted(remote) if remote else None, hits + misses, hits,
+                      hits if remote else 0, misses)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import locks, ui
-from builder.build import cachestats
+from builder.build import cacherelay, cachestats, sccacheserver
+from builder.build.cacherelay import Relay
 from builder.build.plan import UnitPlan
 from builder.config import remotecache
 from builder.errors import AssembleError, BuildFailed
@@ -62,9 +63,10 @@ def expected_outputs(plan: UnitPlan) -> tuple[str, ...]:
 
 
 def container_run(plan: UnitPlan, engine: Engine, *, image: str | None = None,
-                  uid_gid: tuple[int, int] | None = None) -> UnitRun:
+                  uid_gid: tuple[int, int] | None = None, relay: Relay | None = None) -> UnitRun:
     """The engine command that runs `plan` in its unit's image. Refuses (exit 2) a define naming a
-    host path the container cannot see, before anything runs."""
+    host path the container cannot see, before anything runs. With an open `relay`, its folder is
+    mounted and the container's ccache uses the remote cache through it (and through nothing else)."""
     name = plan.unit.where.image
     where = f"unit {plan.unit.name} (container {name})"
     container.containerfile(name)   # unknown names fail here, before anything runs
@@ -85,9 +87,12 @@ def container_run(plan: UnitPlan, engine: Engine, *, image: str | None = None,
            # the source is owned by another uid inside: let llama.cpp's build-info read its git sha
            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*",
            "NINJA_STATUS": "[%f/%t] ", **dict(plan.env)}
+    mounts: tuple[tuple[Path, bool], ...] = ((cache, False), (source, True), (build_dir, False))
+    if relay is not None:
+        env["CCACHE_REMOTE_STORAGE"] = relay.container_url     # no password: the relay logs in
+        mounts += ((relay.socket_path.parent, False),)
     image = image or container.image_tag(name)
-    argv = container.run_argv(engine, image, script, mounts=((cache, False), (source, True), (build_dir, False)),
-                              env=env, workdir=build_dir, uid_gid=uid_gid)
+    argv = container.run_argv(engine, image, script, mounts=mounts, env=env, workdir=build_dir, uid_gid=uid_gid)
     return UnitRun(plan.unit.name, name, engine, image, build_dir, cache, script, argv, expected_outputs(plan))
 
 
@@ -137,11 +142,12 @@ def run_unit(plan: UnitPlan, engine: Engine | None = None) -> Path:
         for name in (cachestats.STATS_LOG, cachestats.STATS_FILE):
             (plan.build_dir / name).unlink(missing_ok=True)          # this build's counters only
         start = time.monotonic()
+        stats = None
         if plan.in_container:
-            run_container(container_run(plan, engine or container.find_engine()))
+            _run_in_container(plan, engine or container.find_engine())
         else:
-            _run_here(plan)
-        _record_cache_stats(plan)
+            stats = _run_here(plan)
+        _record_cache_stats(plan, stats)
         tmp = built.with_name(BUILT_STAMP + ".tmp")
         tmp.write_text(json.dumps({"fingerprint": fingerprint, "outputs": _outputs(plan.build_dir)}, indent=1))
         os.replace(tmp, built)
@@ -150,8 +156,24 @@ def run_unit(plan: UnitPlan, engine: Engine | None = None) -> Path:
         return plan.build_dir
 
 
-def _run_here(plan: UnitPlan) -> None:
-    log = plan.build_dir / LOG
+def _run_in_container(plan: UnitPlan, engine: Engine) -> None:
+    """The unit in its image; a Redis remote cache reaches it through a relay open for this run only."""
+    if not cacherelay.relayable(plan.remote_cache):
+        run_container(container_run(plan, engine))
+        return
+    assert plan.remote_cache is not None
+    with cacherelay.Relay(plan.remote_cache) as relay:
+        if why := relay.probe():
+            ui.warn(f"unit {plan.unit.name}: the remote cache {remotecache.redacted(plan.remote_cache)} does not "
+                    f"answer ({why}); the container builds with its local ccache")
+        run_container(container_run(plan, engine, relay=relay))
+        if relay.failures:
+            ui.warn(f"unit {plan.unit.name}: {relay.failures} connections to the remote cache failed "
+                    f"({relay.last_error}); those compiles used the local ccache")
+
+
+def _run_here(plan: UnitPlan) -> cachestats.CacheStats | None:
+    """Configure and build on this host; sccache's counters when it fronted the compilers."""
     env = plan.environment.mapping({"NINJA_STATUS": "[%f/%t] ", **dict(plan.env)})
     # relative paths under the cache: hits across build folders, and across machines whose HOME differs
     for k, v in remotecache.launcher_env(plan.remote_cache, plan.launcher or "", cache_dir()).items():
@@ -166,6 +188,17 @@ def _run_here(plan: UnitPlan) -> None:
         (ui.warn if serious else ui.info)(line)
         with open(plan.build_dir / LOG, "a") as f:
             f.write(f"assemble: {line}\n")
+    if plan.launcher != "sccache":
+        _configure_and_build(plan, env)
+        return None
+    sccache = dict(plan.defines)["CMAKE_C_COMPILER_LAUNCHER"]
+    with sccacheserver.dedicated(sccache, env, plan.remote_cache, f"unit {plan.unit.name}") as server:
+        _configure_and_build(plan, server.env)
+    return server.stats
+
+
+def _configure_and_build(plan: UnitPlan, env: dict[str, str]) -> None:
+    log = plan.build_dir / LOG
     stamp = plan.build_dir / CONFIGURED_STAMP
     if not stamp.is_file():
         ui.step(f"configure {plan.unit.name}: {plan.build_dir}")
@@ -177,12 +210,13 @@ def _run_here(plan: UnitPlan) -> None:
     run_logged(plan.build, log, f"build {plan.unit.name}", fix=_FIX, env=env, progress=True)
 
 
-def _record_cache_stats(plan: UnitPlan) -> None:
-    """The compile cache's counters of this build: one line in the log, a file for the manifest."""
-    if plan.launcher != "ccache":
-        return
-    stats = cachestats.read_stats_log(plan.build_dir / cachestats.STATS_LOG,
-                                      None if plan.in_container else plan.remote_cache)
+def _record_cache_stats(plan: UnitPlan, stats: cachestats.CacheStats | None) -> None:
+    """The compile cache's counters of this build: one line in the log, a file for the manifest
+    (sccache's come from its server; ccache's from the build's stats log)."""
+    if plan.launcher == "ccache":
+        reached = not plan.in_container or cacherelay.relayable(plan.remote_cache)
+        stats = cachestats.read_stats_log(plan.build_dir / cachestats.STATS_LOG,
+                                          plan.remote_cache if reached else None)
     if stats is None:
         return
     ui.info(f"compile cache of unit {plan.unit.name}: {stats.line()}")

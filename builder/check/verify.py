@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import ui
+from builder.errors import AssembleError
 from builder.check import cpuvariant, gpufit, gpuhost, integrity, prebuiltloader
 from builder.check import dynamic as devices
 from builder.check import static as staticcheck
@@ -147,6 +148,9 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     runtime = Path(runtime).resolve()
     env = dict(extra_env or {})
     m, invalid = integrity.load(runtime)
+    if m is not None and m.platform == "windows":
+        from builder.check.windows import verify_windows      # a DLL folder: read, never run here
+        return verify_windows(runtime, m)
     listed = recipe.backends if recipe else (m.recipe.backends if m else None)
     backends = listed or ("cpu",)
     checks = integrity.checks(runtime, m, invalid, backends, listed)
@@ -181,6 +185,14 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     else:
         checks.append(Check("llama-server", FAIL, "bin/llama-server is missing", "rebuild the runtime"))
     return Report(str(runtime), tuple(checks))
+
+
+def require_passed(report: Report, where: str, what: str = "the new runtime") -> None:
+    """Show the report; a failed one stops the caller before anything is swapped in (exit 1)."""
+    render(report)
+    if not report.passed:
+        raise AssembleError(f"{what} failed verification; the output is untouched", where=where,
+                            fix="see the failed checks above", code=1)
 
 
 def render(report: Report, as_json: bool = False) -> None:

@@ -35,6 +35,9 @@ BASE_DEFINES = (
     ("LLAMA_OPENSSL", "ON"),         # HTTPS through the host's OpenSSL, as upstream releases do
     ("LLAMA_BUILD_UI", "OFF"),       # no npm during a build
     ("LLAMA_USE_PREBUILT_UI", "OFF"),  # no network during a build: reproducible, offline-safe
+    # libllama's unity sources #include by relative path (CMake >= 4.0; older ones ignore it): the same
+    # text on every machine, so a shared compile cache hits them too (docs/release.md)
+    ("CMAKE_UNITY_BUILD_RELOCATABLE", "ON"),
 )
 # Defines that change what a backend module expects of libggml-base: units merged
 # into one runtime must agree on all of these.
@@ -77,7 +80,7 @@ class CliOptions:
     accept_blackwell_regression: bool = False
     unit_from: tuple[tuple[str, str], ...] = ()   # (unit, folder): built elsewhere, merged as they are
     only_unit: str | None = None
-    remote_cache: str | None = None               # the shared compile cache (builder.build.remotecache)
+    remote_cache: str | None = None               # the shared compile cache (builder.config.remotecache)
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,11 @@ from builder.config.upstream import toolkit_line
 from builder.runtime import layout
 from builder.runtime.layout import runtime_dir_name
 from builder.runtime.manifest import Manifest
+from builder import windows
 
-FORMATS = ("tar.zst", "tar.gz")
+FORMATS = ("tar.zst", "tar.gz", "zip")
 DEFAULT_FORMAT = "tar.zst"   # multi-threaded: a 2.3 GB runtime is a two-minute gzip (scripts/bench-compress.py)
+WINDOWS_FORMAT = "zip"       # the one format of Windows runtimes (Explorer opens it; no symlinks to keep)
 SUMS = "SHA256SUMS"
 PART_TAG = ".part-"
 _MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_PPC64": "ppc64le", "EM_RISCV": "riscv64",
@@ -75,6 +77,8 @@ def epoch_for(m: Manifest) -> int:
 
 def runtime_arch(runtime: Path, m: Manifest) -> str:
     """The CPU architecture of the runtime's own executables (not of the machine packaging it)."""
+    if m.platform == windows.PLATFORM:
+        return windows.ARCH              # verify refused anything else
     for rec in m.files:
         if rec.role == "own":
             info = read_elf(runtime / rec.path)
@@ -87,7 +91,7 @@ def archive_stem(runtime: Path, m: Manifest) -> str:
     g = m.gpu_runtimes
     toolkit = toolkit_line(g.cuda.version if g.cuda else None, g.rocm.version if g.rocm else None)
     return layout.archive_stem(layout.runtime_label(m.recipe.name, m.gpu_targets.hip), m.llama_cpp.sha,
-                               runtime_arch(runtime, m), m.llama_cpp.build, toolkit)
+                               runtime_arch(runtime, m), m.llama_cpp.build, toolkit, system=m.platform)
 
 
 def _entries(runtime: Path) -> list[tuple[str, Path]]:
@@ -164,8 +168,47 @@ def _zstandard():
     return zstandard
 
 
+_ZIP_EPOCH = 315532800 + 86400   # zip's DOS times start in 1980 (a day later: no time zone pushes it before)
+
+
+def _write_zip(runtime: Path, raw, mtime: int, top: str) -> None:
+    """Entries sorted, one fixed time, unix modes, no extra fields: the same bytes on every machine
+    with the same zlib."""
+    import time
+    import zipfile
+    stamp = time.gmtime(max(mtime, _ZIP_EPOCH))[:6]
+
+    def info(name: str, mode: int) -> zipfile.ZipInfo:
+        zi = zipfile.ZipInfo(name, date_time=stamp)
+        zi.create_system = 3
+        zi.external_attr = mode << 16
+        zi.compress_type = zipfile.ZIP_DEFLATED
+        return zi
+
+    with zipfile.ZipFile(raw, "w", compresslevel=_GZIP_LEVEL) as zf:
+        zf.writestr(info(f"{top}/", stat.S_IFDIR | 0o755), b"")
+        for name, path in _entries(runtime):
+            t = _tarinfo(name, path, mtime)          # the same refusals and modes as the tar formats
+            if t.isdir():
+                zf.writestr(info(f"{top}/{name}/", stat.S_IFDIR | 0o755), b"")
+            elif t.issym():
+                raise AssembleError("a symlink in a Windows runtime", where=str(path),
+                                    fix="repair the runtime again: Windows runtimes hold plain files only")
+            else:
+                with open(path, "rb") as src, zf.open(info(f"{top}/{name}", stat.S_IFREG | t.mode), "w") as out:
+                    while chunk := src.read(1 << 20):
+                        out.write(chunk)
+
+
 def write_archive(runtime: Path, dest: Path, fmt: str, mtime: int, top: str) -> tuple[str, int]:
     """Write the archive to `dest`; returns (sha256, size)."""
+    if fmt == WINDOWS_FORMAT:
+        with open(dest, "wb") as f:
+            raw = _Hashing(f)
+            _write_zip(runtime, io.BufferedWriter(raw), mtime, top)
+            f.flush()
+            os.fsync(f.fileno())
+        return raw.h.hexdigest(), raw.n
     with open(dest, "wb") as f:
         raw = _Hashing(f)
         with _compressed(raw, fmt, mtime) as z:
@@ -338,11 +381,12 @@ def _io_error(exc: OSError, dest: Path) -> AssembleError:
                        fix="check the folder and the disk")
 
 
-def package(runtime: Path, dest: Path, fmt: str = DEFAULT_FORMAT) -> PackageResult:
-    """Archive a verified runtime folder into `dest`, with an SBOM and SHA256SUMS beside it."""
+def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
+    """Archive a verified runtime folder into `dest`, with an SBOM and SHA256SUMS beside it.
+    fmt None: tar.zst for a Linux runtime, zip for a Windows one."""
     from builder.release import provenance, sbom
 
-    if fmt not in FORMATS:
+    if fmt is not None and fmt not in FORMATS:
         raise AssembleError(f"unknown archive format {fmt!r}", fix=f"use one of: {', '.join(FORMATS)}")
     runtime = Path(runtime)
     if not runtime.is_dir():
@@ -351,7 +395,8 @@ def package(runtime: Path, dest: Path, fmt: str = DEFAULT_FORMAT) -> PackageResu
         raise AssembleError("no manifest.json: not a runtime folder made by assemble build", where=str(runtime),
                             fix="give the path of a runtime-<recipe>/ folder")
     data = Manifest.load(runtime)          # ManifestInvalid: one line, exit 1
-    problems = integrity.problems(runtime, data)     # what verify's file checks would fail: never archived
+    fmt = _format_for(data, fmt)
+    problems = _problems(runtime, data)    # what verify's file checks would fail: never archived
     if problems:
         raise BuildFailed(f"the runtime fails verify's file checks ({len(problems)} problem(s), e.g. {problems[0]})",
                           where=str(runtime), fix="rebuild it with assemble build; never edit a runtime by hand")
@@ -392,5 +437,23 @@ def package(runtime: Path, dest: Path, fmt: str = DEFAULT_FORMAT) -> PackageResu
 
 
 def runtime_folder_name(m: Manifest) -> str:
-    """The folder an archive unpacks to: runtime-<recipe>/, as the build wrote it."""
-    return runtime_dir_name(m.recipe.name)
+    """The folder an archive unpacks to: runtime-<recipe>/ (runtime-<name>-windows-x64/), as written."""
+    return runtime_dir_name(m.recipe.name) + (windows.FOLDER_SUFFIX if m.platform == windows.PLATFORM else "")
+
+
+def _format_for(m: Manifest, fmt: str | None) -> str:
+    if m.platform != windows.PLATFORM:
+        if fmt == WINDOWS_FORMAT:
+            raise AssembleError("zip is for Windows runtimes: it cannot keep a Linux runtime's symlinks",
+                                fix="use --format tar.zst (the default) or tar.gz")
+        return fmt or DEFAULT_FORMAT
+    if fmt not in (None, WINDOWS_FORMAT):
+        raise AssembleError(f"a Windows runtime is packaged as zip, not {fmt}", fix="drop --format, or use --format zip")
+    return WINDOWS_FORMAT
+
+
+def _problems(runtime: Path, m: Manifest) -> list[str]:
+    if m.platform != windows.PLATFORM:
+        return integrity.problems(runtime, m)
+    from builder.check.windows import verify_windows
+    return [f"{c.name}: {c.reason}" for c in verify_windows(runtime, m).checks if c.status == "fail"]

@@ -49,11 +49,13 @@ def runtime_label(recipe: str, hip_targets) -> str:
     return "-".join([recipe, *(str(t).replace(":", "-") for t in hip_targets if t)])
 
 
-def archive_stem(label: str, sha: str | None, arch: str, build: str | None = None, toolkit: str | None = None) -> str:
+def archive_stem(label: str, sha: str | None, arch: str, build: str | None = None, toolkit: str | None = None,
+                 system: str = "linux") -> str:
     """What `assemble package` writes and `assemble matrix` announces:
-    runtime-<label>[-<bNNNN>][-<toolkit line>]-<sha12>-linux-<arch>, e.g.
-    runtime-cuda-vulkan-b7416-cuda12.8-0c1e57098bba-linux-x86_64 (config.upstream owns both grammars)."""
-    parts = [runtime_dir_name(label), build, toolkit, (sha or "local")[:12], "linux", arch]
+    runtime-<label>[-<bNNNN>][-<toolkit line>]-<sha12>-<system>-<arch>, e.g.
+    runtime-cuda-vulkan-b7416-cuda12.8-0c1e57098bba-linux-x86_64, runtime-cpu-b7416-local-windows-x64
+    (config.upstream owns the build and toolkit grammars)."""
+    parts = [runtime_dir_name(label), build, toolkit, (sha or "local")[:12], system, arch]
     return "-".join(p for p in parts if p)
 
 

@@ -31,6 +31,7 @@ NAME = "manifest.json"
 SCHEMA = 2
 READABLE = (1, 2)           # schema 1 (before the resolved config was recorded) reads the same
 ROLES = ("own", "vendor", "data")
+PLATFORMS = ("linux", "windows")   # linux: bin/ + lib/ with RPATHs; windows: one flat DLL folder (builder.windows)
 CREATOR = "assemble"
 
 
@@ -193,6 +194,7 @@ class Manifest:
     gpu_runtimes: GpuRuntimes = field(default_factory=GpuRuntimes)   # what the GPU code needs of a host
     inputs: tuple[InputRecord, ...] = ()   # assemble repair: the prebuilt inputs
     loader: LoaderRecord | None = None     # assemble repair: the prebuilt loader's own search folders
+    platform: str = "linux"                # what the runtime runs on (PLATFORMS)
     schema: int = SCHEMA
     created_by: str = f"{CREATOR} {__version__}"
 
@@ -479,7 +481,14 @@ def _parse(raw: Any, where: str) -> Manifest:
                     inputs=tuple(_input(r, r.obj(x, f"inputs[{i}]"), f"inputs[{i}]") for i, x in
                                  enumerate(r.get(top, "inputs", "", list, required=False, default=[]))),
                     loader=_loader(r, r.get(top, "loader", "", dict, required=False)),
-                    schema=schema, created_by=created_by)
+                    platform=_platform(r, top), schema=schema, created_by=created_by)
+
+
+def _platform(r: _Reader, top: dict) -> str:
+    platform = r.get(top, "platform", "", str, required=False, default="linux")
+    if platform not in PLATFORMS:
+        raise r.fail("platform", f"is {platform!r}, not one of {', '.join(PLATFORMS)}")
+    return platform
 
 
 _INPUT_KINDS = ("folder", "archive", "debs")

@@ -24,8 +24,9 @@ SDIST = "llama-cpp-python-0.3.36.tar.gz"
 
 
 @contextmanager
-def redis_server(data: Path) -> Iterator[str]:
-    """redis-server on 127.0.0.1 at a free port, nothing persisted; its URL while it runs."""
+def redis_server(data: Path, password: str | None = None) -> Iterator[str]:
+    """redis-server on 127.0.0.1 at a free port, nothing persisted; its URL (without the password,
+    if one is required) while it runs."""
     server = shutil.which("redis-server")
     assert server, "redis-server is missing: scripts/ci-setup.sh installs it"
     with socket.socket() as s:
@@ -33,14 +34,14 @@ def redis_server(data: Path) -> Iterator[str]:
         port = s.getsockname()[1]
     data.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--dir", str(data), *(("--requirepass", password) if password else ())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
                     c.sendall(b"PING\r\n")
-                    if c.recv(16).startswith(b"+PONG"):
+                    if c.recv(64).startswith((b"+PONG", b"-NOAUTH")):   # up (and asking for the password)
                         break
             except OSError:
                 pass
@@ -64,7 +65,8 @@ class Machine:
                 "CCACHE_DIR": str(self.home / ".ccache"), "XDG_CACHE_HOME": str(self.home / ".cache")}
 
 
-def machine(root: Path, name: str, recipe: str = "cpu") -> Machine:
+def machine(root: Path, name: str, recipe: str = "cpu", extra: str = "") -> Machine:
+    """A fresh machine holding a copy of the shipped recipe, `extra` TOML appended to it."""
     home = root / name / "home"
     downloads = home / ".cache" / "assemble" / "downloads"
     downloads.mkdir(parents=True)
@@ -73,16 +75,16 @@ def machine(root: Path, name: str, recipe: str = "cpu") -> Machine:
         shutil.copy(cached, downloads / SDIST)
     checkout = root / name / "checkouts" / f"project-{name}"
     checkout.mkdir(parents=True)
-    shutil.copy(REPO / "recipes" / f"{recipe}.toml", checkout / f"{recipe}.toml")
+    (checkout / f"{recipe}.toml").write_text((REPO / "recipes" / f"{recipe}.toml").read_text() + extra)
     return Machine(home, checkout / f"{recipe}.toml", checkout)
 
 
-def build_on(m: Machine, url: str) -> tuple[float, dict, str]:
+def build_on(m: Machine, url: str, *args: str, env: dict[str, str] | None = None) -> tuple[float, dict, str]:
     """Build the recipe there through the remote cache: (seconds, the manifest's units[0].cache, stderr)."""
     out = m.work / "out" / f"runtime-{m.recipe.stem}"
     start = time.monotonic()
-    proc = assemble("build", "--recipe", str(m.recipe), "--out", str(out), "--remote-cache", url, "--no-verify",
-                    cwd=m.work, env=m.env, timeout=3600)
+    proc = assemble("build", "--recipe", str(m.recipe), "--out", str(out), "--remote-cache", url, "--no-verify", *args,
+                    cwd=m.work, env={**m.env, **(env or {})}, timeout=3600)
     took = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-4000:]
     (unit,) = json.loads((out / "manifest.json").read_text())["units"]

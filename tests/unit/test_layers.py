@@ -1,6 +1,6 @@
 """The package's shape, checked: no import cycle, and imports go one way only.
 
-    cli -> pipeline/outdir/repair -> release -> check -> build/prebuilt -> runtime -> toolchain, source -> config -> base
+    cli -> pipeline/outdir/repair -> release -> check -> build/prebuilt/windows -> runtime -> toolchain, source -> config -> base
 
 A module may import its own package and anything below it, never above: nothing imports the
 CLI, the runtime never imports the checks (the checks read the runtime). Imports anywhere in a
@@ -16,10 +16,10 @@ from tests.support.common import REPO
 BUILDER = REPO / "builder"
 LAYERS = (
     ("builder.cli", "builder.__main__"),
-    ("builder.pipeline", "builder.outdir", "builder.repair"),
+    ("builder.pipeline", "builder.outdir", "builder.repair", "builder.repair_windows"),
     ("builder.release",),
     ("builder.check",),
-    ("builder.build", "builder.prebuilt"),
+    ("builder.build", "builder.prebuilt", "builder.windows"),
     ("builder.runtime",),
     ("builder.toolchain", "builder.source"),
     ("builder.config",),

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from builder.release.package import DEFAULT_FORMAT, FORMATS, package
+from builder.release.package import DEFAULT_FORMAT, FORMATS, WINDOWS_FORMAT, package
 
 
 def register(sub, common) -> None:
@@ -22,8 +22,9 @@ def register(sub, common) -> None:
                        "exit status: 0 written, 1 the runtime fails its manifest or the disk is full, 2 bad input",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runtime", metavar="RUNTIME_DIR", help="the runtime folder (runtime-<recipe>/)")
-    p.add_argument("--format", choices=FORMATS, default=DEFAULT_FORMAT,
-                   help=f"archive format (default {DEFAULT_FORMAT}: multi-threaded zstd; tar.gz for old tools)")
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help=f"archive format (default {DEFAULT_FORMAT}: multi-threaded zstd; tar.gz for old tools; "
+                        f"{WINDOWS_FORMAT}, the only one, for a Windows runtime)")
     p.add_argument("--out-dir", metavar="DIR", default="dist",
                    help="where the archive, SBOM and SHA256SUMS go (default ./dist; other archives' sums are kept; "
                    "never inside the runtime; nothing else there is touched)")

@@ -10,6 +10,8 @@ from builder.cli.args import env_pairs
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.runtime.layout import runtime_dir_name
+from builder.windows import FOLDER_SUFFIX
+from builder import repair_windows
 
 
 def register(sub, common) -> None:
@@ -19,13 +21,17 @@ def register(sub, common) -> None:
                        "modules, bundle what they need into a relocatable runtime-<name>/ (DT_RPATH $ORIGIN, "
                        "vendor data at its depth, a manifest naming every input with its sha256) and verify it. "
                        "Several inputs of one build merge into one runtime (one ggml base, each input's "
-                       "backends); inputs with different ggml bases are refused before anything is copied.",
+                       "backends); inputs with different ggml bases are refused before anything is copied. "
+                       "Windows release zips (llama-bNNNN-bin-win-*-x64.zip, cudart-*.zip) give a flat "
+                       "runtime-<name>-windows-x64/ folder, its DLL closure read from the PE import tables.",
                        epilog="examples:\n"
                        "  assemble repair build-dual                                   # a CMake build folder\n"
                        "  assemble repair llama-b7416-bin-ubuntu-cuda-12.8-x64.tar.gz llama-b7416-bin-ubuntu-"
                        "vulkan-x64.tar.gz --name cuda-vulkan-b7416\n"
                        "  assemble repair libggml0_*.deb libggml0-backend-vulkan_*.deb libllama0_*.deb "
                        "llama.cpp-tools_*.deb --name debian-vulkan\n"
+                       "  assemble repair llama-b7416-bin-win-cuda-12.4-x64.zip cudart-llama-bin-win-cuda-12.4-x64.zip "
+                       "llama-b7416-bin-win-vulkan-x64.zip --name cuda-vulkan-b7416   # Windows\n"
                        "  assemble repair build-dual --dry-run                         # what it would carry\n"
                        "exit status: 0 runtime ready (or --dry-run shown), 1 verification failed, 2 bad input",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,7 +77,9 @@ def run(args) -> int:
                             'image without other ggml packages"')
     targets = tuple(str(GfxTarget.parse(g, "--hip-target")) for g in args.hip_target)
     name = args.name or default_name(args.inputs[0])
-    out = Path(args.out) if args.out else Path.cwd() / runtime_dir_name(name)
+    platform = repair_windows.platform_of(tuple(args.inputs))
+    out = Path(args.out) if args.out else Path.cwd() / (runtime_dir_name(name)
+                                                        + (FOLDER_SUFFIX if platform == "windows" else ""))
     result = repair(RepairRequest(inputs=tuple(args.inputs), name=name, out=out, lib_paths=tuple(args.lib_path),
                                   targets=tuple(args.target), hip_targets=targets, check_env=env_pairs(args.check_env),
                                   verify_static=args.verify_static, accept_loader_risk=args.accept_loader_risk,

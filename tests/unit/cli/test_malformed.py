@@ -100,7 +100,7 @@ def _args(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
         "keep negative": (["build", "--recipe", "cpu", "--keep", "-1"], ["--keep", "0 or more"]),
         "check-env without =": (["build", "--recipe", "cpu", "--check-env", "GGML"], ["--check-env 'GGML'", "NAME=VALUE"]),
         "launcher unknown": (["show", "cpu", "--launcher", "distcc"], ["--launcher", "invalid choice"]),
-        "package format zip": (["package", str(tmp / "empty"), "--format", "zip"], ["--format", "invalid choice"]),
+        "package format rar": (["package", str(tmp / "empty"), "--format", "rar"], ["--format", "invalid choice"]),
         "package missing folder": (["package", str(tmp / "gone")], ["no such runtime folder"]),
         "package not a runtime": (["package", str(tmp / "empty")], ["no manifest.json"]),
         "matrix bad hip target": (["matrix", "--hip-targets", "navi31"], ["'navi31' is not a gfx target"]),

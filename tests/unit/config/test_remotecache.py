@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.cachestats import read_stats_log
+from builder.build.cachestats import from_sccache, read_stats_log
 from builder.config import remotecache as rc
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe
@@ -75,3 +75,31 @@ def test_stats_log_counts_this_builds_compiles(tmp_path):
     assert (s.compiles, s.hits, s.remote_hits, s.misses, s.remote) == (3, 2, 1, 1, "redis://:***@h")
     assert s.line() == "ccache: 3 compiles, 2 hits (66.7%), 1 from the remote cache, 1 compiled"
     assert read_stats_log(tmp_path / "none.log", None) is None
+
+
+def test_sccache_counters_of_a_server_that_served_one_build():
+    shown = {"stats": {"compile_requests": 5, "cache_hits": {"counts": {"C/C++": 3, "CUDA": 1}},
+                       "cache_misses": {"counts": {"C/C++": 1}}, "cache_errors": {"counts": {}}},
+             "cache_location": "redis, name: redis://127.0.0.1:6390, prefix: /", "version": "0.16.0"}
+    s = from_sccache(shown, "redis://:pw@127.0.0.1:6390")
+    assert (s.launcher, s.compiles, s.hits, s.remote_hits, s.misses) == ("sccache", 5, 4, 4, 1)
+    assert s.remote == "redis://:***@127.0.0.1:6390"
+    local = from_sccache(shown, None)
+    assert (local.hits, local.remote_hits) == (4, 0)
+
+
+@pytest.mark.parametrize("url, relayed", [("redis://cache:6379", True), ("http://cache/ccache", False),
+                                          ("s3://bucket/prefix", False)])
+def test_a_container_unit_is_told_whether_the_cache_reaches_it(url, relayed, capsys, monkeypatch):
+    from builder import pipeline
+    from builder.build.plan import plan_unit
+    from builder.toolchain import survey
+    monkeypatch.setattr(rc, "check", lambda *a: pytest.fail("a container unit's launcher is the image's"))
+    config = resolve(load_recipe("cuda128-vulkan"), CliOptions(remote_cache=url, launcher="ccache"), env={})
+    unit = config.units[0]
+    plan = plan_unit(config, unit, survey.image(config, unit, None, probe=False), Path("/src"), "0" * 40)
+    assert plan.in_container
+    pipeline._check_remote_cache(config, [plan], adopted=set())
+    err = capsys.readouterr().err
+    assert ("unix-socket relay" in err) == relayed
+    assert ("uses its local ccache" in err) == (not relayed)

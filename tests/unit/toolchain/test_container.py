@@ -227,6 +227,22 @@ def test_docker_argv_mounts_same_paths_as_the_calling_user(standin, source, tmp_
     assert argv[-4:-1] == [run.image, "sh", "-c"] and argv[-1] == run.script
 
 
+def test_a_redis_cache_reaches_the_container_through_the_relay_folder_only(standin, source, tmp_path, isolated_cache):
+    from builder.build.cacherelay import Relay
+    with Relay("redis://:hunter2@cache.internal:6379/2") as relay:
+        run = run_mod.container_run(make_plan(source, remote_cache="redis://:hunter2@cache.internal:6379/2"),
+                                    container.find_engine("docker"), relay=relay)
+        argv = list(run.argv)
+        assert argv[argv.index("run") + 2] == "--network=none"           # still no network at all
+        mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
+        assert mounts[-1] == f"{relay.folder}:{relay.folder}"
+        env = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-e")
+        assert env["CCACHE_REMOTE_STORAGE"] == f"redis+unix:{relay.folder}/redis.sock"
+        assert "hunter2" not in " ".join(argv) and "hunter2" not in json.dumps(run.as_dict())
+    plain = run_mod.container_run(make_plan(source), container.find_engine("docker"))
+    assert "CCACHE_REMOTE_STORAGE" not in " ".join(plain.argv)
+
+
 def test_script_is_the_plans_own_lines_with_the_images_tools(standin, source, tmp_path):
     p = make_plan(source)
     run = run_mod.container_run(p, container.find_engine("docker"))
