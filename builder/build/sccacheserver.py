@@ -15,6 +15,7 @@ import subprocess
 from contextlib import contextmanager
 from typing import Iterator
 
+from builder import proc
 from builder.build import cachestats
 from builder.errors import BuildFailed
 from builder.paths import socket_parent
@@ -29,7 +30,7 @@ def _free_port() -> int:
 
 
 def _run(sccache: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sccache, *args], env=env, capture_output=True, text=True, timeout=START_TIMEOUT)
+    return proc.run([sccache, *args], env=env, timeout=START_TIMEOUT)
 
 
 class Server:
@@ -51,8 +52,7 @@ def dedicated(sccache: str, env: dict[str, str], remote: str | None, where: str)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise BuildFailed(f"sccache did not start its server: {e}", where=where, fix=fix) from None
     if started.returncode != 0:
-        detail = (started.stderr or started.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise BuildFailed(f"sccache did not start its server: {detail[0]}", where=where, fix=fix)
+        raise BuildFailed(f"sccache did not start its server: {proc.last_line(started)}", where=where, fix=fix)
     try:
         yield server
     finally:
