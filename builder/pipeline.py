@@ -20,7 +20,8 @@ from builder.build import cacherelay, cachestats, collect, merge, run, unitfolde
 from builder.config import remotecache
 from builder.build.plan import UnitPlan, plan_unit
 from builder.build.unitfolder import UnitDescription
-from builder.config.options import ADOPTED, CONTAINER, BuildConfig, UnitConfig
+from builder.config import versions
+from builder.config.options import ADOPTED, CONTAINER, RELOCATABLE_UNITY_CMAKE, BuildConfig, UnitConfig
 from builder.errors import AssembleError
 from builder.proc import git
 from builder.runtime import gpuruntime, manifest
@@ -113,17 +114,24 @@ def prepare(config: BuildConfig) -> Prepared:
             plans.append(unitfolder.adopt(recorded[unit.name], config, unit))
         else:
             plans.append(plan_unit(config, unit, toolchains[unit.name], prepared_tree.path, tree.sha, tree_id))
-    _check_remote_cache(config, plans, adopted=set(recorded))
+    _check_remote_cache(config, plans, toolchains, adopted=set(recorded))
     return Prepared(config, tree, prepared_tree, report, tuple(plans), records, recorded)
 
 
-def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan], adopted: set[str]) -> None:
+def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan], toolchains: dict[str, Toolchain],
+                        adopted: set[str]) -> None:
     """A shared cache the launcher of each unit compiled here can use, or one line before anything
     compiles (a unit taken from --unit-from compiles nothing here and is not asked)."""
     url = config.remote_cache.value
     if not url:
         return
     for plan in (p for p in plans if p.unit.name not in adopted):
+        cmake = toolchains[plan.unit.name].cmake
+        if (not plan.in_container and cmake and versions.version_tuple(cmake.version)
+                and not versions.satisfies(cmake.version, RELOCATABLE_UNITY_CMAKE)):
+            ui.warn(f"unit {plan.unit.name}: cmake {cmake.version} ({cmake.path}) writes libllama's unity sources "
+                    "with absolute paths, so they miss the remote cache on machines with another HOME or checkout; "
+                    f"CMake {RELOCATABLE_UNITY_CMAKE} shares them (pip install 'cmake>=4')")
         where = f"unit {plan.unit.name} ({config.remote_cache.origin})"
         if plan.in_container:
             if cacherelay.relayable(url):

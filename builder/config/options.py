@@ -39,6 +39,7 @@ BASE_DEFINES = (
     # text on every machine, so a shared compile cache hits them too (docs/release.md)
     ("CMAKE_UNITY_BUILD_RELOCATABLE", "ON"),
 )
+RELOCATABLE_UNITY_CMAKE = ">=4.0"    # the CMake that honours CMAKE_UNITY_BUILD_RELOCATABLE
 # Defines that change what a backend module expects of libggml-base: units merged
 # into one runtime must agree on all of these.
 ABI_DEFINES = ("CMAKE_BUILD_TYPE", "BUILD_SHARED_LIBS", "GGML_BACKEND_DL", "GGML_SCHED_MAX_COPIES",

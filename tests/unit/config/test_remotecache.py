@@ -97,9 +97,28 @@ def test_a_container_unit_is_told_whether_the_cache_reaches_it(url, relayed, cap
     monkeypatch.setattr(rc, "check", lambda *a: pytest.fail("a container unit's launcher is the image's"))
     config = resolve(load_recipe("cuda128-vulkan"), CliOptions(remote_cache=url, launcher="ccache"), env={})
     unit = config.units[0]
-    plan = plan_unit(config, unit, survey.image(config, unit, None, probe=False), Path("/src"), "0" * 40)
+    image = survey.image(config, unit, None, probe=False)
+    plan = plan_unit(config, unit, image, Path("/src"), "0" * 40)
     assert plan.in_container
-    pipeline._check_remote_cache(config, [plan], adopted=set())
+    pipeline._check_remote_cache(config, [plan], {unit.name: image}, adopted=set())
     err = capsys.readouterr().err
     assert ("unix-socket relay" in err) == relayed
     assert ("uses its local ccache" in err) == (not relayed)
+
+
+@pytest.mark.parametrize("version, warned", [("3.28.3", True), ("4.0.0", False), ("4.4.5", False), ("unknown", False)])
+def test_a_cmake_that_writes_unity_sources_with_absolute_paths_is_named(version, warned, capsys, monkeypatch):
+    """CMake < 4.0 ignores CMAKE_UNITY_BUILD_RELOCATABLE: libllama's unity sources then name this
+    machine's paths and miss on every other runner (found with docker and Debian 12's CMake 3.25)."""
+    from builder import pipeline
+    from builder.build.plan import plan_unit
+    from builder.toolchain.detect import Tool, Toolchain
+    monkeypatch.setattr(rc, "check", lambda *a: None)
+    config = resolve(load_recipe("cpu"), CliOptions(remote_cache="redis://cache:6379", launcher="ccache"), env={})
+    unit = config.units[0]
+    host = Toolchain("host", cmake=Tool("cmake", "/usr/bin/cmake", version), ninja=Tool("ninja", "/usr/bin/ninja", "1.12"),
+                     cc=Tool("cc", "/usr/bin/cc", "gcc"), cxx=Tool("c++", "/usr/bin/c++", "g++"))
+    plan = plan_unit(config, unit, host, Path("/src"), "0" * 40)
+    pipeline._check_remote_cache(config, [plan], {unit.name: host}, adopted=set())
+    err = capsys.readouterr().err
+    assert ("unity sources" in err and f"cmake {version} (/usr/bin/cmake)" in err) == warned, err
