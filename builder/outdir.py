@@ -26,7 +26,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -533,7 +533,7 @@ def _prune(target: Target, keep: int) -> tuple[Path, ...]:
     return tuple(removed)
 
 
-def publish(target: Target, fill, *, wait: bool = True, keep: int | None = None) -> None:
+def publish(target: Target, fill: Callable[[Path], None], *, wait: bool = True, keep: int | None = None) -> None:
     """Lock the output, fill a fresh staging folder beside it (`fill(path)`; raising abandons it, the
     old output untouched), then swap it in."""
     with locked(target, wait=wait):

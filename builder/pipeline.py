@@ -184,11 +184,7 @@ def build_unit(req: BuildRequest) -> Path:
     collect.collect_unit(plan)  # every target and module it owes is there
     folder = plan.build_dir
     if target is not None:
-        with outdir.locked(target, wait=req.wait):
-            outdir.clear_leftovers(target)
-            with outdir.staged(target) as staging:
-                unitfolder.export(plan.build_dir, staging.path)
-                outdir.swap_in(target, staging, keep=req.keep)
+        outdir.publish(target, lambda staged: unitfolder.export(plan.build_dir, staged), wait=req.wait, keep=req.keep)
         folder = target.path
     ui.step(ui.ok(f"unit {plan.unit.name} ready: {folder}"))
     ui.info(f"carry {folder.name}/ (bin/ and {unitfolder.UNIT_FILE}) to the merging machine, then: "
@@ -208,27 +204,27 @@ def build(req: BuildRequest) -> Path:
     ui.step(f"recipe {recipe.name}: {recipe.description}")
     # Temporary folders of this build (checks, probes) go under the cache, named with our pid, so a
     # killed build leaves nothing in /tmp: the next run removes them (paths.clean_stale_scratch).
-    with paths.scratch("build-") as scratch, _tempdir(scratch), outdir.locked(target, wait=req.wait):
-        outdir.clear_leftovers(target)
-        # made before the compile, so an unwritable --out fails in a second; removed on any error,
-        # and only while it still is the folder made here (never the previous runtime)
-        with outdir.staged(target) as staging:
-            prepared = prepare(req.config)
-            outputs = []
-            for plan in prepared.plans:
-                _run(plan, prepared)
-                outputs.append(collect.collect_unit(plan))
-            own = merge.merge_units(outputs)
-            ui.step(f"bundle into {staging.path.name}")
-            bundle_plan = plan_bundle(own, recipe=recipe, search_dirs=lib_dirs + _toolchain_lib_dirs(prepared.plans))
-            result = place_bundle(bundle_plan, staging.path)
-            _manifest(recipe, prepared, result, staging.path).write(staging.path)
-            if req.verify:
-                from builder.check import verify
-                report = verify.verify_runtime(staging.path, recipe=recipe, extra_env=dict(req.check_env),
-                                               static=req.verify_static)
-                verify.require_passed(report, str(out))
-            outdir.swap_in(target, staging, keep=req.keep)
+    # The staging folder is made before the compile, so an unwritable --out fails in a second; it is
+    # removed on any error, and only while it still is the folder made here (never the previous runtime).
+    def fill(staged: Path) -> None:
+        prepared = prepare(req.config)
+        outputs = []
+        for plan in prepared.plans:
+            _run(plan, prepared)
+            outputs.append(collect.collect_unit(plan))
+        own = merge.merge_units(outputs)
+        ui.step(f"bundle into {staged.name}")
+        bundle_plan = plan_bundle(own, recipe=recipe, search_dirs=lib_dirs + _toolchain_lib_dirs(prepared.plans))
+        result = place_bundle(bundle_plan, staged)
+        _manifest(recipe, prepared, result, staged).write(staged)
+        if req.verify:
+            from builder.check import verify
+            report = verify.verify_runtime(staged, recipe=recipe, extra_env=dict(req.check_env),
+                                           static=req.verify_static)
+            verify.require_passed(report, str(out))
+
+    with paths.scratch("build-") as scratch, _tempdir(scratch):
+        outdir.publish(target, fill, wait=req.wait, keep=req.keep)
     ui.step(ui.ok(f"runtime ready: {out}"))
     return out
 

@@ -26,6 +26,7 @@ from builder.prebuilt.discover import Found, discover
 from builder.prebuilt.inputs import Input, classify, unpack
 from builder.prebuilt.loader import LoaderFacts, loader_facts
 from builder.prebuilt.request import RepairRequest
+from builder.windows import PLATFORM
 from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import BundlePlan, plan_bundle
 from builder.runtime.layout import OwnFile, module_backend
@@ -214,7 +215,7 @@ def repair(req: RepairRequest) -> Path | None:
     if not NAME_RE.match(req.name):
         raise AssembleError(f"{req.name!r} is not a runtime name", where="--name",
                             fix="lower-case letters, digits, '.', '_' and '-', e.g. --name cuda-vulkan-b7416")
-    if repair_windows.platform_of(req.inputs) == "windows":
+    if repair_windows.platform_of(req.inputs) == PLATFORM:
         return repair_windows.repair(req)
     lib_dirs = _lib_dirs(req)           # a typo fails at once, before any input is unpacked
     inputs = [("an input", Path(i).expanduser()) for i in req.inputs if Path(i).expanduser().is_dir()]

@@ -9,6 +9,7 @@ The output folder follows build's --out rules (lock, staging, atomic swap, --kee
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import zipfile
 from pathlib import Path
@@ -25,6 +26,7 @@ from builder.runtime import manifest
 from builder.windows import PLATFORM, assemble
 
 _WINDOWS = (".exe", ".dll")
+_SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")            # libggml.so, libllama.so.0.0.1
 
 
 def _names(given: str) -> list[str]:
@@ -44,7 +46,7 @@ def _names(given: str) -> list[str]:
 def is_windows_input(given: str) -> bool:
     """A zip or folder with Windows binaries and no ELF shared library (upstream's win zips)."""
     names = [n.lower() for n in _names(given)]
-    return any(n.endswith(_WINDOWS) for n in names) and not any(".so" in Path(n).name for n in names)
+    return any(n.endswith(_WINDOWS) for n in names) and not any(_SHARED_OBJECT.search(Path(n).name) for n in names)
 
 
 def platform_of(inputs: tuple[str, ...]) -> str:

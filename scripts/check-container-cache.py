@@ -29,13 +29,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support.remotecache import Machine, machine, redis_server  # noqa: E402
+from tests.support.remotecache import build_on, machine, redis_server  # noqa: E402
 
 BASE = "assemble-check/debian-build:bookworm"
 TOOLS = "build-essential,ccache,cmake,ninja-build,git,python3,ca-certificates,pkg-config"
@@ -72,22 +71,16 @@ def project_copy(into: Path) -> Path:
     return into
 
 
-def build_on(m: Machine, url: str, project: Path, engine: str) -> tuple[float, dict, str]:
-    """tests/support/remotecache.build_on, with the project copy's `builder` in place of the installed
-    one: `-S` skips the .pth files, among them an editable install's finder that would win over it."""
-    out = m.work / "out" / f"runtime-{m.recipe.stem}"
+def project_cli(project: Path):
+    """tests.support.common.assemble for the project copy: `-S` skips the .pth files, among them an
+    editable install's import hook, which would otherwise win over PYTHONPATH."""
     site = [p for p in sys.path if p.endswith("site-packages")]
-    env = {**os.environ, **m.env, "PYTHONPATH": os.pathsep.join([str(project), *site]),
-           "ASSEMBLE_CONTAINER_ENGINE": engine}
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-S", "-m", "builder", "build", "--recipe", str(m.recipe), "--out", str(out),
-                           "--remote-cache", url, "--no-verify", "--container", "debian-build",
-                           "--target", "llama-server"], cwd=m.work, env=env, capture_output=True, text=True)
-    took = time.monotonic() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"build on {m.home.parent.name} failed:\n{proc.stderr[-4000:]}")
-    (unit,) = json.loads((out / "manifest.json").read_text())["units"]
-    return took, unit["cache"], proc.stderr
+
+    def cli(*args: str, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        full = {**os.environ, **env, "PYTHONPATH": os.pathsep.join([str(project), *site])}
+        return subprocess.run([sys.executable, "-S", "-m", "builder", *args], cwd=cwd, env=full,
+                              capture_output=True, text=True, timeout=timeout)
+    return cli
 
 
 def main() -> int:
@@ -104,9 +97,11 @@ def main() -> int:
         with redis_server(root / "redis", password=PASSWORD) as url:
             url = url.replace("redis://", f"redis://:{PASSWORD}@")
             a, b = machine(root, "a", extra=SMALL), machine(root, "b", extra=SMALL)
-            cold, stats_a, log_a = build_on(a, url, project, engine)
+            build = ("--container", "debian-build", "--target", "llama-server")
+            via = {"env": {"ASSEMBLE_CONTAINER_ENGINE": engine}, "cli": project_cli(project)}
+            cold, stats_a, log_a = build_on(a, url, *build, **via)
             shutil.rmtree(a.home)
-            warm, stats_b, log_b = build_on(b, url, project, engine)
+            warm, stats_b, log_b = build_on(b, url, *build, **via)
     for line in (log_a + log_b).splitlines():
         if "remote" in line or "compile cache" in line or "container" in line:
             print("  log:", line.strip())

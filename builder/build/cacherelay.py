@@ -19,8 +19,9 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
+from builder.config import remotecache
 from builder.paths import socket_parent
 
 SOCKET_NAME = "redis.sock"
@@ -47,15 +48,13 @@ class Endpoint:
         parts = urlsplit(url)
         user = unquote(parts.username) if parts.username else None
         password = unquote(parts.password) if parts.password is not None else None
+        db = remotecache.redis_db(url)   # checked when the option was read (remotecache.check_known)
         if parts.scheme.lower() == "redis+unix":
             # redis+unix:/path, redis+unix:///path, redis+unix://[[user]:pass@]localhost/path
-            path = parts.path
-            db = parse_qs(parts.query).get("db", ["0"])[0]
-            return cls(socket.AF_UNIX, path, user, password, int(db))
+            return cls(socket.AF_UNIX, parts.path, user, password, db)
         host, port = parts.hostname or "localhost", parts.port or 6379
-        db = parts.path.strip("/") or parse_qs(parts.query).get("db", ["0"])[0]
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        return cls(family, (host, port), user or None, password, int(db or 0))
+        return cls(family, (host, port), user or None, password, db)
 
     def connect(self) -> socket.socket:
         """A logged-in connection with the database selected; OSError when the cache refuses it."""

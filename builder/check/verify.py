@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import ui
+from builder import windows
 from builder.errors import AssembleError
 from builder.check import cpuvariant, gpufit, gpuhost, integrity, prebuiltloader
 from builder.check import dynamic as devices
@@ -148,7 +149,7 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     runtime = Path(runtime).resolve()
     env = dict(extra_env or {})
     m, invalid = integrity.load(runtime)
-    if m is not None and m.platform == "windows":
+    if m is not None and m.platform == windows.PLATFORM:
         from builder.check.windows import verify_windows      # a DLL folder: read, never run here
         return verify_windows(runtime, m)
     listed = recipe.backends if recipe else (m.recipe.backends if m else None)

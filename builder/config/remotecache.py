@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from builder.errors import AssembleError
 
@@ -35,12 +35,30 @@ def _scheme(url: str) -> str:
     return "gha" if url in ("gha", "gha:") else urlsplit(url).scheme.lower()
 
 
+def redis_db(url: str) -> int:
+    """The database a redis:// or redis+unix: URL selects (0 when it names none); ValueError when its
+    port or database is not a number."""
+    parts = urlsplit(url)
+    db = parse_qs(parts.query).get("db", ["0"])[0]
+    if parts.scheme.lower() == "redis":
+        parts.port                                   # raises for a port that is not a number
+        db = parts.path.strip("/") or db
+    return int(db)
+
+
 def check_known(url: str, where: str) -> None:
     """Refuse a URL no launcher can use, when the option is read (before any fetch)."""
     known = sorted({s for schemes in SCHEMES.values() for s in schemes})
     if _scheme(url) not in known:
         raise AssembleError(f"{redacted(url)!r} is not a compile cache URL", where=where,
                             fix=f"use one of {', '.join(k + ':' for k in known)} (e.g. redis://cache.internal:6379)")
+    if _scheme(url) in ("redis", "redis+unix"):
+        try:
+            redis_db(url)
+        except ValueError:
+            raise AssembleError(f"{redacted(url)!r}: its port or database is not a number", where=where,
+                                fix="write it as redis://[[user]:password@]host[:port][/db], e.g. "
+                                    "redis://cache.internal:6379/0") from None
 
 
 def check(url: str, launcher: str, where: str) -> None:

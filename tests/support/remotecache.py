@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,8 @@ def redis_server(data: Path, password: str | None = None) -> Iterator[str]:
         port = s.getsockname()[1]
     data.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(data), *(("--requirepass", password) if password else ())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             "--dir", str(data), *(("--requirepass", password) if password else ())],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -79,11 +81,13 @@ def machine(root: Path, name: str, recipe: str = "cpu", extra: str = "") -> Mach
     return Machine(home, checkout / f"{recipe}.toml", checkout)
 
 
-def build_on(m: Machine, url: str, *args: str, env: dict[str, str] | None = None) -> tuple[float, dict, str]:
-    """Build the recipe there through the remote cache: (seconds, the manifest's units[0].cache, stderr)."""
+def build_on(m: Machine, url: str, *args: str, env: dict[str, str] | None = None,
+             cli: Callable[..., subprocess.CompletedProcess] = assemble) -> tuple[float, dict, str]:
+    """Build the recipe there through the remote cache: (seconds, the manifest's units[0].cache, stderr).
+    cli: how the CLI is run (tests.support.common.assemble's signature)."""
     out = m.work / "out" / f"runtime-{m.recipe.stem}"
     start = time.monotonic()
-    proc = assemble("build", "--recipe", str(m.recipe), "--out", str(out), "--remote-cache", url, "--no-verify", *args,
+    proc = cli("build", "--recipe", str(m.recipe), "--out", str(out), "--remote-cache", url, "--no-verify", *args,
                     cwd=m.work, env={**m.env, **(env or {})}, timeout=3600)
     took = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-4000:]

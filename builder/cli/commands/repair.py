@@ -10,7 +10,7 @@ from builder.cli.args import env_pairs
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.runtime.layout import runtime_dir_name
-from builder.windows import FOLDER_SUFFIX
+from builder.windows import FOLDER_SUFFIX, PLATFORM
 from builder import repair_windows
 
 
@@ -79,7 +79,7 @@ def run(args) -> int:
     name = args.name or default_name(args.inputs[0])
     platform = repair_windows.platform_of(tuple(args.inputs))
     out = Path(args.out) if args.out else Path.cwd() / (runtime_dir_name(name)
-                                                        + (FOLDER_SUFFIX if platform == "windows" else ""))
+                                                        + (FOLDER_SUFFIX if platform == PLATFORM else ""))
     result = repair(RepairRequest(inputs=tuple(args.inputs), name=name, out=out, lib_paths=tuple(args.lib_path),
                                   targets=tuple(args.target), hip_targets=targets, check_env=env_pairs(args.check_env),
                                   verify_static=args.verify_static, accept_loader_risk=args.accept_loader_risk,

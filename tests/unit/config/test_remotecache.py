@@ -58,6 +58,16 @@ def test_the_setting_resolves_once_and_is_shown_redacted():
         resolve(r, CliOptions(remote_cache="ftp://h"), env={})
 
 
+@pytest.mark.parametrize("url", ["redis://:pw@cache:notaport", "redis://cache:6379/abc", "redis+unix:/r.sock?db=x"])
+def test_a_redis_url_whose_port_or_database_is_not_a_number_is_refused_when_read(url):
+    """Read when the option is, not when a container unit's relay opens mid-build (it raised there)."""
+    with pytest.raises(AssembleError, match="port or database is not a number") as err:
+        resolve(load_recipe("cpu"), CliOptions(remote_cache=url), env={})
+    assert "pw" not in err.value.what
+    assert rc.redis_db("redis://cache:6379/3") == 3 and rc.redis_db("redis+unix:/r.sock?db=2") == 2
+    assert rc.redis_db("redis://cache") == 0
+
+
 def test_cli_refuses_a_bad_url_in_one_line_and_show_never_prints_the_password():
     one_error_line(assemble("build", "--recipe", "cpu", "--remote-cache", "ftp://:pw@h", "--out", "/nonexistent/x"),
                    2, ["not a compile cache URL", "--remote-cache"])
