@@ -20,10 +20,9 @@ from builder.config.targets import CudaArch, GfxTarget
 from builder.config.upstream import toolkit_line
 from builder.config.versions import parse_constraint
 from builder.runtime.layout import archive_stem, runtime_label
-from builder.toolchain.rules import BLACKWELL_PATCH, MIN_ROCM, runner_cuda
+from builder.toolchain.rules import BLACKWELL_PATCH, rocm_floor_text, runner_cuda
 
 HOST_ARCH = "x86_64"   # every shipped recipe targets linux x86_64 runners
-ROCM_MIN = ">=" + ".".join(map(str, MIN_ROCM))
 FORMATS = ("github", "json")
 
 
@@ -71,7 +70,7 @@ def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -
             cuda, cuda_why = runner_cuda(unit.cuda_archs, recipe.cuda.toolkit, BLACKWELL_PATCH in recipe.patches_on,
                                          config.accept_blackwell_regression)
         if "hip" in unit.backends:
-            rocm = ROCM_MIN
+            rocm = ">=" + rocm_floor_text(unit.hip_targets)
             gfx = [str(t) for t in unit.hip_targets]
         if "vulkan" in unit.backends:
             vulkan = True

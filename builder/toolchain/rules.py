@@ -27,6 +27,10 @@ REFUSE, SLOWER, OK = "refuse", "slower", "ok"
 
 # --- facts the rules compare against, each with its source ------------------------------
 MIN_ROCM = (6, 1)            # ggml-hip/CMakeLists.txt: FATAL_ERROR "At least ROCM/HIP V6.1 is required"
+# Cards that need a newer ROCm than ggml's floor: the first release AMD supports each arch with.
+# RDNA4 (Radeon RX 9070/9070 XT = gfx1201, RX 9060 XT = gfx1200): ROCm 6.4.1's release notes and
+# AMD's Radeon compatibility matrix add them; no earlier ROCm ships their rocBLAS/hipBLASLt kernels.
+ROCM_SINCE = {"gfx1200": (6, 4), "gfx1201": (6, 4)}
 CMAKE_MIN_HIP = (3, 21)      # ggml-hip/CMakeLists.txt: cmake_minimum_required(VERSION 3.21)
 MIN_PATCHELF = (0, 19, 1)    # 0.17.x/0.18.0 corrupt CUDA libraries (NixOS/patchelf #446, #482, #528)
 # Consumer/workstation Blackwell (RTX 50xx, RTX PRO 6000) and DGX Spark (GB10): the chips that
@@ -328,6 +332,22 @@ def _lt_uncovered(c: Context) -> list[GfxTarget]:
     return [t for t in c.targets if t.arch not in have]
 
 
+def rocm_floor(targets: Sequence[GfxTarget]) -> tuple[int, int]:
+    """The oldest ROCm (major, minor) that builds for every one of these targets: ggml's floor,
+    raised by any card newer than it (ROCM_SINCE). build, doctor and matrix all ask here."""
+    return max((MIN_ROCM, *(ROCM_SINCE.get(t.arch, MIN_ROCM) for t in targets)))
+
+
+def rocm_floor_text(targets: Sequence[GfxTarget]) -> str:
+    return ".".join(map(str, rocm_floor(targets)))
+
+
+def _too_new(c: Context) -> list[GfxTarget]:
+    """Targets this ROCm is older than (ggml's own floor aside)."""
+    have = version_tuple(c.rocm.version)[:2]
+    return [t for t in c.targets if have < ROCM_SINCE.get(t.arch, MIN_ROCM)]
+
+
 def _rocm_ok(c: Context) -> bool:
     return c.rocm is not None and c.rocm.version is not None and version_tuple(c.rocm.version)[:2] >= MIN_ROCM
 
@@ -358,6 +378,13 @@ HIP_TOPICS = (
              lambda c: f"{c.rocm_label()} is older than 6.1; llama.cpp's HIP backend stops at configure below it",
              lambda c: c.hint("rocm") or "install ROCm >= 6.1 and pass --rocm-path DIR (Debian 12 ships 5.2: use "
                                          "sid's packages, scripts/rocm-sid-chroot.sh)"),
+   
+        Rule(REFUSE, lambda c: bool(_too_new(c)),
+             lambda c: f"{c.rocm.version} at {c.rocm.root}; {' '.join(map(str, _too_new(c)))} needs >= "
+                       f"{rocm_floor_text(_too_new(c))}",
+             lambda c: f"{c.rocm_label()} is older than {rocm_floor_text(_too_new(c))}, the first ROCm that supports "
+                       f"{', '.join(map(str, _too_new(c)))}",
+             lambda c: f"install ROCm >= {rocm_floor_text(_too_new(c))} and pass --rocm-path DIR"),
     )),
     Topic("HIP compiler", "hip", _rocm_ok, lambda c: c.rocm.hip_clang, (
         Rule(REFUSE, lambda c: c.rocm.hip_clang is None, _f("none"),

@@ -257,3 +257,33 @@ def test_sid_gfx1100_passes_with_its_own_clang_and_device_libs(sid):
 def test_sid_rocblas_lacks_rdna4_and_strix_halo(sid, target):
     e = refused(rocm(str(sid.usr)), [target])
     assert f"no kernels for {target}" in e.what and ", ".join(SID_ROCBLAS) in e.what
+
+
+# --- the per-card ROCm floor (rules.ROCM_SINCE): one table for build, doctor and matrix ----------
+
+@pytest.mark.parametrize("target, rocm_version, accepted, floor", [
+    ("gfx1100", "6.1.0", True, "6.1"),     # RDNA3: ggml's own floor
+    ("gfx942", "6.1.0", True, "6.1"),
+    ("gfx1201", "6.3.4", False, "6.4"),    # RDNA4 (RX 9070): first supported by ROCm 6.4
+    ("gfx1200", "6.3.4", False, "6.4"),    # RDNA4 (RX 9060 XT)
+    ("gfx1201", "6.4.1", True, "6.4"),
+    ("gfx1200", "6.4.0", True, "6.4"),
+])
+def test_each_card_asks_for_the_rocm_that_supports_it(tmp_path, target, rocm_version, accepted, floor):
+    from builder.config.targets import GfxTarget
+    from builder.release import matrix
+    from builder.config.recipe import load_recipe
+    from builder.toolchain.rules import rocm_floor_text
+
+    install = rocm(str(amd_rocm(tmp_path / "r", version=rocm_version, hipconfig=False, rocblas=(target,),
+                                  hipblaslt=(target,))))
+    if accepted:
+        assert ok(install, [target])["rocm"] == rocm_version
+    else:
+        e = refused(install, [target])
+        assert f"ROCm {rocm_version}" in e.what and f"older than {floor}" in e.what and target in e.what
+        assert f">= {floor}" in e.fix
+    assert rocm_floor_text([GfxTarget.parse(target)]) == floor
+    # matrix asks the runner for the same floor build enforces
+    entry = next(iter(matrix.entries([load_recipe("rocm")], (GfxTarget.parse(target),))))
+    assert entry.needs.rocm == f">={floor}"
