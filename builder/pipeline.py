@@ -145,20 +145,36 @@ def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan], toolchains: 
     ui.info(f"remote compile cache: {remotecache.redacted(url)} ({config.remote_cache.origin})")
 
 
-def preview(config: BuildConfig) -> tuple[UnitPlan, ...]:
+@dataclass(frozen=True)
+class UnitPreview:
+    """One unit as `show` tells it: the plan, and the refusal `build` would raise on this host."""
+    plan: UnitPlan
+    refusal: rules.Finding | None       # the first REFUSE finding of the same rules build enforces
+
+
+def preview(config: BuildConfig) -> tuple[UnitPreview, ...]:
     """The unit plans as a build would make them, reading only: no fetch, copy, image build or
     configure (the probes of this host's tools are read-only). With the source not fetched yet,
-    the tree path (which depends on the patches the tree needs) is a placeholder."""
+    the tree path (which depends on the patches the tree needs) is a placeholder, and the patches
+    the recipe asks for are taken as applying (what the Blackwell rule reads)."""
     units = config.wanted()
     toolchains = survey.for_units(config, units, probe_images=False)
     tree = local_tree(config.source, config.recipe) if config.source else cached_tree(config.recipe.pin.sha)
     if tree is None:
         src, tree_id, sha = Path("<cache>/trees/<sha>-<patch set>/src"), "", config.recipe.pin.sha
+        blackwell_patch = rules.blackwell_patch_state(config.recipe.patches_on, ())
     else:
         plan = patches.plan_tree(tree, config.recipe, patch_context(config, toolchains))
         src, sha = plan.dest or tree.path, tree.sha
         tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in plan.applied)
-    return tuple(plan_unit(config, u, toolchains[u.name], src, sha, tree_id) for u in units)
+        blackwell_patch = rules.blackwell_patch_state([p.name for p in plan.applied], plan.skipped)
+    host, cached = distro(), provision.cached_toolkits()
+    out = []
+    for u in units:
+        ctx = rules.context(config, u, toolchains[u.name], blackwell_patch, host, cached)
+        refusal = next((f for f in rules.evaluate(ctx) if f.level == rules.REFUSE), None)
+        out.append(UnitPreview(plan_unit(config, u, toolchains[u.name], src, sha, tree_id), refusal))
+    return tuple(out)
 
 
 def _run(plan: UnitPlan, prepared: Prepared) -> None:

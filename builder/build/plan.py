@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from builder.toolchain.detect import Toolchain
 # Where the build images keep their tools (containers/cuda12.8-build.Containerfile).
 IMAGE_CUDA_ROOT = "/usr/local/cuda"
 IMAGE_TOOLS = {"cmake": "cmake", "ninja": "ninja", "launcher": "ccache"}
+# What this host could not give (a tool it lacks, a tree not fetched yet) stands in a plan as a
+# word in angle brackets: "<no HIP compiler found>". A line holding one is not runnable as shown.
+PLACEHOLDER = re.compile(r"<[^<>]+>")
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,11 @@ class UnitPlan:
     def build(self) -> tuple[str, ...]:
         # Backend modules need no target of their own: under GGML_BACKEND_DL ggml depends on each.
         return (self.cmake, "--build", str(self.build_dir), "-j", str(self.jobs), "--target", *self.targets)
+
+    def placeholders(self) -> tuple[str, ...]:
+        """The command-line words (and environment entries) that hold a placeholder, in order."""
+        words = (*self.configure, *self.build, *(f"{k}={v}" for k, v in self.env))
+        return tuple(dict.fromkeys(w for w in words if PLACEHOLDER.search(w)))
 
     @property
     def in_container(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from builder import ui
 from builder.cli.args import EXAMPLES, add_plan_options, cli_options
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
@@ -27,7 +28,12 @@ def run(args) -> int:
 
     recipe = load_recipe(args.recipe)
     config = resolve(recipe, cli_options(args))
-    plans = preview(config)
+    previews = preview(config)
+    plans = [v.plan for v in previews]
+    for v in previews:
+        if v.refusal:
+            ui.warn(f"unit {v.plan.unit.name}: `assemble build` would stop on this host: {v.refusal.means}"
+                    + (f" (fix: {v.refusal.fix})" if v.refusal.fix else ""))
     if args.json:
         print(json.dumps({"recipe": recipe.name, "backends": list(recipe.backends), "sha": recipe.pin.sha,
                           "features": list(recipe.pin.features), "mirrors": [m.label() for m in config.recipe.pin.mirrors],
@@ -36,8 +42,10 @@ def run(args) -> int:
                                      "container": p.unit.where.image, "build_dir": str(p.build_dir),
                                      "defines": dict(p.defines), "configure": list(p.configure),
                                      "build": list(p.build), "env": dict(p.env),
-                                     "environment": p.environment.as_dict()}
-                                    for p in plans]}, indent=2))
+                                     "environment": p.environment.as_dict(),
+                                     "runnable": not p.placeholders(), "placeholders": list(p.placeholders()),
+                                     "refused_here": _refusal(v.refusal)}
+                                    for v in previews for p in (v.plan,)]}, indent=2))
         return 0
     print(f"recipe     {recipe.name} ({recipe.path})")
     print(f"           {recipe.description}")
@@ -57,6 +65,20 @@ def run(args) -> int:
         if notice := p.environment.notice():
             print(f"  env {notice[0]}")
         configure, build = p.lines()
-        print(f"  {configure}")
-        print(f"  {build}")
+        if held := p.placeholders():
+            # commented out, so a copied line cannot run with a placeholder in it
+            print(f"  # not runnable as shown; placeholders (what this host lacks, or a tree not fetched yet): "
+                  f"{'; '.join(held)}")
+            print(f"  # {configure}")
+            print(f"  # {build}")
+        else:
+            print(f"  {configure}")
+            print(f"  {build}")
     return 0
+
+
+def _refusal(finding) -> dict | None:
+    """build's refusal of a unit on this host, in the rules' words (None: build would go on)."""
+    if finding is None:
+        return None
+    return {"topic": finding.topic, "found": finding.found, "means": finding.means, "fix": finding.fix}
