@@ -23,8 +23,8 @@ _PACKAGES = {
     "vulkan-headers": {"debian": "apt install libvulkan-dev spirv-headers",
                        "fedora": "dnf install vulkan-headers vulkan-loader-devel spirv-headers-devel",
                        "arch": "pacman -S vulkan-headers vulkan-icd-loader spirv-headers",
-                       "other": "install Vulkan headers >= 1.3.2xx with VK_EXT_layer_settings, or the LunarG Vulkan SDK "
-                                "(then set VULKAN_SDK)"},
+                       "other": "install Vulkan headers that declare VK_EXT_layer_settings (Debian 13's 1.4.309 do), or the "
+                                "LunarG Vulkan SDK (then set VULKAN_SDK)"},
     "vulkan-loader": {"debian": "apt install libvulkan-dev", "fedora": "dnf install vulkan-loader-devel",
                       "arch": "pacman -S vulkan-icd-loader", "other": "install the Vulkan loader's development files"},
     "spirv-headers": {"debian": "apt install spirv-headers", "fedora": "dnf install spirv-headers-devel",
@@ -53,28 +53,48 @@ _PACKAGES = {
 }
 
 
+# Debian's Vulkan development files: bookworm's are too old for the pinned ggml-vulkan (they lack
+# VK_EXT_layer_settings), trixie's are what this pin is built and tested with (scripts/ci-setup.sh).
+DEBIAN12_VULKAN = "1.3.239"
+DEBIAN13_VULKAN = "1.4.309"
+_VULKAN_DEV = ("vulkan-headers", "vulkan-loader", "spirv-headers")
+
+
+def debian12_vulkan_fix() -> str:
+    """What works on Debian 12, where `apt install libvulkan-dev spirv-headers` brings headers too old
+    to compile ggml-vulkan. The headers must be where CMake looks without help: the build does not
+    pass CMAKE_PREFIX_PATH or CPATH (builder.build.environment), so they go under /usr."""
+    return (f"Debian 12's libvulkan-dev and spirv-headers ({DEBIAN12_VULKAN}) are too old for this llama.cpp, "
+            f"so do not apt install them: take Debian 13's ({DEBIAN13_VULKAN}) as scripts/ci-setup.sh does -- "
+            "`apt install libvulkan1`, then `apt-get download libvulkan-dev spirv-headers` from a trixie source "
+            "list and `dpkg -x` each .deb into / (headers, the libvulkan.so link, SPIRV-Headers' CMake files); "
+            "or the LunarG Vulkan SDK with its setup-env.sh sourced (VULKAN_SDK and PATH; not tried here)")
+
+
 def install_hint(component: str, distro: Distro) -> str:
     table = _PACKAGES[component]
     hint = table.get(distro.family(), table["other"])
-    if component == "vulkan-headers" and _debian12(distro):
-        hint = ("Debian 12's libvulkan-dev/spirv-headers (1.3.239) are too old for this llama.cpp: take trixie's "
-                "libvulkan-dev and spirv-headers (1.4.309), e.g. `apt-get download` them from trixie and unpack "
-                "with dpkg -x into a prefix on CMAKE_PREFIX_PATH, or use the LunarG Vulkan SDK (VULKAN_SDK)")
+    if component in _VULKAN_DEV and _debian12(distro):
+        hint = debian12_vulkan_fix()
     if component == "rocm" and distro.family() == "debian" and distro.id == "ubuntu":
         hint = "AMD's ROCm apt repository: apt install rocm-hip-sdk; then --rocm-path"
     return hint
 
 
 def cublas_hint(tk: CudaToolkit, distro: Distro) -> str:
+    """Fixes `build` honours: cuBLAS's development files (libcublas.so, cublas_v2.h) inside the toolkit
+    root it builds with, where ggml's find_package(CUDAToolkit) looks. Never NVIDIA's PyPI wheel
+    (nvidia-cublas-cu12, nvidia-cublas): it carries libcublas.so.N and cublas_v2.h but no libcublas.so,
+    so FindCUDAToolkit defines no CUDA::cublas even with CMAKE_LIBRARY_PATH or CMAKE_PREFIX_PATH on
+    the wheel (CMake 4.4 with nvidia-cublas 13.1.1.3 and CUDA 13.0, tried 2026-12-01); the wheel
+    serves bundling (--lib-path), not linking."""
     major_minor = "-".join(str(x) for x in version_tuple(tk.version)[:2])
-    wheel = "nvidia-cublas" if version_tuple(tk.version)[0] >= 13 else f"nvidia-cublas-cu{version_tuple(tk.version)[0]}"
     if tk.root.startswith("/usr/lib") or tk.root == "/usr":
-        pkg = {"debian": "apt install nvidia-cuda-dev"}.get(distro.family())
+        pkg = {"debian": "apt install nvidia-cuda-dev (Debian's non-free section)"}.get(distro.family())
     else:
-        pkg = {"debian": f"apt install libcublas-dev-{major_minor}", "fedora": f"dnf install libcublas-devel-{major_minor}"
-               }.get(distro.family())
+        pkg = {"debian": f"NVIDIA's CUDA apt repository: apt install libcublas-dev-{major_minor}",
+               "fedora": f"NVIDIA's CUDA repository: dnf install libcublas-devel-{major_minor}"}.get(distro.family())
     parts = [p for p in (pkg and f"{pkg} (the libcublas dev package of this toolkit)",
-                         f"NVIDIA's {wheel} wheel (pip install {wheel})",
                          "`assemble toolchain cuda 12.8.1` (a toolkit with cuBLAS) and --cuda-root ROOT") if p]
     return "; or ".join(parts)
 

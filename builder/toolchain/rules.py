@@ -45,10 +45,10 @@ CUDA_SINCE = {100: (12, 8), 101: (12, 8), 103: (12, 9), 110: (13, 0), 120: (12, 
 # ggml-cuda/CMakeLists.txt: the "f" suffix needs CMake >= 3.31.8 (< 4.0) or >= 4.0.2
 CMAKE_FAMILY_OK = (((3, 31, 8), (4, 0)), ((4, 0, 2), (999,)))
 # ggml-vulkan.cpp at the pinned commit uses these extensions' types with no #if guard, so a
-# vulkan_core.h without them fails to compile (Debian 12's 1.3.239 lacks the first:
-# "'LayerSettingEXT' is not a member of 'vk'"). Known good: 1.4.309 (Debian 13).
+# vulkan_core.h without them fails to compile (Debian 12's lacks the first: "'LayerSettingEXT' is
+# not a member of 'vk'"). Known good: Debian 13's (the versions live in hints, with the fix).
 VULKAN_REQUIRED_EXTENSIONS = ("VK_EXT_layer_settings", "VK_EXT_pipeline_robustness", "VK_EXT_device_fault")
-VULKAN_TESTED = "1.4.309"
+VULKAN_TESTED = hints.DEBIAN13_VULKAN
 # What a build loses when glslc lacks an extension ggml probes for (ggml keeps building).
 GLSLC_MEANING = {
     "GL_KHR_cooperative_matrix": "cooperative matrix (matrix cores of AMD RDNA3+, Intel Arc, NVIDIA: prompt processing)",

@@ -328,7 +328,8 @@ def test_no_cublas_cannot_link(fakes, tmp_path):
     report = doctor.diagnose(load_recipe(str(cuda_recipe(tmp_path, archs='"89"'))), timeout=5)
     c = by_name(report, "cuBLAS", "recipe")
     assert c.status == doctor.MISSING and "cannot link" in c.meaning
-    assert "pip install nvidia-cublas" in c.hint  # CUDA 13's wheel
+    # the fixes build honours: cuBLAS inside the toolkit root; never the PyPI wheel (no libcublas.so to link)
+    assert "assemble toolchain cuda" in c.hint and "pip" not in c.hint and "wheel" not in c.hint
     assert report.verdict.state == "missing" and "cuBLAS" in report.verdict.line
 
 
@@ -337,11 +338,11 @@ def test_cublas_hint_per_toolkit_and_distribution():
     tk12 = dataclasses.replace(tk13, root="/opt/cuda-12.8", version="12.8")
     debian = tc.Distro("debian", (), "12", "bookworm")
     fedora = tc.Distro("fedora", (), "41")
-    assert "apt install libcublas-dev-13-0" in doctor.cublas_hint(tk13, debian)
-    assert "dnf install libcublas-devel-12-8" in doctor.cublas_hint(tk12, fedora)
-    assert "nvidia-cublas-cu12" in doctor.cublas_hint(tk12, fedora)
+    assert "NVIDIA's CUDA apt repository: apt install libcublas-dev-13-0" in doctor.cublas_hint(tk13, debian)
+    assert "NVIDIA's CUDA repository: dnf install libcublas-devel-12-8" in doctor.cublas_hint(tk12, fedora)
+    assert not [h for h in (doctor.cublas_hint(tk12, fedora), doctor.cublas_hint(tk13, debian)) if "pip" in h]
     distro_pkg = dataclasses.replace(tk13, root="/usr/lib/nvidia-cuda-toolkit")
-    assert "apt install nvidia-cuda-dev" in doctor.cublas_hint(distro_pkg, debian)
+    assert "apt install nvidia-cuda-dev (Debian's non-free section)" in doctor.cublas_hint(distro_pkg, debian)
 
 
 def test_old_nvcc_cannot_target_blackwell(fakes, tmp_path):
@@ -424,7 +425,11 @@ def test_glslc_that_cannot_run_is_missing(fakes, monkeypatch):
 def test_vulkan_hints_per_distribution():
     d12 = tc.Distro("debian", (), "12", "bookworm")
     hint = doctor.install_hint("vulkan-headers", d12)
-    assert "too old" in hint and "trixie" in hint and "libvulkan-dev" in hint and "spirv-headers" in hint
+    assert "too old" in hint and "Debian 13" in hint and "libvulkan-dev" in hint and "spirv-headers" in hint
+    # one fix for every Vulkan development row on Debian 12: none sends the user to bookworm's packages
+    assert {doctor.install_hint(c, d12) for c in ("vulkan-headers", "vulkan-loader", "spirv-headers")} == {hint}
+    assert "apt install libvulkan-dev" not in hint and "apt install spirv-headers" not in hint
+    assert "CMAKE_PREFIX_PATH" not in hint     # the build does not pass it to CMake
     assert doctor.install_hint("vulkan-headers", tc.Distro("debian", (), "13")) == "apt install libvulkan-dev spirv-headers"
     assert doctor.install_hint("vulkan-headers", tc.Distro("ubuntu", ("debian",), "24.04")) == \
         "apt install libvulkan-dev spirv-headers"
