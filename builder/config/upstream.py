@@ -1,8 +1,9 @@
 """Names users and tools key on, declared once: upstream's build number and the GPU toolkit line.
 
-llama.cpp tags every master commit it releases `bNNNN` (llama-b7416-bin-ubuntu-cuda-12.8-x64.zip);
+llama.cpp tags every master commit it releases `bNNNN` (llama-bNNNN-bin-ubuntu-vulkan-x64.tar.gz);
 people, scripts and package managers key on that number, and on the toolkit a GPU build carries
-(Ollama keeps cuda_v12 and cuda_v13 side by side). `assemble pin` maps the pinned sha to the
+(upstream's llama-bNNNN-bin-ubuntu-cuda-12.8-x64.tar.gz and -cuda-13.4-; Ollama keeps cuda_v12 and
+cuda_v13 side by side). `assemble pin` maps the pinned sha to the
 nearest such tag at or before it: "b7416" when the tag is the commit itself, "b7416+3" three
 commits after it (honest: it is not b7416's code). Archive names, the matrix and the manifest
 all read these grammars from here.
@@ -17,7 +18,16 @@ BUILD_RE = re.compile(r"b\d{1,7}(\+\d{1,7})?")
 # the tag pattern `git describe --match` takes, and the exact tag grammar
 TAG_GLOB = "b[0-9]*"
 TAG_RE = re.compile(r"b\d{1,7}")
-# a build tag inside a file name: llama-b7416-bin-ubuntu-x64.zip
+# The Linux x86-64 archives upstream's release workflow publishes (pinned tree 0c1e57098,
+# .github/workflows/release.yml, jobs ubuntu-cpu, ubuntu-vulkan, ubuntu-cuda, ubuntu-rocm,
+# ubuntu-24-openvino, ubuntu-sycl): `tar -czf ... --transform "s,^\.,llama-<tag>," -C build/bin .`
+# with LICENSE copied in, a flat folder; the CUDA build's cudart, cuBLAS and cuBLASLt come apart,
+# in cudart-llama-<tag>-bin-ubuntu-cuda-<version>-x64.tar.gz. Older releases used .zip.
+UPSTREAM_LINUX_ARCHIVE = re.compile(
+    r"(?:cudart-)?llama-b\d{1,7}-bin-ubuntu-(?:(?:vulkan|cuda-\d+\.\d+|rocm-\d+\.\d+|openvino-[\d.]+|"
+    r"sycl-fp(?:16|32))-)?x64\.tar\.gz"
+    r"|llama-b\d{1,7}-bin-ubuntu-(?:vulkan-)?x64\.zip")
+# a build tag inside a file name: llama-b7416-bin-ubuntu-x64.tar.gz
 _IN_NAME = re.compile(r"(?:^|[-_.])(b\d{1,7})(?=[-_.]|$)")
 # major.minor, or "*" where a matrix cannot know it yet (the runner's toolkit decides)
 _TOOLKIT_VERSION = re.compile(r"\d{1,3}\.\d{1,3}|\*")
@@ -31,7 +41,7 @@ def build_from_describe(tag: str, distance: int) -> str | None:
 
 
 def build_in_name(name: str) -> str | None:
-    """b7416 from llama-b7416-bin-ubuntu-x64.zip: a `b` and digits between separators."""
+    """b7416 from llama-b7416-bin-ubuntu-x64.tar.gz: a `b` and digits between separators."""
     m = _IN_NAME.search(name)
     return m.group(1) if m else None
 

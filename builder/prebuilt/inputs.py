@@ -1,7 +1,7 @@
 """The inputs of `assemble repair`: what each argument is, and its content unpacked safely.
 
 An input is a CMake build folder (read in place, never copied), a release archive (.tar.gz,
-.tgz, .tar.xz, .tar.zst, .zip: upstream's llama-b7416-bin-ubuntu-x64.zip) or Debian packages
+.tgz, .tar.xz, .tar.zst, .zip: upstream's llama-b7416-bin-ubuntu-x64.tar.gz) or Debian packages
 (every .deb argument together is one input, unpacked into one root as `dpkg -x` of each would).
 
 Archives come from the internet, so extraction refuses, with one line naming the member:

@@ -26,8 +26,10 @@ def register(sub, common) -> None:
                        "runtime-<name>-windows-x64/ folder, its DLL closure read from the PE import tables.",
                        epilog="examples:\n"
                        "  assemble repair build-dual                                   # a CMake build folder\n"
-                       "  assemble repair llama-b7416-bin-ubuntu-cuda-12.8-x64.tar.gz llama-b7416-bin-ubuntu-"
-                       "vulkan-x64.tar.gz --name cuda-vulkan-b7416\n"
+                       "  assemble repair llama-bNNNN-bin-ubuntu-cuda-12.8-x64.tar.gz llama-bNNNN-bin-ubuntu-"
+                       "vulkan-x64.tar.gz --name cuda-vulkan \\\n"
+                       "      --lib-path cudart-llama-bNNNN-bin-ubuntu-cuda-12.8-x64   # upstream's cudart-*.tar.gz "
+                       "unpacked: cudart and cuBLAS ship apart\n"
                        "  assemble repair libggml0_*.deb libggml0-backend-vulkan_*.deb libllama0_*.deb "
                        "llama.cpp-tools_*.deb --name debian-vulkan\n"
                        "  assemble repair llama-b7416-bin-win-cuda-12.4-x64.zip cudart-llama-bin-win-cuda-12.4-x64.zip "
@@ -59,7 +61,7 @@ def register(sub, common) -> None:
 
 
 def default_name(first: str) -> str:
-    """build-dual -> build-dual; llama-b7416-bin-ubuntu-x64.zip -> llama-b7416-bin-ubuntu-x64; a .deb -> its package."""
+    """build-dual -> build-dual; llama-b7416-bin-ubuntu-x64.tar.gz -> llama-b7416-bin-ubuntu-x64; a .deb -> its package."""
     stem = Path(first.rstrip("/")).name
     stem = re.sub(r"(\.tar\.(gz|xz|zst|bz2)|\.tgz|\.zip)$", "", stem)
     stem = stem.split("_", 1)[0] if stem.endswith(".deb") else stem

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from builder.config.upstream import BUILD_RE, build_from_describe, build_in_name, toolkit_line
@@ -31,3 +36,55 @@ def test_what_pin_records_for_the_nearest_tag(tag, distance, expect):
 ])
 def test_toolkit_line(cuda, rocm, expect):
     assert toolkit_line(cuda, rocm) == expect
+
+
+# --- only names upstream publishes (UPSTREAM_LINUX_ARCHIVE) ------------------------------------
+
+_LINUX_NAME = re.compile(r"(?:cudart-)?llama-b(?:\d+|N+)-bin-ubuntu-[\w.-]*?x64(?:\.tar\.gz|\.zip)")
+
+
+def _concrete(name: str) -> str:
+    return re.sub(r"bN+", "b1234", name)
+
+
+def test_every_linux_release_name_we_print_or_write_is_one_upstream_publishes():
+    """repair --help (the real CLI), the code's comments and docs/ name upstream's Linux archives
+    only as upstream's release workflow writes them."""
+    from builder.config.upstream import UPSTREAM_LINUX_ARCHIVE
+    root = Path(__file__).resolve().parents[3]
+    help_text = subprocess.run([sys.executable, "-m", "builder", "repair", "--help"], capture_output=True, text=True,
+                               cwd=root, check=True).stdout
+    texts = {"repair --help": help_text}
+    for path in [*root.glob("builder/**/*.py"), *root.glob("docs/*.md")]:
+        texts[str(path.relative_to(root))] = path.read_text()
+    names = {(where, n) for where, text in texts.items() for n in _LINUX_NAME.findall(text)}
+    assert any(where == "repair --help" and "cuda-12.8" in n for where, n in names)
+    wrong = [(where, n) for where, n in names if not UPSTREAM_LINUX_ARCHIVE.fullmatch(_concrete(n))]
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("name, published", [
+    ("llama-b7416-bin-ubuntu-x64.tar.gz", True), ("llama-b7416-bin-ubuntu-vulkan-x64.tar.gz", True),
+    ("llama-b7416-bin-ubuntu-cuda-12.8-x64.tar.gz", True), ("cudart-llama-b7416-bin-ubuntu-cuda-13.4-x64.tar.gz", True),
+    ("llama-b7416-bin-ubuntu-x64.zip", True),                       # older releases zipped cpu and vulkan
+    ("llama-b7416-bin-ubuntu-cuda-12.8-x64.zip", False),            # never published as a zip
+    ("llama-b7416-bin-ubuntu-cuda12.8-x64.tar.gz", False),          # upstream writes cuda-12.8
+])
+def test_the_upstream_linux_archive_grammar(name, published):
+    from builder.config.upstream import UPSTREAM_LINUX_ARCHIVE
+    assert bool(UPSTREAM_LINUX_ARCHIVE.fullmatch(name)) is published
+
+
+def test_the_grammar_covers_what_the_pinned_release_workflow_links(llama_tree):
+    """The release body of the pinned tree's .github/workflows/release.yml links every Linux x64
+    archive it publishes; each, with a tag put in, is a name the grammar accepts."""
+    from builder.config.upstream import UPSTREAM_LINUX_ARCHIVE
+    workflow = (llama_tree / ".github" / "workflows" / "release.yml").read_text()
+    links = re.findall(r"/releases/download/\$\{\{ steps\.tag\.outputs\.name \}\}/([^)]*?bin-ubuntu-[^)]*?x64\.tar\.gz)\)",
+                       workflow)
+    assert len(links) >= 5, links
+    for link in links:
+        name = re.sub(r"\$\{\{ steps\.tag\.outputs\.name \}\}", "b1234", link)
+        name = re.sub(r"\$\{\{ needs\.[\w-]+\.outputs\.openvino_version \}\}", "2025.4", name)
+        assert UPSTREAM_LINUX_ARCHIVE.fullmatch(name), name
+    assert any("cuda-12.8" in link for link in links)   # upstream does publish a Linux CUDA build
