@@ -6,9 +6,19 @@ import argparse
 import json
 
 from builder import ui
-from builder.cli.args import EXAMPLES, add_plan_options, cli_options
+from builder.cli.args import add_plan_options, cli_options
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
+
+
+# show takes the plan options only: build's examples with --out or --check-env would not parse here
+SHOW_EXAMPLES = """examples:
+  assemble show cpu
+  assemble show cuda-vulkan --cuda-arch 90
+  assemble show rocm --rocm-path /opt/rocm-6.4 --hip-target gfx1100
+  assemble show cpu --json
+A line holding a placeholder (a tool this host lacks, a tree not fetched yet: <...>) is printed
+commented out; a unit this host's build would refuse gets a warning in build's own words."""
 
 
 def register(sub, common) -> None:
@@ -16,7 +26,7 @@ def register(sub, common) -> None:
                        description="Print the resolved configuration of a recipe (every value with the step of the "
                        "cascade it came from) and the exact cmake command lines, without fetching, configuring or "
                        "writing anything; this host's tools are probed, read-only, for their paths.",
-                       epilog=EXAMPLES.replace("assemble build --recipe", "assemble show"),
+                       epilog=SHOW_EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("recipe", help="recipe name, alias or path to a .toml file")
     add_plan_options(p)
