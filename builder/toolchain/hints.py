@@ -71,11 +71,21 @@ def debian12_vulkan_fix() -> str:
             "or the LunarG Vulkan SDK with its setup-env.sh sourced (VULKAN_SDK and PATH; not tried here)")
 
 
+# Debian 12's own ROCm is 5.2 (hipcc 5.2.3; no libhipblas-dev/librocblas-dev at all), and sid's 6.4
+# packages need sid's glibc: on that host the working ways are AMD's repository or a sid chroot.
+DEBIAN12_ROCM = ("Debian 12's own ROCm is 5.2 (too old) and it has no libhipblas-dev/librocblas-dev; sid's "
+                 "ROCm 6.4 packages need sid's glibc, so do not apt install them here: use AMD's ROCm apt "
+                 "repository (apt install rocm-hip-sdk, then --rocm-path /opt/rocm), or build in a Debian sid "
+                 "chroot (scripts/rocm-sid-chroot.sh and scripts/assemble-in-chroot.sh, docs/rocm.md)")
+
+
 def install_hint(component: str, distro: Distro) -> str:
     table = _PACKAGES[component]
     hint = table.get(distro.family(), table["other"])
     if component in _VULKAN_DEV and _debian12(distro):
         hint = debian12_vulkan_fix()
+    if component in ("rocm", "hipblas") and _debian12(distro):
+        hint = DEBIAN12_ROCM
     if component == "rocm" and distro.family() == "debian" and distro.id == "ubuntu":
         hint = "AMD's ROCm apt repository: apt install rocm-hip-sdk; then --rocm-path"
     return hint

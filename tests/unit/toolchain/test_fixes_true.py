@@ -81,3 +81,16 @@ def test_debian12_vulkan_fix_is_what_this_hosts_setup_does():
     assert sdk.header_version is not None, "scripts/ci-setup.sh installs Debian 13's Vulkan headers"
     assert detect.version_tuple(sdk.header_version) >= detect.version_tuple(hints.DEBIAN13_VULKAN)
     assert rules.header_lacks(sdk) == [] and sdk.spirv_headers
+
+
+def test_debian12_rocm_fix_names_no_package_debian12_lacks():
+    """bookworm has hipcc 5.2 and no libhipblas-dev/librocblas-dev; sid's need sid's glibc. The
+    fix for both ROCm rows names what works there, and the scripts it names are in this repository."""
+    fix = hints.install_hint("rocm", DEBIAN12)
+    assert hints.install_hint("hipblas", DEBIAN12) == fix
+    assert "apt install libhipblas-dev" not in fix and "apt install hipcc" not in fix
+    assert "rocm-hip-sdk" in fix
+    for script in re.findall(r"scripts/[\w.-]+\.sh", fix):
+        assert (REPO / script).is_file(), script
+    # other Debian releases keep their own words (sid's packages are named for sid)
+    assert "sid" in hints.install_hint("hipblas", Distro("debian", (), "13"))
