@@ -72,9 +72,9 @@ def debian12_vulkan_fix() -> str:
 
 
 # Debian 12's own ROCm is 5.2 (hipcc 5.2.3; no libhipblas-dev/librocblas-dev at all), and sid's 6.4
-# packages need sid's glibc: on that host the working ways are AMD's repository or a sid chroot.
+# packages need a newer glibc: on that host the working ways are AMD's repository or a sid chroot.
 DEBIAN12_ROCM = ("Debian 12's own ROCm is 5.2 (too old) and it has no libhipblas-dev/librocblas-dev; sid's "
-                 "ROCm 6.4 packages need sid's glibc, so do not apt install them here: use AMD's ROCm apt "
+                 "ROCm 6.4 packages need a newer glibc than Debian 12's, so do not apt install them here: use AMD's ROCm apt "
                  "repository (apt install rocm-hip-sdk, then --rocm-path /opt/rocm), or build in a Debian sid "
                  "chroot (scripts/rocm-sid-chroot.sh and scripts/assemble-in-chroot.sh, docs/rocm.md)")
 
