@@ -26,7 +26,7 @@ from builder.config.remotecache import RemoteCache
 from builder.paths import socket_parent
 
 SOCKET_NAME = "redis.sock"
-RELAYED_SCHEMES = ("redis", "redis+unix")
+RELAYED_SCHEMES = remotecache.REDIS   # the schemes a unix-socket relay can carry
 CONNECT_TIMEOUT = 5.0            # an endpoint that does not answer fails this connection, not the build
 
 

@@ -67,7 +67,7 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def protected_redis(tmp_path_factory):
     root = tmp_path_factory.mktemp("redis")
     with redis_server(root, password=PASSWORD, users={USER: USER_PASSWORD}, unix_socket=root / "r.sock") as url:
         yield Server(url.removeprefix("redis://"), root / "r.sock")
@@ -138,31 +138,35 @@ def _sccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: st
 HITS = {"ccache": _ccache_remote_hits, "sccache": _sccache_remote_hits}
 
 
-def _a_then_b(url: str, launcher: str, via: str, work: Path) -> tuple[int, int]:
-    """Remote hits of machine A (cold) and machine B (after A) for one C file no other case compiles."""
+def _a_then_b(url: str, launcher: str, via: str, work: Path) -> tuple[int, int, int]:
+    """Remote hits of machine A (cold) and machine B (after A) for one C file no other case compiles,
+    and the connections the relay could not log in (0 on the host path)."""
     if via == "relay" and not netns_works():
         pytest.skip("needs a new network namespace (`unshare --net`: root, as CI runs)")
     work.mkdir()
     (work / "hello.c").write_text(f"int answer_{abs(hash((url, launcher, via)))}(void) {{ return 42; }}\n")
     cache = remotecache.parse(url, "--remote-cache")
     with (Relay(cache) if via == "relay" else nullcontext()) as relay:
-        return HITS[launcher](cache, work, "a", relay), HITS[launcher](cache, work, "b", relay)
+        a, b = HITS[launcher](cache, work, "a", relay), HITS[launcher](cache, work, "b", relay)
+        return a, b, relay.failures if relay else 0
 
 
 @pytest.mark.parametrize("via", ["host", "relay"])
 @pytest.mark.parametrize("launcher", ["ccache", "sccache"])
 @pytest.mark.parametrize("form", list(FORMS))
-def test_each_credential_form_logs_in_and_machine_b_hits(server, form, launcher, via, tmp_path):
+def test_each_credential_form_logs_in_and_machine_b_hits(protected_redis, form, launcher, via, tmp_path):
     db = DATABASE.get(form, 0)
-    before = server.dbsize(db)
-    a, b = _a_then_b(server.url(form), launcher, via, tmp_path / "w")
-    assert (a, b) == (0, 1), f"{form} with {launcher} ({via}): remote hits A {a}, B {b}"
-    assert server.dbsize(db) > before, f"the keys went elsewhere than database {db}"
+    before = protected_redis.dbsize(db)
+    a, b, refused = _a_then_b(protected_redis.url(form), launcher, via, tmp_path / "w")
+    assert (a, b, refused) == (0, 1, 0), f"{form} with {launcher} ({via}): remote hits A {a}, B {b}, refused {refused}"
+    assert protected_redis.dbsize(db) > before, f"the keys went elsewhere than database {db}"
 
 
 @pytest.mark.parametrize("via", ["host", "relay"])
 @pytest.mark.parametrize("form, launcher", [("PASSWORD@", "ccache"), ("USER:PASSWORD@ /db", "ccache"),
                                             ("PASSWORD@", "sccache")])      # sccache: 10 s each, its start times out
-def test_a_wrong_password_gives_no_hit(server, form, launcher, via, tmp_path):
-    url = server.url(form, password="wrong").replace(quote(USER_PASSWORD, safe=""), "wrong")
-    assert _a_then_b(url, launcher, via, tmp_path / "w") == (0, 0)
+def test_a_wrong_password_gives_no_hit(protected_redis, form, launcher, via, tmp_path):
+    url = protected_redis.url(form, password="wrong").replace(quote(USER_PASSWORD, safe=""), "wrong")
+    a, b, refused = _a_then_b(url, launcher, via, tmp_path / "w")
+    assert (a, b) == (0, 0)
+    assert (refused > 0) == (via == "relay")        # through the relay: its login was what failed
