@@ -97,7 +97,8 @@ def _ccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: str
     assert done.returncode == 0, done.stderr
     stats = subprocess.run([ccache, "--print-stats"], env=env, capture_output=True, text=True, check=True).stdout
     counters = dict(line.split("\t") for line in stats.splitlines() if "\t" in line)
-    assert int(counters["direct_cache_hit"]) + int(counters["cache_miss"]) + int(counters["preprocessed_cache_hit"]) == 1
+    compiles = ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")
+    assert sum(int(counters[c]) for c in compiles) == 1, stats
     return int(counters["remote_storage_hit"])
 
 

@@ -63,7 +63,8 @@ def test_every_credential_form_is_read_once(url, fields):
     ("redis://h?password=p%2Fw&db=3", "ccache", {"CCACHE_REMOTE_STORAGE": "redis://p%2Fw@h/3"}),
     ("redis://[::1]:7/1", "ccache", {"CCACHE_REMOTE_STORAGE": "redis://[::1]:7/1"}),
     ("redis+unix:/r.sock", "ccache", {"CCACHE_REMOTE_STORAGE": "redis+unix:/r.sock"}),
-    ("redis+unix:/r.sock?password=pw&db=2", "ccache", {"CCACHE_REMOTE_STORAGE": "redis+unix://pw@localhost/r.sock?db=2"}),
+    ("redis+unix:/r.sock?password=pw&db=2", "ccache",
+     {"CCACHE_REMOTE_STORAGE": "redis+unix://pw@localhost/r.sock?db=2"}),
     ("http://u:p%40w@h/x", "ccache", {"CCACHE_REMOTE_STORAGE": "http://u:p%40w@h/x"}),
     ("redis://h:6379", "sccache", {"SCCACHE_REDIS_ENDPOINT": "redis://h:6379"}),
     ("redis://:p%40w@h:6379/2", "sccache", {"SCCACHE_REDIS_ENDPOINT": "redis://h:6379",
@@ -241,7 +242,8 @@ def _what_a_build_writes(cache: rc.RemoteCache, url: str, tmp_path: Path, capsys
     from builder.build.plan import plan_unit
     from builder.toolchain.detect import Tool, Toolchain
     config = resolve(load_recipe("cpu"), CliOptions(remote_cache=url, launcher="ccache"), env={})
-    host = Toolchain("host", cmake=Tool("cmake", "/usr/bin/cmake", "4.0.0"), ninja=Tool("ninja", "/usr/bin/ninja", "1.12"),
+    host = Toolchain("host", cmake=Tool("cmake", "/usr/bin/cmake", "4.0.0"),
+                     ninja=Tool("ninja", "/usr/bin/ninja", "1.12"),
                      cc=Tool("cc", "/usr/bin/cc", "gcc"), cxx=Tool("c++", "/usr/bin/c++", "g++"))
     unit = config.units[0]
     plan = plan_unit(config, unit, host, tmp_path / "src", "0" * 40)
