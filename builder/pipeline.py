@@ -122,9 +122,10 @@ def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan], toolchains: 
                         adopted: set[str]) -> None:
     """A shared cache the launcher of each unit compiled here can use, or one line before anything
     compiles (a unit taken from --unit-from compiles nothing here and is not asked)."""
-    url = config.remote_cache.value
-    if not url:
+    cache = config.remote_cache.value
+    if cache is None:
         return
+    assert isinstance(cache, remotecache.RemoteCache)
     for plan in (p for p in plans if p.unit.name not in adopted):
         cmake = toolchains[plan.unit.name].cmake
         if (not plan.in_container and cmake and versions.version_tuple(cmake.version)
@@ -134,15 +135,15 @@ def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan], toolchains: 
                     f"CMake {RELOCATABLE_UNITY_CMAKE} shares them (pip install 'cmake>=4')")
         where = f"unit {plan.unit.name} ({config.remote_cache.origin})"
         if plan.in_container:
-            if cacherelay.relayable(url):
+            if cacherelay.relayable(cache):
                 ui.info(f"unit {plan.unit.name} reaches the remote cache from its networkless container through "
                         "a unix-socket relay (nothing else)")
             else:
                 ui.warn(f"unit {plan.unit.name} builds in container {plan.unit.where.image} without network, and "
-                        f"only a Redis cache is relayed into it: it uses its local ccache, not {remotecache.redacted(url)}")
+                        f"only a Redis cache is relayed into it: it uses its local ccache, not {cache}")
             continue
-        remotecache.check(url, plan.launcher or "", where)
-    ui.info(f"remote compile cache: {remotecache.redacted(url)} ({config.remote_cache.origin})")
+        remotecache.check(cache, plan.launcher or "", where)
+    ui.info(f"remote compile cache: {cache} ({config.remote_cache.origin})")
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 Container units run with `--network=none`, so they reach nothing by TCP. For a Redis remote cache
 (redis:// or redis+unix:) the build opens a relay in a fresh private folder: each connection the
 container's ccache makes to `redis+unix:<folder>/redis.sock` is joined to the cache's own endpoint,
-and to nothing else. The relay logs in (AUTH) and picks the database (SELECT) itself before it joins
-the two ends, so the password never enters the container's environment or the engine's command
-line (and ccache's unix-socket URLs carry no password).
+and to nothing else. The relay logs in (AUTH pw, or AUTH user pw) and picks the database (SELECT)
+itself before it joins the two ends, with the same parsed URL (config.remotecache.RemoteCache) the
+host's launchers are told, so the password never enters the container's environment or the
+engine's command line.
 
 Other stores (http:, and sccache's s3:/gs:/gha:) are not relayed: the container's ccache cannot
 speak them over a unix socket, and the unit keeps its local ccache (pipeline says so).
@@ -17,44 +18,40 @@ import shutil
 import socket
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from builder.config import remotecache
+from builder.config.remotecache import RemoteCache
 from builder.paths import socket_parent
 
 SOCKET_NAME = "redis.sock"
-RELAYED_SCHEMES = ("redis", "redis+unix")
+RELAYED_SCHEMES = remotecache.REDIS   # the schemes a unix-socket relay can carry
 CONNECT_TIMEOUT = 5.0            # an endpoint that does not answer fails this connection, not the build
 
 
-def relayable(url: str | None) -> bool:
+def relayable(cache: RemoteCache | None) -> bool:
     """Whether a container unit can reach this store through the relay."""
-    return bool(url) and urlsplit(url).scheme.lower() in RELAYED_SCHEMES
+    return cache is not None and cache.scheme in RELAYED_SCHEMES
 
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the Redis cache listens and how to log in: read from its URL."""
+    """Where the Redis cache listens and how to log in: read from the parsed URL (RemoteCache), the
+    same value the host's launchers are told."""
     family: int                      # socket.AF_INET / AF_INET6 / AF_UNIX
     address: tuple[str, int] | str
     username: str | None
-    password: str | None
+    password: str | None = field(repr=False)
     db: int
 
     @classmethod
-    def parse(cls, url: str) -> "Endpoint":
-        parts = urlsplit(url)
-        user = unquote(parts.username) if parts.username else None
-        password = unquote(parts.password) if parts.password is not None else None
-        db = remotecache.redis_db(url)   # checked when the option was read (remotecache.check_known)
-        if parts.scheme.lower() == "redis+unix":
-            # redis+unix:/path, redis+unix:///path, redis+unix://[[user]:pass@]localhost/path
-            return cls(socket.AF_UNIX, parts.path, user, password, db)
-        host, port = parts.hostname or "localhost", parts.port or 6379
+    def of(cls, cache: RemoteCache) -> "Endpoint":
+        if cache.scheme == "redis+unix":
+            return cls(socket.AF_UNIX, cache.path, cache.user, cache.password, cache.db)
+        host, port = cache.host or "localhost", cache.port or remotecache.DEFAULT_REDIS_PORT
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        return cls(family, (host, port), user or None, password, db)
+        return cls(family, (host, port), cache.user, cache.password, cache.db)
 
     def connect(self) -> socket.socket:
         """A logged-in connection with the database selected; OSError when the cache refuses it."""
@@ -62,8 +59,8 @@ class Endpoint:
         try:
             s.settimeout(CONNECT_TIMEOUT)
             s.connect(self.address)
-            if self.password is not None:
-                _command(s, "AUTH", *((self.username,) if self.username else ()), self.password)
+            if self.password is not None:       # AUTH pw, or AUTH user pw (Redis >= 6 users)
+                _command(s, "AUTH", *((self.username,) if self.username is not None else ()), self.password)
             if self.db:
                 _command(s, "SELECT", str(self.db))
             s.settimeout(None)
@@ -91,12 +88,12 @@ def _command(s: socket.socket, *words: str) -> None:
 class Relay:
     """Listen on <fresh folder>/redis.sock while the unit builds; join each connection to the cache.
 
-    with Relay(url) as relay:  mount relay.folder, give the container relay.container_url
+    with Relay(cache) as relay:  mount relay.folder, tell the container's launcher relay.container_cache
     The folder is made here (mkdtemp, mode 0700) and removed on exit: nothing else is touched.
     """
 
-    def __init__(self, url: str):
-        self.endpoint = Endpoint.parse(url)
+    def __init__(self, cache: RemoteCache):
+        self.endpoint = Endpoint.of(cache)
         self.folder: Path | None = None
         self.failures = 0                     # connections the cache did not take
         self.last_error = ""
@@ -109,8 +106,9 @@ class Relay:
         return self.folder / SOCKET_NAME
 
     @property
-    def container_url(self) -> str:
-        return f"redis+unix:{self.socket_path}"
+    def container_cache(self) -> RemoteCache:
+        """The cache as the container sees it: the socket, no password (the relay logs in)."""
+        return RemoteCache("redis+unix", path=str(self.socket_path), given=f"redis+unix:{self.socket_path}")
 
     def probe(self) -> str | None:
         """None when the cache takes a logged-in connection now; else why not (one line)."""

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.config.remotecache import redacted
+from builder.config.remotecache import RemoteCache
 
 STATS_LOG = "ccache-stats.log"       # in the build folder: ccache's per-compile counters for this build
 STATS_FILE = "assemble-cache-stats.json"   # what the last build of the folder found, for the manifest
@@ -44,7 +44,7 @@ class CacheStats:
                 "remote_hits": self.remote_hits, "misses": self.misses, "hit_rate": round(self.hit_rate, 4)}
 
 
-def read_stats_log(path: Path, remote: str | None) -> CacheStats | None:
+def read_stats_log(path: Path, remote: RemoteCache | None) -> CacheStats | None:
     """Count ccache's per-compile lines ("# file" then its counters); None when there is no log."""
     try:
         text = path.read_text(errors="replace")
@@ -53,15 +53,15 @@ def read_stats_log(path: Path, remote: str | None) -> CacheStats | None:
     counts = Counter(ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#"))
     hits = counts["direct_cache_hit"] + counts["preprocessed_cache_hit"]
     misses = counts["cache_miss"]
-    return CacheStats("ccache", redacted(remote) if remote else None, hits + misses, hits,
+    return CacheStats("ccache", str(remote) if remote else None, hits + misses, hits,
                       counts["remote_storage_hit"], misses)
 
 
-def from_sccache(stats_json: dict, remote: str | None) -> CacheStats:
+def from_sccache(stats_json: dict, remote: RemoteCache | None) -> CacheStats:
     """sccache's `--show-stats --stats-format=json` of a server that served this build alone. With a
     remote store sccache keeps no local tier: every hit came from the store."""
     stats = stats_json.get("stats", {})
     hits = sum(stats.get("cache_hits", {}).get("counts", {}).values())
     misses = sum(stats.get("cache_misses", {}).get("counts", {}).values())
-    return CacheStats("sccache", redacted(remote) if remote else None, hits + misses, hits,
+    return CacheStats("sccache", str(remote) if remote else None, hits + misses, hits,
                       hits if remote else 0, misses)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from builder.build.environment import BuildEnv, build_env
 from builder.config.options import CONTAINER, BuildConfig, UnitConfig
+from builder.config.remotecache import RemoteCache
 from builder.paths import cache_dir
 from builder.proc import command_line
 from builder.toolchain.detect import Toolchain
@@ -46,7 +47,7 @@ class UnitPlan:
     tree: str = ""                              # the patch set applied to the source ("" = pristine)
     environment: BuildEnv = BuildEnv((), (), ())  # what CMake and the compilers see of ours (host units)
     launcher: str | None = None                 # "ccache" | "sccache" | None: what fronts the compilers
-    remote_cache: str | None = None             # the shared store (not in the key: it changes no output)
+    remote_cache: RemoteCache | None = None     # the shared store (not in the key: it changes no output)
 
     @property
     def configure(self) -> tuple[str, ...]:

@@ -88,8 +88,8 @@ def container_run(plan: UnitPlan, engine: Engine, *, image: str | None = None,
            "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*",
            "NINJA_STATUS": "[%f/%t] ", **dict(plan.env)}
     mounts: tuple[tuple[Path, bool], ...] = ((cache, False), (source, True), (build_dir, False))
-    if relay is not None:
-        env["CCACHE_REMOTE_STORAGE"] = relay.container_url     # no password: the relay logs in
+    if relay is not None:                                        # no password: the relay logs in
+        env.update(remotecache.remote_env(relay.container_cache, "ccache"))
         mounts += ((relay.socket_path.parent, False),)
     image = image or container.image_tag(name)
     argv = container.run_argv(engine, image, script, mounts=mounts, env=env, workdir=build_dir, uid_gid=uid_gid)
@@ -164,7 +164,7 @@ def _run_in_container(plan: UnitPlan, engine: Engine) -> None:
     assert plan.remote_cache is not None
     with cacherelay.Relay(plan.remote_cache) as relay:
         if why := relay.probe():
-            ui.warn(f"unit {plan.unit.name}: the remote cache {remotecache.redacted(plan.remote_cache)} does not "
+            ui.warn(f"unit {plan.unit.name}: the remote cache {plan.remote_cache} does not "
                     f"answer ({why}); the container builds with its local ccache")
         run_container(container_run(plan, engine, relay=relay))
         if relay.failures:

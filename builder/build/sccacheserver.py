@@ -17,6 +17,7 @@ from typing import Iterator
 
 from builder import proc
 from builder.build import cachestats
+from builder.config.remotecache import RemoteCache
 from builder.errors import BuildFailed
 from builder.paths import socket_parent
 
@@ -42,7 +43,7 @@ class Server:
 
 
 @contextmanager
-def dedicated(sccache: str, env: dict[str, str], remote: str | None, where: str) -> Iterator[Server]:
+def dedicated(sccache: str, env: dict[str, str], remote: RemoteCache | None, where: str) -> Iterator[Server]:
     """A server of our own for the `with` body; on the way out its counters are read and it stops."""
     # the server makes a unix socket under TMPDIR: a build's own TMPDIR is too deep for one
     server = Server({**env, "SCCACHE_SERVER_PORT": str(_free_port()), "TMPDIR": str(socket_parent())})
@@ -59,7 +60,7 @@ def dedicated(sccache: str, env: dict[str, str], remote: str | None, where: str)
         server.stats = _stop(sccache, server.env, remote)
 
 
-def _stop(sccache: str, env: dict[str, str], remote: str | None) -> cachestats.CacheStats | None:
+def _stop(sccache: str, env: dict[str, str], remote: RemoteCache | None) -> cachestats.CacheStats | None:
     try:
         shown = _run(sccache, ["--show-stats", "--stats-format=json"], env)
         if shown.returncode == 0:

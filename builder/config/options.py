@@ -148,7 +148,7 @@ class BuildConfig:
     source: str | None = None
     accept_blackwell_regression: bool = False
     only_unit: str | None = None
-    remote_cache: Setting = Setting(None, "default")   # value: the URL (may hold a password: shown redacted)
+    remote_cache: Setting = Setting(None, "default")   # value: a remotecache.RemoteCache (str(): redacted)
 
     def unit(self, name: str) -> UnitConfig:
         return next(u for u in self.units if u.name == name)
@@ -172,8 +172,8 @@ class BuildConfig:
                 "targets": list(self.targets), "patches": list(self.recipe.patches_on),
                 "accept_blackwell_regression": self.accept_blackwell_regression,
                 "jobs": self.jobs.as_dict(), "launcher": self.launcher.as_dict(), "engine": self.engine.as_dict(),
-                "remote_cache": {"value": remotecache.redacted(self.remote_cache.value)
-                                 if self.remote_cache.value else None, "from": self.remote_cache.origin},
+                "remote_cache": {"value": str(self.remote_cache.value) if self.remote_cache.value else None,
+                                 "from": self.remote_cache.origin},
                 **self.places.as_dict(), "units": [u.as_dict() for u in self.units]}
 
 
@@ -189,8 +189,8 @@ def resolve(recipe: Recipe, cli: CliOptions = CliOptions(), env: Mapping[str, st
     units = tuple(_unit(recipe, u, cli, adopted) for u in recipe.units)
     remote = _first((cli.remote_cache, "--remote-cache"), (env.get(remotecache.ENV) or None, remotecache.ENV),
                     (None, "default"))
-    if remote.value:
-        remotecache.check_known(str(remote.value), remote.origin)
+    if remote.value:                                  # read once, here: a bad URL is one line before anything runs
+        remote = Setting(remotecache.parse(str(remote.value), remote.origin), remote.origin)
     return BuildConfig(
         recipe=recipe, units=units, targets=cli.targets or recipe.targets,
         jobs=_first((cli.jobs, "--jobs"), (_int_env(env, JOBS_ENV), JOBS_ENV), (os.cpu_count() or 2, "default")),

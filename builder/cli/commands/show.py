@@ -65,6 +65,8 @@ def run(args) -> int:
     print(f"mirrors    {'; '.join(m.label() for m in config.recipe.pin.mirrors)}")
     print(f"targets    {', '.join(config.targets)}")
     print(f"jobs       {config.jobs.value} (from {config.jobs.origin}); launcher {config.launcher.value}")
+    if config.remote_cache.value:
+        print(f"cache      {config.remote_cache.value} (from {config.remote_cache.origin})")   # str(): redacted
     for p in plans:
         u = p.unit
         targets = [str(a) for a in u.cuda_archs] + [str(t) for t in u.hip_targets]

@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from builder.build.cacherelay import Endpoint, Relay, relayable
-from tests.support.remotecache import redis_server
+from builder.config import remotecache
+from builder.config.remotecache import parse
+from tests.support.remotecache import netns_works, redis_server
 
 PASSWORD = "s3cr:et/pw"
 
@@ -34,24 +36,33 @@ def _ask(path: Path, *words: str) -> bytes:
         return s.recv(4096)
 
 
+def _relay(url: str) -> Relay:
+    return Relay(parse(url, "test"))
+
+
 def test_urls_it_relays_and_how_it_reads_them():
-    assert relayable("redis://cache:6379") and relayable("redis+unix:/run/redis.sock")
-    assert not relayable("http://cache/ccache") and not relayable("s3://bucket") and not relayable(None)
-    e = Endpoint.parse("redis://user:p%40ss@cache.internal:7000/3")
+    assert relayable(parse("redis://cache:6379", "t")) and relayable(parse("redis+unix:/run/redis.sock", "t"))
+    assert not relayable(parse("http://cache/ccache", "t")) and not relayable(parse("s3://bucket", "t"))
+    assert not relayable(None)
+    e = Endpoint.of(parse("redis://user:p%40ss@cache.internal:7000/3", "t"))
     assert (e.address, e.username, e.password, e.db, e.family) == (("cache.internal", 7000), "user", "p@ss", 3,
                                                                     socket.AF_INET)
-    e = Endpoint.parse("redis://:pw@[::1]")
-    assert (e.address, e.password, e.db, e.family) == (("::1", 6379), "pw", 0, socket.AF_INET6)
-    e = Endpoint.parse("redis+unix:/run/redis.sock?db=2")
-    assert (e.address, e.password, e.db, e.family) == ("/run/redis.sock", None, 2, socket.AF_UNIX)
+    assert "p@ss" not in repr(e)
+    e = Endpoint.of(parse("redis://:pw@[::1]", "t"))
+    assert (e.address, e.username, e.password, e.db, e.family) == (("::1", 6379), None, "pw", 0, socket.AF_INET6)
+    e = Endpoint.of(parse("redis://pw@cache", "t"))            # ccache's form: a password, not a user name
+    assert (e.username, e.password) == (None, "pw")
+    e = Endpoint.of(parse("redis+unix:/run/redis.sock?db=2&password=x", "t"))
+    assert (e.address, e.password, e.db, e.family) == ("/run/redis.sock", "x", 2, socket.AF_UNIX)
 
 
 def test_the_relay_logs_in_and_selects_the_database_itself(tmp_path):
     with redis_server(tmp_path / "redis", password=PASSWORD) as url:
         host_url = url.replace("redis://", f"redis://:{PASSWORD.replace(':', '%3A').replace('/', '%2F')}@") + "/5"
-        with Relay(host_url) as relay:
+        with _relay(host_url) as relay:
             assert relay.probe() is None
-            assert PASSWORD not in relay.container_url and relay.container_url.startswith("redis+unix:/")
+            told = relay.container_cache
+            assert told.password is None and told.scheme == "redis+unix" and told.path == str(relay.socket_path)
             assert (relay.socket_path.parent.stat().st_mode & 0o777) == 0o700
             assert _ask(relay.socket_path, "SET", "k", "from-the-container") == b"+OK\r\n"
             assert _ask(relay.socket_path, "GET", "k") == b"$18\r\nfrom-the-container\r\n"
@@ -68,7 +79,7 @@ def test_the_relay_logs_in_and_selects_the_database_itself(tmp_path):
 
 def test_a_wrong_password_or_a_dead_endpoint_fails_the_connection_not_the_relay(tmp_path):
     with redis_server(tmp_path / "redis", password=PASSWORD) as url:
-        with Relay(url.replace("redis://", "redis://:wrong@")) as relay:
+        with _relay(url.replace("redis://", "redis://:wrong@")) as relay:
             assert "WRONGPASS" in (relay.probe() or "") or "invalid" in (relay.probe() or "")
             with socket.socket(socket.AF_UNIX) as s:     # the container's client sees a closed connection
                 s.settimeout(10)
@@ -83,17 +94,11 @@ def test_a_wrong_password_or_a_dead_endpoint_fails_the_connection_not_the_relay(
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]                        # nothing listens here any more
-    with Relay(f"redis://127.0.0.1:{port}") as relay:
+    with _relay(f"redis://127.0.0.1:{port}") as relay:
         assert "refused" in (relay.probe() or "").lower()
 
 
-def _netns_works() -> bool:
-    if not shutil.which("unshare"):
-        return False
-    return subprocess.run(["unshare", "--net", "true"], capture_output=True).returncode == 0
-
-
-@pytest.mark.skipif(not _netns_works(), reason="needs a new network namespace (`unshare --net`: root, as CI runs)")
+@pytest.mark.skipif(not netns_works(), reason="needs a new network namespace (`unshare --net`: root, as CI runs)")
 def test_ccache_in_a_networkless_namespace_reaches_the_cache_only_through_the_relay(tmp_path):
     ccache, cc = shutil.which("ccache"), shutil.which("cc") or shutil.which("gcc")
     assert ccache and cc, "ccache and a C compiler are needed (scripts/ci-setup.sh installs ccache)"
@@ -111,10 +116,11 @@ def test_ccache_in_a_networkless_namespace_reaches_the_cache_only_through_the_re
         direct = url.replace("redis://", f"redis://:{PASSWORD.replace(':', '%3A').replace('/', '%2F')}@")
         # the namespace has no route to the cache's TCP address: ccache's remote storage fails there
         assert "remote_storage_error" in compile_in_netns(direct, tmp_path / "cc0")
-        with Relay(direct) as relay:
-            first = compile_in_netns(relay.container_url, tmp_path / "cc1")
+        with _relay(direct) as relay:
+            told = remotecache.ccache_url(relay.container_cache)
+            first = compile_in_netns(told, tmp_path / "cc1")
             assert "cache_miss" in first and "remote_storage_error" not in first
-            second = compile_in_netns(relay.container_url, tmp_path / "cc2")   # another, empty local cache
+            second = compile_in_netns(told, tmp_path / "cc2")   # another, empty local cache
             assert "remote_storage_hit" in second, second
             assert relay.failures == 0
 
@@ -123,5 +129,5 @@ def test_a_deep_temporary_folder_does_not_break_the_socket(tmp_path, monkeypatch
     deep = tmp_path / ("d" * 100)            # a build's TMPDIR sits this deep in its output's staging
     deep.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(deep))
-    with Relay("redis://127.0.0.1:1") as relay:
+    with _relay("redis://127.0.0.1:1") as relay:
         assert len(str(relay.socket_path)) < 108 and relay.socket_path.is_socket()

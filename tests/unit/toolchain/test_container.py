@@ -229,7 +229,8 @@ def test_docker_argv_mounts_same_paths_as_the_calling_user(standin, source, tmp_
 
 def test_a_redis_cache_reaches_the_container_through_the_relay_folder_only(standin, source, tmp_path, isolated_cache):
     from builder.build.cacherelay import Relay
-    with Relay("redis://:hunter2@cache.internal:6379/2") as relay:
+    from builder.config.remotecache import parse
+    with Relay(parse("redis://:hunter2@cache.internal:6379/2", "test")) as relay:
         run = run_mod.container_run(make_plan(source, remote_cache="redis://:hunter2@cache.internal:6379/2"),
                                     container.find_engine("docker"), relay=relay)
         argv = list(run.argv)
