@@ -47,8 +47,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 # Python packages assemble needs (pyproject.toml) by the module name that fails to import.
-_DISTRIBUTIONS = {"elftools": "pyelftools", "requests": "requests", "gguf": "gguf", "numpy": "numpy",
-                  "zstandard": "zstandard", "urllib3": "requests", "charset_normalizer": "requests", "idna": "requests"}
+_DISTRIBUTIONS = {"elftools": "pyelftools", "requests": "requests", "zstandard": "zstandard", "pefile": "pefile",
+                  "urllib3": "requests", "charset_normalizer": "requests", "idna": "requests", "certifi": "requests"}
 
 
 def main(argv: list[str] | None = None) -> int:
