@@ -21,7 +21,6 @@ model's, so the numbers say how the levels compare, not what a real model gets. 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -74,38 +73,11 @@ def machine() -> str:
     return f"{name} ({cores}{os.cpu_count()} logical CPUs), {platform.machine()}, Linux {platform.release()}"
 
 
-@contextlib.contextmanager
-def quantized(qtype_name: str):
-    """While inside, the GGUF writer stores 2-D weights as `qtype_name` (gguf-py's numpy quantizer)."""
-    import gguf
-    import numpy as np
-
-    if qtype_name == "f16":
-        yield
-        return
-    qtype = gguf.GGMLQuantizationType[qtype_name.upper()]
-    block = gguf.GGML_QUANT_SIZES[qtype][0]
-    original = gguf.GGUFWriter.add_tensor
-
-    def add_tensor(self, name, tensor, raw_shape=None, raw_dtype=None, **kw):
-        if raw_dtype is None and tensor.ndim == 2 and tensor.shape[-1] % block == 0:
-            q = gguf.quants.quantize(np.asarray(tensor, dtype=np.float32), qtype)
-            return original(self, name, q, raw_dtype=qtype, **kw)
-        return original(self, name, tensor, raw_shape=raw_shape, raw_dtype=raw_dtype, **kw)
-
-    gguf.GGUFWriter.add_tensor = add_tensor
-    try:
-        yield
-    finally:
-        gguf.GGUFWriter.add_tensor = original
-
-
 def default_model(cache: Path, quant: str) -> Path:
     path = cache / f"bench-llama-{BENCH_SHAPE.params() // 1_000_000}M-{quant}.gguf"
     if not path.is_file():
         print(f"generating {path.name} (random weights) ...", file=sys.stderr, flush=True)
-        with quantized(quant):
-            write_tiny_llama(path, BENCH_SHAPE, dtype="f16" if quant == "f16" else "f32")
+        write_tiny_llama(path, BENCH_SHAPE, dtype=quant)
     return path
 
 

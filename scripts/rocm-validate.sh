@@ -59,8 +59,9 @@ MERGED=$WORK/runtime-rocm-cuda-units
 # The host side runs this checkout with the interpreter assemble was installed into: checked
 # now, in one line, rather than an ImportError in the middle of a stage.
 command -v "$PYTHON" >/dev/null || die "no interpreter '$PYTHON' -- fix: PYTHON=/path/to/the/python/assemble/is/installed/into"
-"$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
-  || die "$PYTHON is older than Python 3.11 -- fix: PYTHON=/path/to/the/python/assemble/is/installed/into"
+floor=$(grep -oP '^requires-python\s*=\s*">=\s*\K[0-9.]+' "$repo/pyproject.toml")   # the one home of the floor
+"$PYTHON" -c "import sys; sys.exit(sys.version_info < tuple(map(int, '$floor'.split('.'))))" 2>/dev/null \
+  || die "$PYTHON is older than Python $floor -- fix: PYTHON=/path/to/the/python/assemble/is/installed/into"
 problem=$(cd "$repo" && PYTHONPATH="$repo" "$PYTHON" - "$repo" <<'PY'
 import re, sys, tomllib
 from importlib import metadata

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from builder import interpreter
 from builder.check.report import FAIL, INFO, PASS, SKIP, WARN, Check
 from builder.config.options import CONTAINER, BuildConfig, CliOptions, UnitConfig, resolve, resolve_places
 from builder.config.recipe import Recipe
@@ -309,12 +310,24 @@ def _pcie_checks(f: Facts) -> list[Check]:
     return out
 
 
+def _python_check(py: tc.Tool) -> Check:
+    """This interpreter against pyproject.toml's requires-python (builder.interpreter, the one home)."""
+    need = ".".join(map(str, interpreter.floor()))
+    found = f"{py.version} ({py.path}); assemble needs Python {interpreter.requires_python()}"
+    if version_tuple(py.version) < interpreter.floor():
+        return _row("python", MISSING, found, f"older than {need}: assemble needs tomllib and newer syntax",
+                    f"use Python >= {need} (e.g. Debian 12's python3 3.11; Ubuntu 22.04's 3.10 is too old: "
+                    "a pyenv, uv or deadsnakes python3.11)")
+    meaning = ("tarfile has no extraction filter before 3.11.4: assemble unpacks archives with its own equal one"
+               if version_tuple(py.version) < (3, 11, 4) else "")
+    return _row("python", OK, found, meaning)
+
+
 def host_checks(f: Facts) -> list[Check]:
     py = f.python
     out = [_row("system", INFO, f.distro.pretty or f.distro.id or "unknown (no /etc/os-release)",
                  "install hints below use its package names"),
-           _row("python", OK if version_tuple(py.version) >= (3, 11) else MISSING, f"{py.version} ({py.path})",
-                 "", "" if version_tuple(py.version) >= (3, 11) else "use Python >= 3.11")]
+           _python_check(py)]
     cmake_meaning = ""
     if f.cmake and version_tuple(f.cmake.version) < rules.CMAKE_MIN_HIP:
         cmake_meaning = "older than 3.21: the HIP backend cannot configure"

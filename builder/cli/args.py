@@ -18,6 +18,39 @@ EXAMPLES = """examples:
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def add_recipe(p, *, required: bool = True, many: bool = False, what: str = "") -> None:
+    """The recipe, spelled NAME or --recipe NAME (every command that takes one takes both); after
+    parsing, settle_recipe leaves it in args.recipe (a list with many=True)."""
+    text = "recipe name, alias or path to a .toml file" + (what and f" ({what})")
+    p.add_argument("recipe_positional", nargs="*" if many else "?", metavar="NAME", help=text)
+    p.add_argument("--recipe", dest="recipe_option", action="append", default=[], metavar="NAME",
+                   help=("the same, as an option" + ("; repeatable" if many else "")))
+    p.set_defaults(recipe_rule=(required, many, p.prog))     # p.prog: "assemble build"
+
+
+def settle_recipe(args) -> None:
+    """args.recipe from NAME or --recipe NAME; both spellings, or two different names, are refused."""
+    if not hasattr(args, "recipe_rule"):
+        return
+    required, many, prog = args.recipe_rule
+    command = prog.split()[-1]
+    given = args.recipe_positional if many else [args.recipe_positional] if args.recipe_positional else []
+    option = args.recipe_option
+    del args.recipe_rule, args.recipe_positional, args.recipe_option
+    if given and option:
+        raise AssembleError(f"the recipe is given twice: as NAME ({', '.join(given)}) and as --recipe "
+                            f"({', '.join(option)})", fix=f"write either `assemble {command} NAME` or "
+                            f"`assemble {command} --recipe NAME`")
+    names = given or option
+    if not many and len(set(names)) > 1:
+        raise AssembleError(f"two recipes given ({', '.join(dict.fromkeys(names))}); {command} takes one",
+                            fix=f"give one: `assemble {command} NAME` (or --recipe NAME)")
+    if required and not names:
+        raise AssembleError(f"{command} needs a recipe: `assemble {command} NAME` or --recipe NAME",
+                            fix=f"see `assemble {command} --help`; `assemble list` shows the recipes")
+    args.recipe = names if many else (names[0] if names else None)
+
+
 def add_plan_options(p) -> None:
     p.add_argument("--source", metavar="DIR", help="build this local llama.cpp checkout instead of the pinned mirrors")
     p.add_argument("--mirror", action="append", default=[], metavar="URL|DIR",

@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from builder import __version__, paths, ui
+from builder.cli.args import settle_recipe
 from builder.errors import AssembleError
 
 COMMANDS = ["build", "repair", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
@@ -29,34 +30,53 @@ class _OneLineParser(argparse.ArgumentParser):
     def error(self, message):  # one line like every other error (subcommand parsers inherit it)
         self.exit(2, f"error: {message} -- fix: see `{self.prog} --help`\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        try:
+            settle_recipe(ns)          # NAME or --recipe NAME, whichever was given: args.recipe
+        except AssembleError as exc:
+            self.exit(2, f"error: {exc.line()}\n")
+        return ns, rest
+
+
+def global_flags(p: argparse.ArgumentParser, default) -> None:
+    """-q -v --debug --json: before the command (default False) or after it (default SUPPRESS, so a
+    flag given before is not reset by the command's parser)."""
+    p.add_argument("-q", "--quiet", action="store_true", default=default, help="only errors and the result")
+    p.add_argument("-v", "--verbose", action="store_true", default=default, help="show every step and command")
+    p.add_argument("--debug", action="store_true", default=default, help="show the traceback of an error")
+    p.add_argument("--json", action="store_true", default=default, help="print the result as JSON on stdout")
+
 
 def parser() -> argparse.ArgumentParser:
     p = _OneLineParser(prog="assemble", description="Turn a pinned llama.cpp into a relocatable, "
                                 "verified multi-backend GPU runtime.", epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"assemble {__version__}")
+    global_flags(p, False)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-q", "--quiet", action="store_true", help="only errors and the result")
-    common.add_argument("-v", "--verbose", action="store_true", help="show every step and command")
-    common.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    common.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    global_flags(common, argparse.SUPPRESS)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"builder.cli.commands.{name.replace('-', '_')}").register(sub, common)
     return p
 
 
 # Python packages assemble needs (pyproject.toml) by the module name that fails to import.
-_DISTRIBUTIONS = {"elftools": "pyelftools", "requests": "requests", "gguf": "gguf", "numpy": "numpy",
-                  "zstandard": "zstandard", "urllib3": "requests", "charset_normalizer": "requests", "idna": "requests"}
+_DISTRIBUTIONS = {"elftools": "pyelftools", "requests": "requests", "zstandard": "zstandard", "pefile": "pefile",
+                  "urllib3": "requests", "charset_normalizer": "requests", "idna": "requests", "certifi": "requests"}
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        args = parser().parse_args(argv)
+        p = parser()
+        args = p.parse_args(argv)
     except ModuleNotFoundError as exc:   # the command modules import lazily, but a broken install shows here
         ui.error(_missing_dependency(exc))
         return 2
+    if args.command is None:             # bare `assemble`: what it can do
+        p.print_help()
+        return 0
     ui.set_level(ui.QUIET if args.quiet or args.json else ui.VERBOSE if args.verbose else ui.NORMAL)
     paths.clean_stale_scratch()   # scratch folders of runs killed before they could clean up
     try:

@@ -13,7 +13,8 @@ on the whole list, before anything is written:
 - a hard link names a regular file extracted before it;
 - devices and fifos are skipped; other special types are refused.
 
-tarfile's "data" filter then checks each member again as it is written. Every failure,
+tarfile's "data" filter then checks each member again as it is written (extract_members: on
+Python 3.11.0-3.11.3, which lack it, our own filter with the same refusals). Every failure,
 a corrupt or truncated archive included, is ArchiveRefused with a one-line reason.
 
 extract_trees (below) applies the same checks to whole archives with nothing stripped, for
@@ -24,6 +25,8 @@ the tree's root.
 from __future__ import annotations
 
 import contextlib
+import copy
+import os
 import re
 import shutil
 import tarfile
@@ -60,16 +63,90 @@ def extract(archive: Path, dest: Path, wanted: Sequence[str]) -> int:
             chosen = _plan(tar.getmembers(), prefixes)
             dest.mkdir()
             made = True
-            tar.extractall(dest, members=chosen, filter="data")
-    except _READ_ERRORS as exc:
+            extract_members(tar, dest, chosen)
+    except (*_READ_ERRORS, ArchiveRefused) as exc:
         if made:  # half a tree is never handed on
             shutil.rmtree(dest, ignore_errors=True)
+        if isinstance(exc, ArchiveRefused):
+            raise
         raise ArchiveRefused(_reason(exc)) from None
     return len(chosen)
 
 
+# --- extraction itself: tarfile's data filter, or ours where the interpreter lacks it -------------
+#
+# tarfile's extraction filters (PEP 706: `filter=`, TarInfo.replace, tarfile.data_filter) arrived in
+# Python 3.11.4; Debian 12's own python3 is 3.11.2. There the same rules are ours (_own_data_filter),
+# checked on each member just before it is written, as tarfile does: what is already on disk decides
+# where a name or a link really leads.
+
+STDLIB_FILTER = hasattr(tarfile, "data_filter")   # False on 3.11.0-3.11.3; tests set it to force ours
+
+
+def extract_members(tar: tarfile.TarFile, dest: Path, members: Iterable[tarfile.TarInfo] | None = None) -> None:
+    """Extract `members` (default: all) of an open archive into dest under the "data" filter's rules:
+    nothing absolute, nothing outside dest (names, symlinks and hard links, followed on disk), no
+    device or fifo, no setuid/setgid/sticky or group/other write bits, no ownership from the archive."""
+    if STDLIB_FILTER:
+        tar.extractall(dest, members=members, filter="data")
+        return
+    folders = []
+    # forced on a newer interpreter (tests), extract() must not filter again, nor warn that it does not
+    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+    for member in (tar if members is None else members):
+        safe = _own_data_filter(member, str(dest))
+        if safe.isdir():
+            folders.append(safe)
+        tar.extract(safe, dest, set_attrs=not safe.isdir(), numeric_owner=True, **trusted)
+    for folder in sorted(folders, key=lambda m: m.name, reverse=True):  # innermost first, as extractall
+        where = os.path.join(dest, folder.name)
+        tar.utime(folder, where)
+        tar.chmod(folder, where)
+
+
+def _own_data_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """The member as it may be written into dest, or ArchiveRefused: our own rules equal to tarfile's
+    "data" filter, for interpreters without it."""
+    name = member.name
+    if name.startswith("/") or os.path.isabs(name):
+        raise ArchiveRefused(f"refused by the data filter: member {name!r} is an absolute path")
+    root = os.path.realpath(dest)
+
+    def inside(path: str) -> bool:
+        return os.path.commonpath([os.path.realpath(path), root]) == root
+
+    if not inside(os.path.join(root, name)):
+        raise ArchiveRefused(f"refused by the data filter: member {name!r} would be extracted outside the destination")
+    if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+        raise ArchiveRefused(f"refused by the data filter: member {name!r} is a special file (device or fifo)")
+    if member.issym() or member.islnk():
+        if os.path.isabs(member.linkname):
+            raise ArchiveRefused(f"refused by the data filter: link {name!r} -> {member.linkname!r} is absolute")
+        base = os.path.dirname(name) if member.issym() else ""  # a hard link's target is named from the root
+        if not inside(os.path.join(root, base, member.linkname)):
+            raise ArchiveRefused(f"refused by the data filter: link {name!r} -> {member.linkname!r} "
+                                 "points outside the destination")
+    mode = member.mode & 0o755                     # no setuid/setgid/sticky, no group/other write
+    if member.isdir():
+        mode |= 0o700                              # we must be able to write into our own folders
+    elif member.isreg() or member.islnk():
+        mode = (mode if mode & 0o100 else mode & ~0o111) | 0o600
+    # ownership is ours, never the archive's (as root, extract() chowns to these)
+    return _replace(member, {"mode": mode, "uid": os.geteuid(), "gid": os.getegid(), "uname": "", "gname": ""})
+
+
+def _replace(member: tarfile.TarInfo, changes: dict) -> tarfile.TarInfo:
+    """A shallow copy of member with `changes` applied: TarInfo.replace(deep=False) where it exists."""
+    if STDLIB_FILTER:
+        return member.replace(**changes, deep=False)
+    out = copy.copy(member)
+    for key, value in changes.items():
+        setattr(out, key, value)
+    return out
+
+
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, tarfile.FilterError):
+    if isinstance(exc, getattr(tarfile, "FilterError", ())):
         return f"refused by tarfile's data filter ({exc})"
     if isinstance(exc, OSError) and not isinstance(exc, tarfile.TarError) and exc.strerror:
         where = f": {exc.filename!r}" if exc.filename else ""
@@ -125,7 +202,7 @@ def _plan(members: Iterable[tarfile.TarInfo], prefixes: list[tuple[str, ...]]) -
             if target[:1] != (top,):
                 raise ArchiveRefused(f"hard link {m.name!r} -> {m.linkname!r} points outside the top folder")
             changes["linkname"] = "/".join(target[1:])
-        chosen.append((rel, kind, m.replace(**changes, deep=False)))
+        chosen.append((rel, kind, _replace(m, changes)))
     _check(chosen)
     return [m for _, _, m in chosen]
 
@@ -255,7 +332,7 @@ def plan_tree(groups: Sequence[Sequence[tarfile.TarInfo]], notes: list[str]
             elif kind == "symlink" and m.linkname.startswith("/"):
                 absolute[parts] = m.linkname
                 changes["linkname"] = _from_root(parts, m.linkname)
-            entries.append((g, i, parts, kind, m.replace(**changes, deep=False)))
+            entries.append((g, i, parts, kind, _replace(m, changes)))
     _check([(rel, kind, m) for _, _, rel, kind, m in entries])
     if absolute:
         present = {rel[:n] for _, _, rel, kind, _ in entries for n in range(len(rel) + 1)}
@@ -307,7 +384,7 @@ def extract_trees(tars: Sequence[tuple[Path, str, int]], dest: Path, limits: Lim
             if sum(len(group) for group in groups) > limits.members:
                 raise ArchiveRefused(f"together they hold more than {limits.members} members")
             for tar, chosen in zip(opened, plan_tree(groups, notes)):
-                tar.extractall(dest, members=[m for _, m in chosen], filter="data")
+                extract_members(tar, dest, [m for _, m in chosen])
     except _READ_ERRORS as exc:
         raise ArchiveRefused(_reason(exc)) from None
     return notes

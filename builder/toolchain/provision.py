@@ -31,6 +31,7 @@ import requests
 from builder import ui
 from builder.errors import AssembleError, BuildFailed
 from builder.digest import sha256_file
+from builder.source.archive import ArchiveRefused, extract_members
 from builder.paths import cache_dir
 from builder.toolchain.detect import cuda_toolkit, version_tuple
 
@@ -299,8 +300,8 @@ def _unpack(archive_file: Path, into: Path) -> Path:
             if len(tops) != 1:
                 raise BuildFailed(f"{archive_file.name}: expected one top folder, found {sorted(tops)[:5]}",
                                   fix="the archive is not a CUDA redist archive; check --base-url")
-            tar.extractall(into, filter="data")
-    except (tarfile.TarError, OSError, EOFError) as exc:
+            extract_members(tar, into)
+    except (tarfile.TarError, OSError, EOFError, ArchiveRefused) as exc:
         raise BuildFailed(f"{archive_file.name}: cannot unpack ({exc})", where=str(archive_file),
                           fix="delete it and run again") from None
     top = into / tops.pop()

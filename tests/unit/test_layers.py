@@ -23,7 +23,8 @@ LAYERS = (
     ("builder.runtime",),
     ("builder.toolchain", "builder.source"),
     ("builder.config",),
-    ("builder", "builder.errors", "builder.ui", "builder.paths", "builder.proc", "builder.locks", "builder.digest"),
+    ("builder", "builder.errors", "builder.ui", "builder.paths", "builder.proc", "builder.locks", "builder.digest",
+     "builder.interpreter"),
 )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.cli.args import EXAMPLES, add_plan_options, cli_options, env_pairs
+from builder.cli.args import EXAMPLES, add_plan_options, add_recipe, cli_options, env_pairs
 from builder.config.options import BuildConfig, resolve
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
@@ -17,7 +17,7 @@ def register(sub, common) -> None:
                        description="Build llama.cpp at the recipe's pinned sha, bundle every library it needs "
                        "into a relocatable runtime-<recipe>/ folder, and verify it.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipe", required=True, help="recipe name, alias or path to a .toml file")
+    add_recipe(p)
     p.add_argument("--out", metavar="DIR", help="output folder (default: ./runtime-<recipe>): a new folder, an empty "
                    "one, or a runtime assemble built (moved aside, never deleted); anything else is refused")
     add_plan_options(p)

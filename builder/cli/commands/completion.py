@@ -14,7 +14,7 @@ def _words(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
     out = {}
     for name, p in sub.choices.items():
         opts = [o for a in p._actions for o in a.option_strings]
-        takes_recipe = any(a.dest == "recipe" for a in p._actions)
+        takes_recipe = any(a.dest == "recipe_option" for a in p._actions)   # args.add_recipe
         out[name] = opts + (recipes if takes_recipe else [])
     return out
 
@@ -22,12 +22,18 @@ def _words(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
 def script(shell: str) -> str:
     from builder.cli.main import parser
 
-    words = _words(parser())
+    p = parser()
+    words = _words(p)
+    top = [o for a in p._actions if not isinstance(a, argparse._SubParsersAction) for o in a.option_strings]
     cases = "\n".join(f'    {name}) opts="{" ".join(ws)}" ;;' for name, ws in sorted(words.items()))
+    # the command is the first word that is not a flag: global flags may come before it
     body = f'''_assemble() {{
-  local cur=${{COMP_WORDS[COMP_CWORD]}} cmd=${{COMP_WORDS[1]}} opts
-  if [ "$COMP_CWORD" -eq 1 ]; then
-    COMPREPLY=($(compgen -W "{' '.join(sorted(words))} --help --version" -- "$cur")); return
+  local cur=${{COMP_WORDS[COMP_CWORD]}} cmd="" opts i
+  for ((i = 1; i < COMP_CWORD; i++)); do
+    case "${{COMP_WORDS[i]}}" in -*) ;; *) cmd=${{COMP_WORDS[i]}}; break ;; esac
+  done
+  if [ -z "$cmd" ]; then
+    COMPREPLY=($(compgen -W "{' '.join(sorted(words))} {' '.join(top)}" -- "$cur")); return
   fi
   case "$cmd" in
 {cases}

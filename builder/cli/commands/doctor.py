@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 from builder.check import doctor
-from builder.cli.args import add_toolkit_options
+from builder.cli.args import add_recipe, add_toolkit_options
 from builder.config.options import CliOptions
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
@@ -34,7 +34,7 @@ def register(sub, common) -> None:
                        "ready, missing something (with the install command for this distribution) or will be "
                        "slower. Every probe is time-bounded.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--recipe", metavar="NAME", help="also judge this recipe (name, alias or .toml path)")
+    add_recipe(p, required=False, what="also judge this recipe")
     add_toolkit_options(p)
     p.add_argument("--timeout", type=float, default=PROBE_TIMEOUT, metavar="SECONDS",
                    help=f"bound on each probe (default {PROBE_TIMEOUT:g})")

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from builder import ui
+from builder.cli.args import add_recipe
 from builder.config.options import with_mirrors
 from builder.config.recipe import load_recipe
 from builder.paths import cache_dir
@@ -31,7 +32,7 @@ def register(sub, common) -> None:
                        "the cache; print its path. Nothing is configured or compiled: a build host without "
                        "network can then build from that cache.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("recipe", help="recipe name, alias or path to a .toml file")
+    add_recipe(p)
     p.add_argument("--mirror", action="append", default=[], metavar="URL|DIR",
                    help="a git mirror tried before the recipe's own (a URL, or a local repository); repeatable")
     p.set_defaults(func=run)

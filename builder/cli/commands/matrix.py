@@ -7,6 +7,7 @@ from pathlib import Path
 
 from builder.config.targets import GfxTarget
 from builder import __version__
+from builder.cli.args import add_recipe
 from builder.release import workflow
 from builder.release.matrix import FORMATS, entries, render
 from builder.config.recipe import load_recipe
@@ -24,8 +25,7 @@ def register(sub, common) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--format", choices=FORMATS, default="json",
                    help="github: one line {\"include\": [...]} for a job matrix; json: a readable list (default)")
-    p.add_argument("--recipe", action="append", default=[], metavar="NAME",
-                   help="only this recipe (name, alias or .toml path); repeatable (default: every shipped recipe)")
+    add_recipe(p, required=False, many=True, what="only these; default: every shipped recipe")
     p.add_argument("--hip-targets", metavar="LIST", help="gfx targets to build every HIP recipe for, replacing "
                    "each recipe's own (e.g. gfx1100,gfx942)")
     p.add_argument("--emit", choices=("github-actions",),

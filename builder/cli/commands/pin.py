@@ -7,6 +7,7 @@ import json
 
 from builder.source import pin as pinning
 from builder import ui
+from builder.cli.args import add_recipe
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
 
@@ -27,7 +28,7 @@ def register(sub, common) -> None:
                        "the recipe lists there (reading git objects, no checkout), and write the sha into "
                        "the recipe (comments kept) or a lock file beside it.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("recipe", help="recipe name, alias or path to a .toml file")
+    add_recipe(p)
     p.add_argument("--repo", metavar="URL|DIR",
                    help="llama.cpp git repository (default: the recipe's first git mirror, mirrored under the cache)")
     p.add_argument("--ref", default="HEAD", help="branch, tag or sha to resolve (default: HEAD)")

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from builder import ui
-from builder.cli.args import add_plan_options, cli_options
+from builder.cli.args import add_plan_options, add_recipe, cli_options
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
 
@@ -28,7 +28,7 @@ def register(sub, common) -> None:
                        "writing anything; this host's tools are probed, read-only, for their paths.",
                        epilog=SHOW_EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("recipe", help="recipe name, alias or path to a .toml file")
+    add_recipe(p)
     add_plan_options(p)
     p.set_defaults(func=run)
 

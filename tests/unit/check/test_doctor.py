@@ -648,6 +648,20 @@ def test_host_checks_without_any_gpu_toolchain():
     assert checks["python"].status == doctor.OK
 
 
+@pytest.mark.parametrize("version, status, words", [
+    ("3.10.12", doctor.MISSING, "Ubuntu 22.04's 3.10 is too old"),
+    ("3.11.2", doctor.OK, "its own equal one"),       # Debian 12's: no tarfile filter, ours unpacks
+    ("3.13.0", doctor.OK, ""),
+])
+def test_python_floor_is_pyprojects(version, status, words):
+    """The floor doctor states is pyproject.toml's requires-python, read by builder.interpreter."""
+    import tomllib
+    need = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    row = {c.name: c for c in doctor.host_checks(base_facts(python=tc.Tool("python", "/usr/bin/python3", version)))}["python"]
+    assert row.status == status and f"needs Python {need}" in row.reason
+    assert words in row.meaning + row.hint and bool(row.meaning) == bool(words if status == doctor.OK else True)
+
+
 def test_old_patchelf_and_cmake_warn():
     f = base_facts(patchelf=tc.Tool("patchelf", "/usr/bin/patchelf", "0.18.0"),
                    cmake=tc.Tool("cmake", "/usr/bin/cmake", "3.20.0"))

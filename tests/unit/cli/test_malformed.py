@@ -85,9 +85,8 @@ def test_recipe_file_not_utf8(tmp_path, capsys):
 
 def _args(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
     return {
-        "no subcommand": ([], ["required", "assemble --help"]),
         "unknown subcommand": (["frobnicate"], ["invalid choice", "frobnicate"]),
-        "build without recipe": (["build"], ["--recipe", "assemble build --help"]),
+        "build without recipe": (["build"], ["needs a recipe", "--recipe", "assemble build --help"]),
         "unknown recipe": (["show", "no-such-recipe"], ["unknown recipe 'no-such-recipe'", "use one of", "cpu"]),
         "missing recipe file": (["show", str(tmp / "gone.toml")], ["no such recipe file"]),
         "define without value": (["show", "cpu", "-D", "GGML_CUDA"], ["--define 'GGML_CUDA'", "KEY=VALUE"]),

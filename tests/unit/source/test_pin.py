@@ -9,7 +9,6 @@ files, and one that is added, removed and added back.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.cli import main as cli
 from builder.cli.commands import pin as pin_cmd
 from builder.config.recipe import parse_recipe, read_lock
 from builder.errors import AssembleError
@@ -366,13 +366,8 @@ variants = "haswell"   # the test repositories have no GGML_CPU_ALL_VARIANTS opt
 
 
 def _run_cmd(argv: list[str]) -> int:
-    common = argparse.ArgumentParser(add_help=False)
-    for flag in ("-q", "-v", "--debug", "--json"):
-        common.add_argument(flag, action="store_true", dest=flag.lstrip("-"))
-    parser = argparse.ArgumentParser()
-    pin_cmd.register(parser.add_subparsers(dest="command"), common)
-    args = parser.parse_args(argv)
-    return pin_cmd.run(args)
+    """`assemble pin ...` parsed by the real command line, run in-process (its errors raise)."""
+    return pin_cmd.run(cli.parser().parse_args(argv))
 
 
 def test_command_writes_sha_keeping_comments(history, tmp_path, capsys):
