@@ -320,7 +320,8 @@ def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Mani
             environment=None if p.unit.name in prepared.adopted else p.environment.as_dict(),
             cache=_cache_stats(p.build_dir)) for p in plans),
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
-        glibc_floor=manifest.GlibcFloor(*glibc.default_promise(recipe.glibc_floor),
+        glibc_floor=manifest.GlibcFloor(*glibc.default_promise(recipe.glibc_floor, built_here=not any(
+                                            p.unit.where.kind in (CONTAINER, ADOPTED) for p in plans)),
                                         needed_by=(need := folder_need(staged)) and need.file),
         system_libs=result.system_libs, files=result.files, symlinks=result.symlinks,
         config=prepared.config.as_dict(),

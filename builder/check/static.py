@@ -80,7 +80,8 @@ def glibc_promise_check(need: VersionNeed | None, floor: GlibcFloor | None) -> C
     """FAIL when a file needs a newer GLIBC_ version than the floor the runtime promises."""
     needs = f"needs glibc {need.version} ({need.file}: {need.symbol})" if need else "no file needs a GLIBC_ version"
     if floor is None or floor.promised is None:
-        why = "repaired from prebuilt inputs" if floor is not None else "the manifest records none"
+        why = ("its files were linked elsewhere: a repair's inputs, a container's or another machine's unit, and "
+               "no recipe glibc_floor" if floor is not None else "the manifest records none")
         return Check("glibc promise", SKIP, f"not run: no floor promised ({why}); {needs}")
     promise = f"glibc {floor.promised} the {floor.stated_by or 'manifest'} promises"
     if need is None or not glibc.newer(need.version, floor.promised):

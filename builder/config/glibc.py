@@ -5,9 +5,10 @@ newer GLIBC_ symbol version than that. A recipe that states none is promised wha
 has: its own files were linked against that glibc, so that is the floor the build vouches for (a
 Debian 12 build promises 2.36, an ubuntu-latest one 2.39). A promise nobody can keep on the machine
 that builds (a fixed 2.35 default on a 2.39 host) would fail every build there, and a promise of
-"nothing" would let a release's archive say nothing about where it runs. A repaired runtime has no
-build host (its files were built elsewhere): nothing is promised, and verify reports what its
-files need. The release workflow's recipes state RELEASE_FLOOR and build where it holds.
+"nothing" would let a release's archive say nothing about where it runs. Files linked elsewhere
+have no such host: a repaired runtime's inputs, a container unit's (the CUDA 12.8 image is Ubuntu
+24.04, glibc 2.39, on a Debian 12 host) or another machine's unit: then nothing is promised unless
+the recipe states it, and verify reports what the files need. The release workflow's recipes state RELEASE_FLOOR and build where it holds.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ def host_glibc() -> str | None:
     return version if libc == "glibc" and version else None
 
 
-def default_promise(stated: str | None) -> tuple[str | None, str | None]:
-    """(floor, who stated it) for a build: the recipe's, else the build host's glibc."""
+def default_promise(stated: str | None, built_here: bool = True) -> tuple[str | None, str | None]:
+    """(floor, who stated it) for a build: the recipe's, else the build host's glibc when every unit
+    was built on it (a container unit or another machine's links against another glibc: nothing)."""
     if stated:
         return stated, BY_RECIPE
+    if not built_here:
+        return None, None
     have = host_glibc()
     return (have, BY_BUILD_HOST) if have and FLOOR_RE.fullmatch(have) else (None, None)
 

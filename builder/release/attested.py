@@ -30,7 +30,7 @@ from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.release import provenance
 from builder.release.package import SUMS, SUMS_LINE
-from builder.runtime.manifest import NAME as MANIFEST
+from builder.runtime.manifest import NAME as MANIFEST, Manifest, ManifestInvalid
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_BYTES = 64 << 20          # a statement of ours is kilobytes; more is not one
@@ -138,9 +138,14 @@ def provenance_checks(runtime: Path, rel: Released) -> list[Check]:
         have = sha256_file(mpath)
     source = f"the release's provenance ({rel.path.name}, archive {rel.archive})"
     if have == rel.manifest_sha256:
+        listed = _listed(runtime)
+        agree = listed == rel.files
         return [Check("release manifest", PASS, f"manifest.json is the one {source} names"),
                 Check("release files", PASS, f"the {len(rel.files)} released files are those the manifest lists, "
-                      "each checked against its sha256 by 'manifest hashes'")]
+                      "each checked against its sha256 by 'manifest hashes'") if agree else
+                Check("release files", FAIL, f"the provenance lists {len(rel.files)} files, its manifest.json "
+                      f"{'is unreadable' if listed is None else f'{len(listed)} with other digests'}: not a "
+                      "statement assemble package wrote", "download the release's provenance again")]
     found = "missing" if have is None else f"sha256 {have[:16]}..., released {rel.manifest_sha256[:16]}..."
     checks = [Check("release manifest", FAIL, f"manifest.json differs from {source} ({found}): edited after the "
                     "release", "unpack the released archive again; never edit a runtime or its manifest")]
@@ -153,6 +158,13 @@ def provenance_checks(runtime: Path, rel: Released) -> list[Check]:
         checks.append(Check("release files", PASS, f"the {len(rel.files)} released files are unchanged "
                             "(only manifest.json differs)"))
     return checks
+
+
+def _listed(runtime: Path) -> dict[str, str] | None:
+    try:
+        return {f.path: f.sha256 for f in Manifest.load(runtime).files}
+    except ManifestInvalid:
+        return None
 
 
 def _file_problems(runtime: Path, rel: Released) -> list[str]:

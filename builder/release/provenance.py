@@ -1,9 +1,9 @@
 """An in-toto Statement (v1) with a SLSA Provenance (v1) predicate for a release archive.
 
 What was built (the archive, by sha256, and what it unpacks to: `<folder>/manifest.json` and every
-file the manifest lists, each by sha256, so `assemble verify RUNTIME --provenance FILE` can check an
-unpacked runtime against the release, builder.check.release), from what (llama.cpp at its sha and build number, the
-patches applied, the prebuilt inputs a repair took), how (the recipe, the GPU targets, each
+file the manifest lists, each by sha256, so `verify RUNTIME --provenance FILE` can check an unpacked
+runtime against the release: builder.release.attested), from what (llama.cpp at its sha and build
+number, the patches applied, the prebuilt inputs a repair took), how (the recipe, the GPU targets, each
 unit's CMake configure and build commands and where they ran), and by which tool. Everything
 comes from the runtime's manifest, which the build wrote: no clock and no host name, so the same
 runtime gives the same statement bytes, as the archive and the SBOM do. It is not signed here;

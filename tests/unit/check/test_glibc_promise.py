@@ -80,8 +80,9 @@ def test_a_repaired_runtime_promises_nothing_and_is_told_as_it_is(tmp_path):
     proc = assemble("verify", str(rt), "--static", "--json")
     c = _checks(proc)
     assert c["glibc promise"]["status"] == SKIP
-    assert "no floor promised (repaired from prebuilt inputs); needs glibc 2.43 (bin/llama-server: GLIBC_2.43)" \
-        in c["glibc promise"]["reason"]
+    reason = c["glibc promise"]["reason"]
+    assert "no floor promised (its files were linked elsewhere" in reason
+    assert reason.endswith("needs glibc 2.43 (bin/llama-server: GLIBC_2.43)")
     assert c["glibc floor"]["status"] == WARN and "needs glibc 2.43, this host has" in c["glibc floor"]["reason"]
     assert proc.returncode == 0      # --static: for another host
     assert assemble("verify", str(rt), "--json").returncode == 1     # here: it would not start
@@ -111,6 +112,8 @@ def test_the_default_promise_is_the_build_hosts_glibc():
     assert glibc.default_promise("2.35") == ("2.35", glibc.BY_RECIPE)
     have = glibc.host_glibc()
     assert have and glibc.default_promise(None) == (have, glibc.BY_BUILD_HOST)
+    assert glibc.default_promise(None, built_here=False) == (None, None)      # a container or adopted unit
+    assert glibc.default_promise("2.35", built_here=False) == ("2.35", glibc.BY_RECIPE)
 
 
 @pytest.mark.parametrize("floor", [{"promised": "2.35\n"}, {"promised": "2.35", "stated_by": "me"},

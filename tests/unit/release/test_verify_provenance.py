@@ -136,3 +136,15 @@ def test_sums_refusals(release, tmp_path):
                             "--sha256sums", str(bad)), 2, ["sha256sum's format"])
     one_error_line(assemble("verify", str(rt), "--static", "--provenance", str(result.provenance),
                             "--sha256sums", str(tmp_path / "none")), 2, ["no such SHA256SUMS file"])
+
+
+def test_a_provenance_whose_files_disagree_with_its_own_manifest_fails(release, tmp_path):
+    result, rt = release
+    doc = json.loads(result.provenance.read_text())
+    doc["subject"][2]["digest"]["sha256"] = "0" * 64
+    forged = tmp_path / "forged.intoto.json"
+    forged.write_text(json.dumps(doc))
+    proc = assemble("verify", str(rt), "--static", "--json", "--provenance", str(forged))
+    c = _checks(proc)
+    assert proc.returncode == 1 and c["release manifest"]["status"] == PASS
+    assert c["release files"]["status"] == FAIL and "not a statement assemble package wrote" in c["release files"]["reason"]
