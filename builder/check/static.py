@@ -12,6 +12,7 @@ Nothing here runs the runtime's code. Every answer comes from ELF headers
   hip code objects         libggml-hip.so carries code for each of those targets (a sibling arch
                            loads, then faults)
   glibc floor              this host's glibc is at least the newest version the runtime's files ask for
+                           (or its manifest records, if that is newer)
   glibc promise            no file needs a newer GLIBC_ version than the floor the manifest promises
                            (builder.config.glibc), read from the files' .gnu.version_r, not the manifest
 """
@@ -69,7 +70,8 @@ def run(runtime: Path, manifest: Manifest | None, backends: tuple[str, ...], rec
     checks += data_checks(runtime, hip_targets)
     checks += hip_code_checks(runtime, hip_targets)
     need = highest_need(files.items())       # from the files themselves: a manifest can be edited
-    checks.append(glibc_check(need.version if need else None, host_glibc(), here))
+    recorded = [v for v in (need.version if need else None, manifest.glibc_min if manifest else None) if v]
+    checks.append(glibc_check(max(recorded, key=version_tuple) if recorded else None, host_glibc(), here))
     checks.append(glibc_promise_check(need, manifest.glibc_floor if manifest else None))
     return checks
 
@@ -95,7 +97,8 @@ def glibc_promise_check(need: VersionNeed | None, floor: GlibcFloor | None) -> C
 
 def glibc_check(need: str | None, have: str | None, here: bool) -> Check:
     if not need:
-        return Check("glibc floor", PASS, "no file in bin/ or lib/ needs a GLIBC_ symbol version")
+        return Check("glibc floor", PASS, "no file in bin/ or lib/ needs a GLIBC_ symbol version, and the manifest "
+                     "records none")
     if not have:
         return Check("glibc floor", SKIP, f"not run: this host's C library is not glibc (the runtime needs {need})")
     if version_tuple(have) >= version_tuple(need):
