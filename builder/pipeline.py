@@ -20,12 +20,13 @@ from builder.build import cacherelay, cachestats, collect, merge, run, unitfolde
 from builder.config import remotecache
 from builder.build.plan import UnitPlan, plan_unit
 from builder.build.unitfolder import UnitDescription
-from builder.config import versions
+from builder.config import glibc, versions
 from builder.config.options import ADOPTED, CONTAINER, RELOCATABLE_UNITY_CMAKE, BuildConfig, UnitConfig
 from builder.errors import AssembleError
 from builder.proc import git
 from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import plan_bundle
+from builder.runtime.elf import folder_need
 from builder.runtime.place import place_bundle
 from builder.source import features, patches
 from builder.source.fetch import SourceTree, cached_tree, local_tree, pinned_tree
@@ -336,6 +337,9 @@ def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Mani
             environment=None if p.unit.name in prepared.adopted else p.environment.as_dict(),
             cache=_cache_stats(p.build_dir)) for p in plans),
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
+        glibc_floor=manifest.GlibcFloor(*glibc.default_promise(recipe.glibc_floor, built_here=not any(
+                                            p.unit.where.kind in (CONTAINER, ADOPTED) for p in plans)),
+                                        needed_by=(need := folder_need(staged)) and need.file),
         system_libs=result.system_libs, files=result.files, symlinks=result.symlinks,
         config=prepared.config.as_dict(),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], toolkits))

@@ -26,6 +26,7 @@ from builder.prebuilt.discover import Found, discover
 from builder.prebuilt.inputs import Input, classify, unpack
 from builder.prebuilt.loader import LoaderFacts, loader_facts
 from builder.prebuilt.request import RepairRequest
+from builder.runtime.elf import folder_need
 from builder.windows import PLATFORM
 from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import BundlePlan, plan_bundle
@@ -196,6 +197,8 @@ def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Man
                                         else None),
         files=result.files, symlinks=result.symlinks, system_libs=result.system_libs,
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
+        # built elsewhere: no build host vouches for a floor, so none is promised; verify says what it needs
+        glibc_floor=manifest.GlibcFloor(None, None, (need := folder_need(staged)) and need.file),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], {}),
         inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256, x.base.version, x.build,
                                           x.base.describe(), tuple(p.contributed.get(x.input.given, ())))

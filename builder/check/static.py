@@ -12,13 +12,15 @@ Nothing here runs the runtime's code. Every answer comes from ELF headers
   hip code objects         libggml-hip.so carries code for each of those targets (a sibling arch
                            loads, then faults)
   glibc floor              this host's glibc is at least the newest version the runtime's files ask for
+                           (or its manifest records, if that is newer)
+  glibc promise            no file needs a newer GLIBC_ version than the floor the manifest promises
+                           (builder.config.glibc), read from the files' .gnu.version_r, not the manifest
 """
 
 from __future__ import annotations
 
 import os
 import mmap
-import platform
 import re
 import struct
 from collections import deque
@@ -29,8 +31,10 @@ from elftools.elf.elffile import ELFFile
 
 from builder.runtime.layout import (BIN_DIR, LIB_DIR, arch_tokens, data_layout, data_libraries, is_ggml_loader,
                                     module_backend)
-from builder.runtime.elf import ElfInfo, Lookup, lookup, read_elf
-from builder.runtime.manifest import Manifest
+from builder.config import glibc
+from builder.config.glibc import host_glibc
+from builder.runtime.elf import ElfInfo, Lookup, VersionNeed, highest_need, lookup, read_elf
+from builder.runtime.manifest import GlibcFloor, Manifest
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.runtime.policy import BUNDLE, NEVER, DataRule, classify
@@ -65,20 +69,36 @@ def run(runtime: Path, manifest: Manifest | None, backends: tuple[str, ...], rec
     hip_targets += tuple(t for t in extra_hip_targets if t not in hip_targets)
     checks += data_checks(runtime, hip_targets)
     checks += hip_code_checks(runtime, hip_targets)
-    checks.append(glibc_check(manifest.glibc_min if manifest else None, host_glibc(), here))
+    need = highest_need(files.items())       # from the files themselves: a manifest can be edited
+    recorded = [v for v in (need.version if need else None, manifest.glibc_min if manifest else None) if v]
+    checks.append(glibc_check(max(recorded, key=version_tuple) if recorded else None, host_glibc(), here))
+    checks.append(glibc_promise_check(need, manifest.glibc_floor if manifest else None))
     return checks
 
 
-# --- what this host can run ----------------------------------------------------
+# --- what this host can run, and what the runtime promised -------------------------
 
-def host_glibc() -> str | None:
-    libc, version = platform.libc_ver()
-    return version if libc == "glibc" and version else None
+def glibc_promise_check(need: VersionNeed | None, floor: GlibcFloor | None) -> Check:
+    """FAIL when a file needs a newer GLIBC_ version than the floor the runtime promises."""
+    needs = f"needs glibc {need.version} ({need.file}: {need.symbol})" if need else "no file needs a GLIBC_ version"
+    if floor is None or floor.promised is None:
+        why = ("its files were linked elsewhere: a repair's inputs, a container's or another machine's unit, and "
+               "no recipe glibc_floor" if floor is not None else "the manifest records none")
+        return Check("glibc promise", SKIP, f"not run: no floor promised ({why}); {needs}")
+    promise = f"glibc {floor.promised} the {floor.stated_by or 'manifest'} promises"
+    if need is None or not glibc.newer(need.version, floor.promised):
+        return Check("glibc promise", PASS, f"{needs}, within the {promise}")
+    return Check("glibc promise", FAIL, f"{need.file} needs {need.symbol}, newer than the {promise}: the runtime "
+                 f"will not start on glibc {floor.promised}",
+                 f"build on a distribution with glibc {floor.promised} or older (a container unit, or a runner "
+                 f"like Ubuntu 22.04 for {glibc.RELEASE_FLOOR}), or state the floor it has: "
+                 f'glibc_floor = "{need.version}" in the recipe')
 
 
 def glibc_check(need: str | None, have: str | None, here: bool) -> Check:
     if not need:
-        return Check("glibc floor", PASS, "the manifest records no GLIBC_ symbol versions")
+        return Check("glibc floor", PASS, "no file in bin/ or lib/ needs a GLIBC_ symbol version, and the manifest "
+                     "records none")
     if not have:
         return Check("glibc floor", SKIP, f"not run: this host's C library is not glibc (the runtime needs {need})")
     if version_tuple(have) >= version_tuple(need):

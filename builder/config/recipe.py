@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.config import cpulevels
+from builder.config import cpulevels, glibc
 from builder.config.upstream import BUILD_RE
 from builder.config.targets import DEFAULT_CUDA_ARCHITECTURES, CudaArch, GfxTarget
 from builder.config.versions import CONSTRAINT_FORMS, parse_constraint
@@ -105,6 +105,7 @@ class Recipe:
     patches_on: tuple[str, ...] = ()                     # opt-in patches this recipe asks for
     bundle_never: tuple[tuple[str, str], ...] = ()       # (soname glob, reason)
     bundle_always: tuple[tuple[str, str], ...] = ()      # (soname glob, reason)
+    glibc_floor: str | None = None                       # the oldest glibc it promises to start on (config.glibc)
 
     def gpu_backends(self) -> tuple[str, ...]:
         return tuple(b for b in self.backends if b != "cpu")
@@ -115,7 +116,7 @@ class Recipe:
 _TOP = {
     "name": str, "description": str, "aliases": list, "backends": list, "targets": list,
     "pin": dict, "units": list, "cuda": dict, "hip": dict, "vulkan": dict, "cpu": dict,
-    "cmake": dict, "patches": dict, "bundle": dict,
+    "cmake": dict, "patches": dict, "bundle": dict, "glibc_floor": str,
 }
 _PIN = {"sha": str, "features": list, "mirrors": list, "build": str}
 _MIRROR = {"kind": str, "url": str, "package": str, "version": str, "sha256": str,
@@ -313,11 +314,18 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     never = c.reasons(bundle.get("never", {}), "bundle.never")
     always = c.reasons(bundle.get("always", {}), "bundle.always")
 
+    floor = data.get("glibc_floor")
+    if floor is not None and not glibc.FLOOR_RE.fullmatch(floor):
+        raise c.fail("glibc_floor", f"{floor[:40]!r} is not {glibc.FLOOR_FORM}",
+                     f'write the oldest glibc the runtime must start on, e.g. glibc_floor = "{glibc.RELEASE_FLOOR}" '
+                     "(Ubuntu 22.04)")
+
     units = _units(c, data.get("units"), backends)
     return Recipe(name=name, path=path, description=data["description"], backends=backends, pin=pin,
                   units=units, targets=targets, aliases=aliases, cuda=cuda, hip=hip,
                   vulkan="vulkan" in backends, cpu=CpuSettings(variants=variants), defines=defines,
-                  patches_off=patches_off, patches_on=patches_on, bundle_never=never, bundle_always=always)
+                  patches_off=patches_off, patches_on=patches_on, bundle_never=never, bundle_always=always,
+                  glibc_floor=floor)
 
 
 def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Unit, ...]:

@@ -147,6 +147,15 @@ def owners(paths: list[str]) -> dict[str, Owner]:
 
 # --- the document -----------------------------------------------------------------
 
+def _glibc_floor(data: Manifest) -> list[dict]:
+    """The glibc the runtime promises to start on, who promised it, and the file needing the newest GLIBC_."""
+    f = data.glibc_floor
+    if f is None:
+        return []
+    return [_prop(k, v) for k, v in (("glibc_floor", f.promised), ("glibc_floor_stated_by", f.stated_by),
+                                      ("glibc_min_needed_by", f.needed_by)) if v]
+
+
 def _prop(name: str, value) -> dict:
     return {"name": f"assemble:{name}", "value": str(value)}
 
@@ -273,6 +282,7 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
     target = {"type": "application", "bom-ref": name, "name": runtime_dir_name(recipe.name),
               "version": sha or "local", "description": recipe.description,
               "properties": [_prop("glibc_min", data.glibc_min), _prop("glibcxx_min", data.glibcxx_min),
+                             *_glibc_floor(data),
                              _prop("gpu_targets", _targets(data.gpu_targets)),
                              _prop("recipe_file", recipe.file)]}
     return {

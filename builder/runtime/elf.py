@@ -110,6 +110,35 @@ def max_version(versions: Iterable[str]) -> str | None:
     return best
 
 
+@dataclass(frozen=True)
+class VersionNeed:
+    """The highest symbol version of one family that a set of files needs, and the file needing it."""
+    version: str          # "2.38"
+    symbol: str           # "GLIBC_2.38", as .gnu.version_r names it
+    file: str             # the file that needs it (the first by name when several do)
+
+
+def highest_need(files: Iterable[tuple[str, ElfInfo]], prefix: str = "GLIBC_") -> VersionNeed | None:
+    """Across (name, ElfInfo) pairs: which version of `prefix` is the newest any of them needs, and who."""
+    best: VersionNeed | None = None
+    for name, info in sorted(files, key=lambda f: f[0]):
+        v = info.max_version(prefix)
+        if v is not None and (best is None or version_key(v) > version_key(best.version)):
+            best = VersionNeed(v, prefix + v, name)
+    return best
+
+
+def folder_need(root: Path, folders: Sequence[str] = ("bin", "lib"), prefix: str = "GLIBC_") -> VersionNeed | None:
+    """highest_need over the ELF files directly in root's `folders` (symlinks are their targets' names)."""
+    found = []
+    for folder in folders:
+        d = Path(root) / folder
+        for p in sorted(d.iterdir()) if d.is_dir() else ():
+            if p.is_file() and not p.is_symlink() and (info := read_elf(p)) is not None:
+                found.append((f"{folder}/{p.name}", info))
+    return highest_need(found, prefix)
+
+
 class _CountingReader:
     """A read-only stream that counts the bytes pyelftools pulls in (the header-only promise, checked)."""
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import __version__
+from builder.config import glibc
 from builder.config.recipe import NAME_RE, SHA_RE
 from builder.config.upstream import BUILD_RE
 from builder.digest import sha256_file
@@ -179,6 +180,15 @@ class LoaderRecord:
 
 
 @dataclass(frozen=True)
+class GlibcFloor:
+    """The glibc a Linux runtime promises to start on (builder.config.glibc), and which file needs
+    the newest GLIBC_ version (glibc_min, the version itself)."""
+    promised: str | None              # None: nothing promised (a repaired runtime)
+    stated_by: str | None             # recipe | build host
+    needed_by: str | None             # e.g. "bin/llama-server"; None when no file needs a GLIBC_ version
+
+
+@dataclass(frozen=True)
 class Manifest:
     recipe: RecipeRecord
     llama_cpp: SourceRecord
@@ -189,6 +199,7 @@ class Manifest:
     system_libs: tuple[SystemLib, ...] = ()
     glibc_min: str | None = None
     glibcxx_min: str | None = None
+    glibc_floor: GlibcFloor | None = None  # absent in runtimes built before the floor was recorded
     size_by_role: dict = field(default_factory=dict)
     config: dict | None = None        # the resolved build configuration (builder.config.options)
     gpu_runtimes: GpuRuntimes = field(default_factory=GpuRuntimes)   # what the GPU code needs of a host
@@ -476,12 +487,24 @@ def _parse(raw: Any, where: str) -> Manifest:
                     units=units, system_libs=system,
                     glibc_min=r.matching(top, "glibc_min", "", _SYMBOL_VERSION, "a version like 2.38"),
                     glibcxx_min=r.matching(top, "glibcxx_min", "", _SYMBOL_VERSION, "a version like 3.4.30"),
+                    glibc_floor=_glibc_floor(r, r.get(top, "glibc_floor", "", dict, required=False)),
                     size_by_role=sizes, config=r.get(top, "config", "", dict, required=False),
                     gpu_runtimes=_gpu_runtimes(r, r.get(top, "gpu_runtimes", "", dict, required=False, default={})),
                     inputs=tuple(_input(r, r.obj(x, f"inputs[{i}]"), f"inputs[{i}]") for i, x in
                                  enumerate(r.get(top, "inputs", "", list, required=False, default=[]))),
                     loader=_loader(r, r.get(top, "loader", "", dict, required=False)),
                     platform=_platform(r, top), schema=schema, created_by=created_by)
+
+
+def _glibc_floor(r: _Reader, d: dict | None) -> GlibcFloor | None:
+    if d is None:
+        return None
+    by = r.get(d, "stated_by", "glibc_floor", str, required=False)
+    if by is not None and by not in glibc.STATED_BY:
+        raise r.fail("glibc_floor.stated_by", f"is {by[:40]!r}, not one of {', '.join(glibc.STATED_BY)}")
+    needed_by = r.get(d, "needed_by", "glibc_floor", str, required=False)
+    return GlibcFloor(promised=r.matching(d, "promised", "glibc_floor", glibc.FLOOR_RE, glibc.FLOOR_FORM),
+                      stated_by=by, needed_by=None if needed_by is None else r.path(needed_by, "glibc_floor.needed_by"))
 
 
 def _platform(r: _Reader, top: dict) -> str:

@@ -35,6 +35,13 @@ def test_runtime_layout(cpu_runtime):
     assert not list((cpu_runtime / "lib").glob("libstdc++*")) and not list((cpu_runtime / "lib").glob("libc.so*"))
     # the C++ runtime floor is recorded (ours link libstdc++ from the host): a version, not null
     assert m["glibc_min"] and m["glibcxx_min"] and m["glibcxx_min"].startswith("3.4.")
+    # the glibc floor: the recipe states none, so the build host's glibc is promised; the file named
+    # needs the recorded version (read again from the file)
+    from builder.config.glibc import host_glibc
+    from builder.runtime.elf import read_elf
+    floor = m["glibc_floor"]
+    assert floor["promised"] == host_glibc() and floor["stated_by"] == "build host"
+    assert read_elf(cpu_runtime / floor["needed_by"]).max_version("GLIBC_") == m["glibc_min"]
     roles = {f["path"]: f["role"] for f in m["files"]}
     assert roles["bin/llama-server"] == "own"
     assert any(p.startswith("lib/libgomp") and r == "vendor" for p, r in roles.items())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from pathlib import Path
 
@@ -24,6 +25,7 @@ def register(sub, common) -> None:
                        epilog="examples:\n  assemble verify runtime-cpu\n  assemble verify runtime-vulkan --smoke "
                        "--check-env GGML_VK_VISIBLE_DEVICES=0\n  assemble verify runtime-cuda-vulkan --cuda-arch 75,89\n"
                        "  assemble verify /opt/runtime --json\n"
+                       "  assemble verify runtime-cpu --static --provenance STEM.intoto.json --sha256sums SHA256SUMS\n"
                        "exit status: 0 all checks passed, 1 a check failed, 2 usage error",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runtime", help="the runtime folder (runtime-<recipe>/)")
@@ -38,6 +40,10 @@ def register(sub, common) -> None:
     p.add_argument("--cuda-arch", action="append", default=[], metavar="ARCH",
                    help="also check that the CUDA module has SASS or usable PTX for this compute capability "
                         "(e.g. 89 for an RTX 4090, 75 for a T4); repeatable or comma-separated")
+    p.add_argument("--provenance", metavar="FILE", help="also check manifest.json and every file against the "
+                   "release's <stem>.intoto.json (a runtime unpacked from a release archive)")
+    p.add_argument("--sha256sums", metavar="FILE", help="with --provenance: the release's SHA256SUMS must list that "
+                   "provenance file and its archive with the same digests, and the files beside it must match")
     p.set_defaults(func=run)
 
 
@@ -57,7 +63,20 @@ def run(args) -> int:
         raise AssembleError("no such model file", where=str(model), fix="give a .gguf file, or drop --model")
     if args.static and args.smoke:
         raise AssembleError("--static runs nothing, --smoke runs the server", fix="pick one")
+    released = sums = None
+    if args.sha256sums and not args.provenance:
+        raise AssembleError("--sha256sums checks the release's provenance file against SHA256SUMS: it needs "
+                            "--provenance", fix="add --provenance <stem>.intoto.json from the same release")
+    if args.provenance:                   # read before any check runs: a bad file is refused at once
+        from builder.release import attested
+        released = attested.load_provenance(args.provenance)
+        sums = attested.load_sums(args.sha256sums) if args.sha256sums else None
     report = verify_runtime(runtime, smoke=args.smoke, model=model, extra_env=dict(env_pairs(args.check_env)),
                             static=args.static, hip_targets=targets, cuda_archs=archs)
+    if released is not None:
+        extra = attested.provenance_checks(runtime, released)
+        if sums is not None:
+            extra.append(attested.sums_check(Path(args.sha256sums), sums, released))
+        report = dataclasses.replace(report, checks=report.checks + tuple(extra))
     render(report, as_json=args.json)
     return 0 if report.passed else 1

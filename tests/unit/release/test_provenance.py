@@ -41,8 +41,13 @@ def test_statement_is_valid_slsa_provenance_of_the_archive(tmp_path):
         ResourceDescriptor.copy_from_pb(dep).validate()
 
     # what was built: the archive, as SHA256SUMS lists it
-    (subject,) = doc["subject"]
+    subject, manifest_subject, *files = doc["subject"]
     assert subject == {"name": result.archive.name, "digest": {"sha256": result.sha256}}
+    # and what it unpacks to: manifest.json and every file it lists, each as the archive holds it
+    assert manifest_subject == {"name": "runtime-cuda-vulkan/manifest.json",
+                                "digest": {"sha256": sha256_file(rt / "manifest.json")}}
+    assert files == [{"name": f"runtime-cuda-vulkan/{p}", "digest": {"sha256": sha256_file(rt / p)}}
+                     for p in sorted(f["path"] for f in json.loads((rt / "manifest.json").read_text())["files"])]
     assert result.sha256 == hashlib.sha256(result.archive.read_bytes()).hexdigest()
     sums = package.read_sums(result.sums)
     assert sums[result.provenance.name] == hashlib.sha256(raw).hexdigest()
