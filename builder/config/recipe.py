@@ -105,6 +105,7 @@ class Recipe:
     patches_on: tuple[str, ...] = ()                     # opt-in patches this recipe asks for
     bundle_never: tuple[tuple[str, str], ...] = ()       # (soname glob, reason)
     bundle_always: tuple[tuple[str, str], ...] = ()      # (soname glob, reason)
+    bundle_licenses: tuple[tuple[str, str], ...] = ()    # (library file glob, its licence text: an absolute path)
 
     def gpu_backends(self) -> tuple[str, ...]:
         return tuple(b for b in self.backends if b != "cpu")
@@ -127,7 +128,7 @@ _CPU = {"variants": str}
 _UNIT = {"name": str, "backends": list, "container": str, "defines": dict}
 _CMAKE = {"defines": dict}
 _PATCHES = {"disable": dict, "enable": list}
-_BUNDLE = {"never": dict, "always": dict}
+_BUNDLE = {"never": dict, "always": dict, "licenses": dict}
 
 _TYPE_NAMES = {str: "a string", list: "a list", dict: "a table", bool: "true or false"}
 
@@ -312,12 +313,30 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     bundle = c.table(data.get("bundle", {}), _BUNDLE, "bundle.")
     never = c.reasons(bundle.get("never", {}), "bundle.never")
     always = c.reasons(bundle.get("always", {}), "bundle.always")
+    licenses = _licence_texts(c, bundle.get("licenses", {}), path)
 
     units = _units(c, data.get("units"), backends)
     return Recipe(name=name, path=path, description=data["description"], backends=backends, pin=pin,
                   units=units, targets=targets, aliases=aliases, cuda=cuda, hip=hip,
                   vulkan="vulkan" in backends, cpu=CpuSettings(variants=variants), defines=defines,
-                  patches_off=patches_off, patches_on=patches_on, bundle_never=never, bundle_always=always)
+                  patches_off=patches_off, patches_on=patches_on, bundle_never=never, bundle_always=always,
+                  bundle_licenses=licenses)
+
+
+def _licence_texts(c: _Checker, value: dict, path: Path) -> tuple[tuple[str, str], ...]:
+    """[bundle.licenses] "libfoo.so.*" = "LICENSE.foo": the licence text of a carried library no package
+    names (a path relative to the recipe's folder, or absolute); it must exist when the recipe is read."""
+    out = []
+    for glob, text in value.items():
+        where = f"bundle.licenses.{glob}"
+        if not isinstance(text, str) or not text.strip():
+            raise c.fail(where, "needs the path of the library's licence text", f'write "{glob}" = "/path/to/LICENSE"')
+        full = (Path(path).parent / Path(text).expanduser()).resolve()
+        if not full.is_file():
+            raise c.fail(where, f"{text} is not a file", "name the licence text the library's vendor ships "
+                                                         "(a path relative to the recipe, or absolute)")
+        out.append((glob, str(full)))
+    return tuple(out)
 
 
 def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Unit, ...]:
