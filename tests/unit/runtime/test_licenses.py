@@ -10,6 +10,7 @@ licence text lands in licenses/<component>/, the manifest maps it, and what has 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -39,7 +40,8 @@ def _tree(tmp_path: Path) -> Path:
 
 
 def _bundle(tmp_path: Path, libs: list[tuple[str, str]], search: list[Path] = ()) -> tuple[Path, BundleResult]:
-    """bin/app -> lib/libllama.so.0 (own) -> the libraries named by link flags, bundled into runtime/."""
+    """bin/app -> lib/libllama.so.0 (own) -> the libraries named by link flags, and ggml's CPU module,
+    bundled into runtime/."""
     build = tmp_path / "build"
     build.mkdir()
     flags = [f for _, f in libs]
@@ -48,8 +50,9 @@ def _bundle(tmp_path: Path, libs: list[tuple[str, str]], search: list[Path] = ()
     (build / "libllama.so.0").symlink_to(lib.name)
     exe = compile_c("int llama_init(void);\nint main(void) { return llama_init(); }\n", build / "app",
                     f"-L{build}", "-l:libllama.so.0", *[f"-Wl,-rpath-link,{d}" for d in search])
-    plan = plan_bundle([OwnFile(exe, "bin/app", "executable"), OwnFile(lib, "lib/libllama.so.0.0.1", "library")],
-                       search_dirs=search)
+    cpu = compile_c("int ggml_backend_score(void) { return 1; }\n", build / "libggml-cpu.so", "-shared")
+    plan = plan_bundle([OwnFile(exe, "bin/app", "executable"), OwnFile(lib, "lib/libllama.so.0.0.1", "library"),
+                        OwnFile(cpu, "bin/libggml-cpu.so", "module")], search_dirs=search)
     staged = tmp_path / "runtime"
     staged.mkdir()
     return staged, place_bundle(plan, staged)
@@ -77,7 +80,7 @@ def test_the_hosts_libgomp_carries_debians_copyright_with_gccs_exception(tmp_pat
     assert check_files(staged, m) == []                          # the texts are hashed like every file
     by = {r.component: r for r in m.licenses}
     llama = by["llama.cpp"]
-    assert llama.spdx == "MIT" and llama.covers == ("bin/app", "lib/libllama.so.0.0.1")
+    assert llama.spdx == "MIT" and llama.covers == ("bin/app", "bin/libggml-cpu.so", "lib/libllama.so.0.0.1")
     assert llama.texts == ("licenses/llama.cpp/LICENSE", "licenses/llama.cpp/LICENSE-jsonhpp")
     gcc = by[owner]
     assert gcc.covers == (gomp.path,) and gcc.spdx == GCC_EXCEPTION and gcc.texts == (f"licenses/{owner}/copyright",)
@@ -85,6 +88,26 @@ def test_the_hosts_libgomp_carries_debians_copyright_with_gccs_exception(tmp_pat
     assert "GCC RUNTIME LIBRARY EXCEPTION" in text
     assert text == (Path("/usr/share/doc") / owner / "copyright").read_text()
     assert {f.role for f in m.files if f.path.startswith("licenses/")} == {"license"}
+
+
+def test_the_sbom_of_a_runtime_carrying_libgomp_validates_with_its_licences(tmp_path):
+    """CycloneDX 1.5's schema, with an SPDX id (MIT), an expression (GCC's exception) and the texts."""
+    validation = pytest.importorskip("cyclonedx.validation.json", reason="the test extra: "
+                                     "cyclonedx-python-lib[json-validation]")
+    from cyclonedx.schema import SchemaVersion
+    from builder.release import package
+    if not shutil.which("dpkg-query"):
+        pytest.skip("not a Debian host: no package database to name libgomp's owner")
+    staged, placed = _bundle(tmp_path, [OMP])
+    _manifest(licenses.add_licenses(placed, staged, licenses.tree_license(_tree(tmp_path), ()))).write(staged)
+    bom_text = package.package(staged, tmp_path / "dist").sbom.read_text()
+    assert validation.JsonStrictValidator(SchemaVersion.V1_5).validate_str(bom_text) is None
+    comps = {c["bom-ref"]: c for c in json.loads(bom_text)["components"]}
+    gomp = next(c for ref, c in comps.items() if ref.startswith("file:lib/libgomp.so"))
+    assert gomp["licenses"] == [{"expression": GCC_EXCEPTION}]
+    texts = next(p["value"] for p in gomp["properties"] if p["name"] == "assemble:license.texts")
+    assert texts.startswith("licenses/") and texts.endswith("/copyright") and f"file:{texts}" in comps
+    assert comps["file:bin/app"]["licenses"] == [{"license": {"id": "MIT", "url": "licenses/llama.cpp/LICENSE"}}]
 
 
 def _vendor_bundle(tmp_path: Path):
