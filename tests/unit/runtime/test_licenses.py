@@ -5,7 +5,9 @@ licence text lands in licenses/<component>/, the manifest maps it, and what has 
   Debian's copyright file (GCC's runtime library exception) is carried with it;
 - a stated text (the recipe's [bundle.licenses]) and a toolkit root's EULA cover a library no
   package owns; without either it stays uncovered;
-- NVIDIA's PyPI wheels (slow: a download): the wheel's own License.txt, NVIDIA's EULA by LicenseRef.
+- NVIDIA's PyPI wheels (slow: a download): the wheel's own License.txt, NVIDIA's EULA by LicenseRef;
+- Debian sid's ROCm packages given to repair (slow: a download): each library's package read from the
+  .deb's own md5sums, its copyright file from the .deb, MIT/NCSA read from copyright-format 1.0.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from builder.runtime.manifest import (Manifest, ManifestInvalid, Provenance, Rec
 from builder.runtime.place import BundleResult, place_bundle
 from builder.digest import sha256_file
 from tests.support.common import SHA
-from tests.support.vendorlibs import compile_c, cuda_site, get_or_skip
+from builder.prebuilt.inputs import classify, deb_owners, unpack
+from tests.support.vendorlibs import SID, compile_c, cuda_site, fetch_deb, get_or_skip
 
 GCC_EXCEPTION = "GPL-3.0-or-later WITH GCC-exception-3.1"
 
@@ -201,3 +204,30 @@ def test_place_refuses_to_overwrite_a_text(tmp_path):
     with pytest.raises(FileExistsError):
         licenses.place_licenses([src], tmp_path / "rt")
     assert list((tmp_path / "rt" / "licenses" / "llama.cpp").iterdir()) == []
+
+
+# --- Debian sid's ROCm packages, as repair's .deb inputs (slow: the download; cached per machine) -------
+
+ROCM_DEBS = ("libamdhip64-6", "libhsa-runtime64-1", "libhipblas2", "libroctx64-4", "libnuma1")
+
+
+@pytest.fixture(scope="module")
+def sid_debs():
+    return get_or_skip(lambda: [fetch_deb(SID[p]) for p in ROCM_DEBS])
+
+
+def test_rocm_debs_give_each_library_its_packages_copyright(tmp_path, sid_debs):
+    (inp,) = classify([str(d) for d in sid_debs])
+    root = unpack(inp, tmp_path / "debs")
+    owners = deb_owners(inp, root)
+    libs = sorted(k for k in owners if ".so" in Path(k).name)
+    assert {owners[k].name for k in libs} == set(ROCM_DEBS)
+    assert all(owners[k].version == SID[owners[k].name].version for k in libs)
+    found = licenses.vendor_licenses([(f"lib/{Path(k).name}", k) for k in libs], known=owners)
+    by = {s.component: s for s in found}
+    assert set(by) == set(ROCM_DEBS) and sorted(p for s in found for p in s.covers) == \
+        sorted(f"lib/{Path(k).name}" for k in libs)
+    for name, src in by.items():
+        assert src.texts == (root / "usr/share/doc" / name / "copyright",) and src.source.startswith("Debian package")
+    assert by["libamdhip64-6"].spdx == "MIT" and by["libhsa-runtime64-1"].spdx == "NCSA"
+    assert by["libnuma1"].spdx is None                    # a free-form copyright file: its text, no guess
