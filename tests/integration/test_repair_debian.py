@@ -62,8 +62,7 @@ def test_debians_packages_become_a_runtime_that_serves_in_sid(debs, sid_chroot, 
     lic = Manifest.load(rt)
     assert lic.unlicensed() == []
     by = {r.component: r for r in lic.licenses}
-    assert {"libggml0", "libllama0"} <= set(by) and "lib/libllama-server-impl.so" in {p for r in lic.licenses
-                                                                                      for p in r.covers}
+    assert {"libggml0", "libllama0"} <= set(by)
     assert by["libggml0"].texts == ("licenses/libggml0/copyright",)
     assert (rt / "licenses" / "libggml0" / "copyright").read_text().strip()
     # in sid: Debian's loader runs a module planted in the working directory -> verify FAILS, saying why
