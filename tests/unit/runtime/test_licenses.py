@@ -231,3 +231,23 @@ def test_rocm_debs_give_each_library_its_packages_copyright(tmp_path, sid_debs):
         assert src.texts == (root / "usr/share/doc" / name / "copyright",) and src.source.startswith("Debian package")
     assert by["libamdhip64-6"].spdx == "MIT" and by["libhsa-runtime64-1"].spdx == "NCSA"
     assert by["libnuma1"].spdx is None                    # a free-form copyright file: its text, no guess
+
+
+# --- the real cpu runtime (slow: the llama.cpp build, shared through the test cache) ------------------
+
+def test_the_cpu_runtime_carries_llama_cpps_licence_and_each_vendor_librarys(cpu_runtime, llama_tree):
+    m = Manifest.load(cpu_runtime)
+    assert m.unlicensed() == [] and check_files(cpu_runtime, m) == []
+    by = {r.component: r for r in m.licenses}
+    llama = by["llama.cpp"]
+    assert llama.spdx == "MIT" and set(llama.covers) == {f.path for f in m.files if f.role == "own"}
+    assert (cpu_runtime / "licenses/llama.cpp/LICENSE").read_bytes() == (llama_tree / "LICENSE").read_bytes()
+    notices = sorted(p.name for p in (llama_tree / "licenses").iterdir())      # json.hpp's MIT notice, ...
+    assert notices and all(f"licenses/llama.cpp/{n}" in llama.texts for n in notices)
+    vendor = [f for f in m.files if f.role == "vendor"]
+    assert vendor, "the cpu runtime carries the host's libgomp"
+    for f in vendor:
+        (rec,) = [r for r in m.licenses if f.path in r.covers]
+        assert rec.texts and all((cpu_runtime / t).is_file() for t in rec.texts)
+        if Path(f.path).name.startswith("libgomp"):
+            assert rec.spdx == GCC_EXCEPTION and "GCC RUNTIME LIBRARY EXCEPTION" in (cpu_runtime / rec.texts[0]).read_text()
