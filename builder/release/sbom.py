@@ -3,7 +3,9 @@
 What it lists: llama.cpp at its sha with the patches applied (pedigree), every
 file the runtime ships with its sha256 (our own builds, and each vendor library
 with the distribution package or Python wheel it came from, when the host can
-tell), and the toolchains that built it (metadata.tools). No wall-clock time and
+tell), each component's licence (its SPDX id or expression and the text under licenses/ in the
+archive, from the manifest: builder.runtime.licenses), and the toolchains that built it
+(metadata.tools). Package URLs are written by packageurl-python. No wall-clock time and
 a serial number derived from the content: the same runtime gives the same bytes.
 """
 
