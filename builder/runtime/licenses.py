@@ -126,7 +126,7 @@ def vendor_licenses(files: Sequence[tuple[str, str]], *, stated: Sequence[tuple[
                          .strip())
             found[key].append(rel)
             continue
-        root = next((Path(r) for r in roots if Path(origin).is_relative_to(r)), None)
+        root = next((Path(r) for r in roots if Path(origin).is_relative_to(Path(r).resolve())), None)
         texts = _root_texts(root) if root else ()
         if texts:
             key = ("root", str(root))
@@ -224,9 +224,9 @@ def place_licenses(sources: Sequence[LicenseSource], staging: Path) -> tuple[lis
         folder.mkdir(parents=True)
         placed = []
         for text in src.texts:
-            dest_name = text.name
-            if dest_name in placed:
-                dest_name = f"{text.parent.name}-{text.name}"
+            dest_name, n = text.name, 2
+            while dest_name in placed:         # LICENSE in two sub-folders of a .dist-info: both kept
+                dest_name, n = f"{text.parent.name}-{n}-{text.name}", n + 1
             rel = f"{LICENSES_DIR}/{component}/{dest_name}"
             digest, size = copy_file(text, staging / rel, 0o644)
             entries.append(FileEntry(rel, ROLE, str(text.resolve()), digest, size, 0o644))
