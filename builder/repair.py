@@ -30,7 +30,7 @@ from builder.windows import PLATFORM
 from builder.runtime import gpuruntime, licenses, manifest
 from builder.runtime.bundle import BundlePlan, plan_bundle
 from builder.runtime.layout import OwnFile, module_backend
-from builder.runtime.place import place_bundle
+from builder.runtime.place import BundleResult, place_bundle
 
 @dataclass(frozen=True)
 class _Hip:
@@ -204,7 +204,7 @@ def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Man
         licenses=result.licenses)
 
 
-def _licensed(p: Plan, result, staged: Path):
+def _licensed(p: Plan, result: BundleResult, staged: Path) -> BundleResult:
     """licenses/: the LICENSE upstream put beside the executables (or the source tree a build folder
     names), and for .deb inputs each package's copyright file, as for the vendor libraries."""
     own = None
@@ -218,7 +218,8 @@ def _licensed(p: Plan, result, staged: Path):
         own = licenses.input_license(dict.fromkeys(folders + [part.found.root]), (), part.input.given)
         if own is not None:
             break
-    known = {k: v for part in p.parts if part.input.kind == "debs" for k, v in deb_owners(part.input, part.found.root).items()}
+    known = {path: owner for part in p.parts if part.input.kind == "debs"
+             for path, owner in deb_owners(part.input, part.found.root).items()}
     return licenses.add_licenses(result, staged, own, known=known)
 
 
