@@ -311,8 +311,9 @@ def deb_owners(inp: Input, root: Path) -> dict[str, Owner]:
                 import zstandard
                 blob = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob)).read(_CONTROL_MAX)
             with tarfile.open(fileobj=io.BytesIO(blob), mode="r:*") as tar:
+                wanted = [m for m in tar.getmembers() if m.isfile() and PurePosixPath(m.name).name in ("control", "md5sums")]
                 texts = {PurePosixPath(m.name).name: tar.extractfile(m).read(_CONTROL_MAX).decode("utf-8", "replace")
-                         for m in tar.getmembers() if m.isfile() and PurePosixPath(m.name).name in ("control", "md5sums")}
+                         for m in wanted}
         except (tarfile.TarError, OSError, EOFError, ValueError):
             continue
         fields = dict(re.findall(r"^(Package|Version|Architecture):\s*(\S+)", texts.get("control", ""), re.MULTILINE))

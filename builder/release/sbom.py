@@ -62,8 +62,8 @@ def _licensing(rec: LicenseRecord | None) -> tuple[list[dict], list[dict]]:
         return [{"license": {"id": rec.spdx, **({"url": text} if text else {})}}], props
     if rec.spdx:
         return [{"expression": rec.spdx}], props
-    return [{"license": {"name": f"{rec.component}: see {text or 'its package'}", **({"url": text} if text else {})}}], \
-        props
+    named = {"name": f"{rec.component}: see {text or 'its package'}", **({"url": text} if text else {})}
+    return [{"license": named}], props
 
 
 def _llama(data: Manifest) -> dict:

@@ -250,4 +250,5 @@ def test_the_cpu_runtime_carries_llama_cpps_licence_and_each_vendor_librarys(cpu
         (rec,) = [r for r in m.licenses if f.path in r.covers]
         assert rec.texts and all((cpu_runtime / t).is_file() for t in rec.texts)
         if Path(f.path).name.startswith("libgomp"):
-            assert rec.spdx == GCC_EXCEPTION and "GCC RUNTIME LIBRARY EXCEPTION" in (cpu_runtime / rec.texts[0]).read_text()
+            assert rec.spdx == GCC_EXCEPTION
+            assert "GCC RUNTIME LIBRARY EXCEPTION" in (cpu_runtime / rec.texts[0]).read_text()
