@@ -24,7 +24,7 @@ from builder import __version__
 from builder.paths import data_dir
 from builder.runtime.layout import runtime_dir_name
 from builder.runtime.manifest import GpuTargets, LicenseRecord, Manifest, UnitRecord
-from builder.runtime.owners import Owner, dpkg_owners, owners, wheel_owners  # noqa: F401  (one home: runtime.owners)
+from builder.runtime.owners import owners
 
 SPEC = "1.5"
 

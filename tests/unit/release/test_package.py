@@ -32,6 +32,7 @@ from builder.paths import data_dir
 from builder.config.recipe import all_recipes, load_recipe, parse_recipe
 from tests.support.common import GOOD_RECIPE, SHA, assemble, one_error_line
 from builder.runtime.manifest import Manifest
+from builder.runtime.owners import Owner, dpkg_owners
 from tests.support.manifests import read_raw, write_raw
 from tests.support.runtimes import COMMIT_TIME, PATCH, make_runtime
 
@@ -274,16 +275,16 @@ def test_sbom_gives_each_component_its_licence_and_text(tmp_path):
 
 
 def test_purls_are_encoded_as_the_purl_spec_says():
-    owner = sbom.Owner("deb", "libstdc++6", "14.2.0-4+b1", "amd64")
+    owner = Owner("deb", "libstdc++6", "14.2.0-4+b1", "amd64")
     assert owner.purl("debian") == "pkg:deb/debian/libstdc%2B%2B6@14.2.0-4%2Bb1?arch=amd64"
-    assert sbom.Owner("pypi", "Nvidia_Cublas", "13.10.0.20").purl("debian") == "pkg:pypi/nvidia-cublas@13.10.0.20"
+    assert Owner("pypi", "Nvidia_Cublas", "13.10.0.20").purl("debian") == "pkg:pypi/nvidia-cublas@13.10.0.20"
 
 
 def test_dpkg_owner_lookup_follows_merged_usr():
     if not shutil.which("dpkg-query"):
         pytest.skip("not a Debian host: package owners are recorded as unknown")
     real = str(Path("/lib/x86_64-linux-gnu/libz.so.1").resolve())
-    owners = sbom.dpkg_owners([real, "/nonexistent/libnothing.so"])
+    owners = dpkg_owners([real, "/nonexistent/libnothing.so"])
     assert owners[real].name == "zlib1g" and owners[real].version
     assert "/nonexistent/libnothing.so" not in owners
 
