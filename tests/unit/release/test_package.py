@@ -26,7 +26,6 @@ from builder.toolchain import survey
 from builder.runtime import manifest
 from builder.release import matrix
 from builder.release import package
-from builder.release import sbom
 from builder.errors import AssembleError
 from builder.paths import data_dir
 from builder.config.recipe import all_recipes, load_recipe, parse_recipe
