@@ -28,6 +28,7 @@ from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import plan_bundle
 from builder.runtime.elf import folder_need
 from builder.runtime.place import place_bundle
+from builder.runtime import licenses
 from builder.source import features, patches
 from builder.source.fetch import SourceTree, cached_tree, local_tree, pinned_tree
 from builder.toolchain import container, provision, rules, survey
@@ -234,6 +235,8 @@ def build(req: BuildRequest) -> Path:
         ui.step(f"bundle into {staged.name}")
         bundle_plan = plan_bundle(own, recipe=recipe, search_dirs=lib_dirs + _toolchain_lib_dirs(prepared.plans))
         result = place_bundle(bundle_plan, staged)
+        result = licenses.add_licenses(result, staged, licenses.tree_license(prepared.tree.path, ()),
+                                       stated=recipe.bundle_licenses, roots=_toolkit_roots(prepared.plans))
         _manifest(recipe, prepared, result, staged).write(staged)
         if req.verify:
             from builder.check import verify
@@ -278,6 +281,13 @@ def _lib_paths(paths: tuple[str, ...]) -> list[Path]:
                                 fix="name a folder holding shared libraries (e.g. a wheel's nvidia/cublas/lib)")
         out.append(Path(p).resolve())
     return out
+
+
+def _toolkit_roots(plans: tuple[UnitPlan, ...]) -> list[Path]:
+    """The CUDA and ROCm installs the units used: a vendor file from one is under its licence texts."""
+    roots = [Path(p.toolchain[k][root]) for p in plans for k, root in (("cuda", "root"), ("rocm", "path"))
+             if isinstance(p.toolchain.get(k), dict) and p.toolchain[k].get(root)]
+    return list(dict.fromkeys(r for r in roots if r.is_dir()))
 
 
 def _toolchain_lib_dirs(plans: tuple[UnitPlan, ...]) -> list[Path]:
@@ -342,4 +352,5 @@ def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Mani
                                         needed_by=(need := folder_need(staged)) and need.file),
         system_libs=result.system_libs, files=result.files, symlinks=result.symlinks,
         config=prepared.config.as_dict(),
-        gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], toolkits))
+        gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], toolkits),
+        licenses=result.licenses)

@@ -23,15 +23,15 @@ from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.prebuilt import identity
 from builder.prebuilt.discover import Found, discover
-from builder.prebuilt.inputs import Input, classify, unpack
+from builder.prebuilt.inputs import Input, classify, deb_owners, unpack
 from builder.prebuilt.loader import LoaderFacts, loader_facts
 from builder.prebuilt.request import RepairRequest
 from builder.runtime.elf import folder_need
 from builder.windows import PLATFORM
-from builder.runtime import gpuruntime, manifest
+from builder.runtime import gpuruntime, licenses, manifest
 from builder.runtime.bundle import BundlePlan, plan_bundle
 from builder.runtime.layout import OwnFile, module_backend
-from builder.runtime.place import place_bundle
+from builder.runtime.place import BundleResult, place_bundle
 
 @dataclass(frozen=True)
 class _Hip:
@@ -203,7 +203,27 @@ def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Man
         inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256, x.base.version, x.build,
                                           x.base.describe(), tuple(p.contributed.get(x.input.given, ())))
                      for x in p.parts),
-        loader=manifest.LoaderRecord(p.loader.backend_dirs, req.accept_loader_risk) if p.loader else None)
+        loader=manifest.LoaderRecord(p.loader.backend_dirs, req.accept_loader_risk) if p.loader else None,
+        licenses=result.licenses)
+
+
+def _licensed(p: Plan, result: BundleResult, staged: Path) -> BundleResult:
+    """licenses/: the LICENSE upstream put beside the executables (or the source tree a build folder
+    names), and for .deb inputs each package's copyright file, as for the vendor libraries."""
+    own = None
+    for part in p.parts:
+        if part.input.kind == "debs":
+            continue
+        folders = []
+        for exe in part.found.executables:
+            here = exe.source.parent
+            folders += [here, *[d for d in here.parents if d.is_relative_to(part.found.root)]]
+        own = licenses.input_license(dict.fromkeys(folders + [part.found.root]), (), part.input.given)
+        if own is not None:
+            break
+    known = {path: owner for part in p.parts if part.input.kind == "debs"
+             for path, owner in deb_owners(part.input, part.found.root).items()}
+    return licenses.add_licenses(result, staged, own, known=known)
 
 
 def _lib_dirs(req: RepairRequest) -> list[Path]:
@@ -233,6 +253,7 @@ def repair(req: RepairRequest) -> Path | None:
             p = plan(req, work)
             ui.step(f"repair into {staged.name}")
             result = place_bundle(p.bundle, staged)
+            result = _licensed(p, result, staged)
             _manifest(req, p, result, staged).write(staged)
             verify.require_passed(verify.verify_runtime(staged, extra_env=dict(req.check_env), static=req.verify_static,
                                                         hip_targets=req.hip_targets),

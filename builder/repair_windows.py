@@ -22,7 +22,7 @@ from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.prebuilt.inputs import classify, unpack
 from builder.prebuilt.request import RepairRequest
-from builder.runtime import manifest
+from builder.runtime import licenses, manifest
 from builder.windows import PLATFORM, assemble
 
 _WINDOWS = (".exe", ".dll")
@@ -96,7 +96,32 @@ def _place(p: assemble.WinPlan, dest: Path) -> list[manifest.FileEntry]:
     return entries
 
 
-def _manifest(req: RepairRequest, p: assemble.WinPlan, files: list[manifest.FileEntry]) -> manifest.Manifest:
+def _licensed(p: assemble.WinPlan, dest: Path, files: list[manifest.FileEntry]
+              ) -> tuple[list[manifest.FileEntry], tuple[manifest.LicenseRecord, ...]]:
+    """licenses/: upstream's LICENSE (at the top of each zip) for llama.cpp's files; a vendor DLL gets the
+    licence texts beside it only in an input of vendor files alone (upstream's cudart zip), where no
+    llama.cpp text can be mistaken for its own. What has none stays uncovered: package refuses it."""
+    ours = tuple(c.name for c in p.carried if c.role == "own")
+    first = next(x for x in p.parts if x.base is not None)
+    sources = []
+    own = next((found for part in [first, *p.parts]
+                if (found := licenses.input_license([part.root], ours, part.input.given))), None)
+    if own is not None:
+        sources.append(own)
+    own_inputs = {c.input for c in p.carried if c.role == "own"}
+    for given in dict.fromkeys(c.input for c in p.carried if c.role != "own" and c.input not in own_inputs):
+        dlls = tuple(c.name for c in p.carried if c.input == given and c.role != "own")
+        folders = {c.source.parent for c in p.carried if c.input == given}
+        texts = tuple(sorted(t for f in folders for t in f.iterdir() if t.is_file() and licenses.is_text(t.name)))
+        if texts:
+            sources.append(licenses.LicenseSource(licenses.component_name(Path(given).name.removesuffix(".zip")),
+                                                  texts, None, given, dlls))
+    entries, records = licenses.place_licenses(sources, dest)
+    return files + entries, tuple(records)
+
+
+def _manifest(req: RepairRequest, p: assemble.WinPlan, files: list[manifest.FileEntry],
+              licensed: tuple[manifest.LicenseRecord, ...] = ()) -> manifest.Manifest:
     first = next(x for x in p.parts if x.base is not None)
     backends = sorted({b for c in p.carried if (b := assemble.module_backend(c.name))}, key=lambda b: (b != "cpu", b))
     executables = tuple(c.name for c in p.carried if c.name.lower().endswith(".exe"))
@@ -117,7 +142,7 @@ def _manifest(req: RepairRequest, p: assemble.WinPlan, files: list[manifest.File
                                           assemble.describe_base(x), tuple(p.contributed.get(x.input.given, ())))
                      for x in p.parts),
         loader=manifest.LoaderRecord((), req.accept_loader_risk) if req.accept_loader_risk else None,
-        platform=PLATFORM)
+        platform=PLATFORM, licenses=licensed)
 
 
 def repair(req: RepairRequest) -> Path | None:
@@ -132,7 +157,8 @@ def repair(req: RepairRequest) -> Path | None:
         def fill(staged: Path) -> None:
             p = plan(req, work)
             ui.step(f"repair into {staged.name} (Windows, {len(p.carried)} files)")
-            _manifest(req, p, _place(p, staged)).write(staged)
+            files, licensed = _licensed(p, staged, _place(p, staged))
+            _manifest(req, p, files, licensed).write(staged)
             verify.require_passed(verify_windows(staged, accepted=req.accept_loader_risk), str(target.path),
                                   "the repaired runtime")
 

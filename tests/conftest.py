@@ -19,6 +19,7 @@ from tests.support.common import REPO, SHA, TEST_CACHE, assemble  # noqa: F401  
 HEAVY_FIXTURES = {
     "llama_tree", "cpu_runtime", "vulkan_runtime",          # here: the sdist, the cpu and vulkan builds
     "cuda", "rocm", "rocm_bundle",                          # unit/runtime/test_bundle.py: NVIDIA wheels, sid debs
+    "cuda_wheels", "sid_debs",                              # unit/runtime/test_licenses.py: NVIDIA wheels, sid debs
     "sid",                                                  # unit/toolchain/test_rules_rocm.py: sid's ROCm debs
     "good", "rocm_runtime", "rocm_copy",                    # unit/check/test_verify.py: copies of the cpu build
     "sid_chroot",                                           # integration/test_rocm_chroot.py: debootstrap

@@ -106,6 +106,7 @@ class Recipe:
     bundle_never: tuple[tuple[str, str], ...] = ()       # (soname glob, reason)
     bundle_always: tuple[tuple[str, str], ...] = ()      # (soname glob, reason)
     glibc_floor: str | None = None                       # the oldest glibc it promises to start on (config.glibc)
+    bundle_licenses: tuple[tuple[str, str], ...] = ()    # (library file glob, its licence text: an absolute path)
 
     def gpu_backends(self) -> tuple[str, ...]:
         return tuple(b for b in self.backends if b != "cpu")
@@ -128,7 +129,7 @@ _CPU = {"variants": str}
 _UNIT = {"name": str, "backends": list, "container": str, "defines": dict}
 _CMAKE = {"defines": dict}
 _PATCHES = {"disable": dict, "enable": list}
-_BUNDLE = {"never": dict, "always": dict}
+_BUNDLE = {"never": dict, "always": dict, "licenses": dict}
 
 _TYPE_NAMES = {str: "a string", list: "a list", dict: "a table", bool: "true or false"}
 
@@ -313,6 +314,7 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     bundle = c.table(data.get("bundle", {}), _BUNDLE, "bundle.")
     never = c.reasons(bundle.get("never", {}), "bundle.never")
     always = c.reasons(bundle.get("always", {}), "bundle.always")
+    licenses = _licence_texts(c, bundle.get("licenses", {}), path)
 
     floor = data.get("glibc_floor")
     if floor is not None and not glibc.FLOOR_RE.fullmatch(floor):
@@ -325,7 +327,23 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
                   units=units, targets=targets, aliases=aliases, cuda=cuda, hip=hip,
                   vulkan="vulkan" in backends, cpu=CpuSettings(variants=variants), defines=defines,
                   patches_off=patches_off, patches_on=patches_on, bundle_never=never, bundle_always=always,
-                  glibc_floor=floor)
+                  glibc_floor=floor, bundle_licenses=licenses)
+
+
+def _licence_texts(c: _Checker, value: dict, path: Path) -> tuple[tuple[str, str], ...]:
+    """[bundle.licenses] "libfoo.so.*" = "LICENSE.foo": the licence text of a carried library no package
+    names (a path relative to the recipe's folder, or absolute); it must exist when the recipe is read."""
+    out = []
+    for glob, text in value.items():
+        where = f"bundle.licenses.{glob}"
+        if not isinstance(text, str) or not text.strip():
+            raise c.fail(where, "needs the path of the library's licence text", f'write "{glob}" = "/path/to/LICENSE"')
+        full = (Path(path).parent / Path(text).expanduser()).resolve()
+        if not full.is_file():
+            raise c.fail(where, f"{text} is not a file", "name the licence text the library's vendor ships "
+                                                         "(a path relative to the recipe, or absolute)")
+        out.append((glob, str(full)))
+    return tuple(out)
 
 
 def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Unit, ...]:

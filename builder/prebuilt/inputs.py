@@ -28,6 +28,7 @@ a refused or interrupted unpack leaves no dest and no temporary folder behind.
 from __future__ import annotations
 
 import hashlib
+import io
 import itertools
 import os
 import re
@@ -39,12 +40,13 @@ import zipfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from builder import ui
 from builder.config.upstream import build_in_name
 from builder.digest import sha256_file
 from builder.errors import AssembleError
+from builder.runtime.owners import DEB_DOC, Owner
 from builder.source.archive import ArchiveRefused, Limits, extract_trees, plan_tree
 
 # suffix -> how its tar is read ("zip" for zip); matched on the lower-cased name
@@ -287,6 +289,43 @@ def _deb_data(deb: Path, scratch: Path, limits: Limits) -> tuple[Path, str, int]
     if left:
         raise ArchiveRefused(f"{name} is truncated")
     return _tar_of(out, how, length, scratch, limits)
+
+
+_CONTROL_MAX = 16 << 20       # a control.tar (control, md5sums, scripts) is kilobytes
+
+
+def deb_owners(inp: Input, root: Path) -> dict[str, Owner]:
+    """Resolved path in the unpacked root -> the .deb that shipped it (name, version, arch; its copyright
+    under root/usr/share/doc/<name>/), from each package's control.tar: control and md5sums."""
+    out: dict[str, Owner] = {}
+    for deb in inp.files if inp.kind == "debs" else ():
+        members = [m for m in _ar_members(deb) if m[0].startswith("control.tar")]
+        if len(members) != 1 or members[0][2] > _CONTROL_MAX:
+            continue
+        name, offset, length = members[0]
+        with open(deb, "rb") as f:
+            f.seek(offset)
+            blob = f.read(length)
+        try:
+            if name.endswith(".zst"):
+                import zstandard
+                blob = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob)).read(_CONTROL_MAX)
+            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:*") as tar:
+                wanted = [m for m in tar.getmembers() if m.isfile() and PurePosixPath(m.name).name in ("control", "md5sums")]
+                texts = {PurePosixPath(m.name).name: tar.extractfile(m).read(_CONTROL_MAX).decode("utf-8", "replace")
+                         for m in wanted}
+        except (tarfile.TarError, OSError, EOFError, ValueError):
+            continue
+        fields = dict(re.findall(r"^(Package|Version|Architecture):\s*(\S+)", texts.get("control", ""), re.MULTILINE))
+        if "Package" not in fields:
+            continue
+        owner = Owner("deb", fields["Package"], fields.get("Version"), fields.get("Architecture"),
+                      str(root / DEB_DOC.lstrip("/") / fields["Package"]))
+        for line in texts.get("md5sums", "").splitlines():
+            rel = line.partition("  ")[2].strip()
+            if rel and (root / rel).exists():
+                out.setdefault(str((root / rel).resolve()), owner)
+    return out
 
 
 # --- zip --------------------------------------------------------------------------------------

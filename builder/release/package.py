@@ -400,6 +400,7 @@ def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
     if problems:
         raise BuildFailed(f"the runtime fails verify's file checks ({len(problems)} problem(s), e.g. {problems[0]})",
                           where=str(runtime), fix="rebuild it with assemble build; never edit a runtime by hand")
+    _require_licences(runtime, data)
     if fmt == "tar.zst":
         _zstandard()
     mtime = epoch_for(data)
@@ -436,6 +437,20 @@ def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
     ui.info(f"{archive} ({ui.fmt_bytes(size)}, sha256 {digest[:16]}...), {bom_path.name}, {prov_path.name}, {SUMS}")
     return PackageResult(archive=archive, sha256=digest, size=size, sbom=bom_path, sums=dest / SUMS,
                          provenance=prov_path)
+
+
+def _require_licences(runtime: Path, m: Manifest) -> None:
+    """A release redistributes every file it holds: each must come with its licence text (licenses/)."""
+    missing = m.unlicensed()
+    if not missing:
+        return
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    raise AssembleError(f"no licence known for {', '.join(missing[:3])}{more}: a release cannot redistribute "
+                        "it without one", where=str(runtime / manifest.NAME),
+                        fix="state its licence text in the recipe ([bundle.licenses] \"libfoo.so.*\" = "
+                            "\"/path/to/LICENSE\") and build again; for a repaired runtime, give the input that "
+                            "ships it with its licence (a .deb with its copyright, a zip with the vendor's "
+                            "LICENSE beside the library)")
 
 
 def runtime_folder_name(m: Manifest) -> str:

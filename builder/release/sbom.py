@@ -3,7 +3,9 @@
 What it lists: llama.cpp at its sha with the patches applied (pedigree), every
 file the runtime ships with its sha256 (our own builds, and each vendor library
 with the distribution package or Python wheel it came from, when the host can
-tell), and the toolchains that built it (metadata.tools). No wall-clock time and
+tell), each component's licence (its SPDX id or expression and the text under licenses/ in the
+archive, from the manifest: builder.runtime.licenses), and the toolchains that built it
+(metadata.tools). Package URLs are written by packageurl-python. No wall-clock time and
 a serial number derived from the content: the same runtime gives the same bytes.
 """
 
@@ -11,138 +13,20 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from builder import __version__, ui
+from packageurl import PackageURL
+
+from builder import __version__
 from builder.paths import data_dir
-from builder.proc import run
 from builder.runtime.layout import runtime_dir_name
-from builder.runtime.manifest import GpuTargets, Manifest, UnitRecord
+from builder.runtime.manifest import GpuTargets, LicenseRecord, Manifest, UnitRecord
+from builder.runtime.owners import owners
 
 SPEC = "1.5"
-DPKG_TIMEOUT = 20.0
-_USRMERGE = (("/usr/lib/", "/lib/"), ("/usr/lib64/", "/lib64/"), ("/usr/lib32/", "/lib32/"),
-             ("/usr/bin/", "/bin/"), ("/usr/sbin/", "/sbin/"))
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The package a file was installed by."""
-    kind: str            # deb | pypi
-    name: str
-    version: str | None
-    arch: str | None = None
-
-    def purl(self, distro: str) -> str:
-        if self.kind == "pypi":
-            name = self.name.lower().replace("_", "-")
-            return f"pkg:pypi/{name}@{self.version}" if self.version else f"pkg:pypi/{name}"
-        purl = f"pkg:deb/{distro or 'debian'}/{self.name}"
-        if self.version:
-            purl += f"@{self.version}"
-        return purl + (f"?arch={self.arch}" if self.arch else "")
-
-
-# --- who installed a file -----------------------------------------------------------
-
-def _aliases(path: str) -> list[str]:
-    """A path as dpkg may have recorded it on a merged-/usr system (/usr/lib/x <-> /lib/x)."""
-    out = [path]
-    for usr, root in _USRMERGE:
-        if path.startswith(usr):
-            out.append(root + path[len(usr):])
-        elif path.startswith(root):
-            out.append(usr + path[len(root):])
-    return out
-
-
-def dpkg_owners(paths: list[str], timeout: float = DPKG_TIMEOUT) -> dict[str, Owner]:
-    """path -> Debian package, for the paths dpkg knows; {} where there is no dpkg or it is too slow."""
-    if not paths:
-        return {}
-    alias_of = {a: p for p in paths for a in _aliases(p)}
-    try:
-        proc = run(["dpkg-query", "-S", *alias_of], timeout=timeout, env=dict(os.environ, LC_ALL="C"))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        ui.detail(f"sbom: no package owners from dpkg ({exc})")
-        return {}
-    found: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("diversion ") or ": " not in line:
-            continue
-        pkgs, path = line.rsplit(": ", 1)
-        if path in alias_of:
-            found.setdefault(alias_of[path], pkgs.split(",")[0].strip())
-    if not found:
-        return {}
-    versions = _dpkg_versions(sorted(set(found.values())), timeout)
-    out = {}
-    for path, pkg in found.items():
-        name, _, arch = pkg.partition(":")
-        version, real_arch = versions.get(pkg, versions.get(name, (None, None)))
-        out[path] = Owner("deb", name, version, arch or real_arch)
-    return out
-
-
-def _dpkg_versions(pkgs: list[str], timeout: float) -> dict[str, tuple[str, str]]:
-    try:
-        proc = run(["dpkg-query", "-W", "-f", "${binary:Package}\t${Version}\t${Architecture}\n", *pkgs],
-                   timeout=timeout, env=dict(os.environ, LC_ALL="C"))
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    out = {}
-    for line in proc.stdout.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3:
-            out[parts[0]] = (parts[1], parts[2])
-            out.setdefault(parts[0].partition(":")[0], (parts[1], parts[2]))
-    return out
-
-
-def _site_packages(path: str) -> Path | None:
-    parts = Path(path).parts
-    for i in range(len(parts) - 1, 0, -1):
-        if parts[i] in ("site-packages", "dist-packages"):
-            return Path(*parts[: i + 1])
-    return None
-
-
-def wheel_owners(paths: list[str]) -> dict[str, Owner]:
-    """path -> the installed Python distribution whose RECORD lists it (nvidia-*-cu12 wheels, numpy.libs, ...)."""
-    from importlib.metadata import PathDistribution
-
-    by_site: dict[Path, list[str]] = defaultdict(list)
-    for p in paths:
-        site = _site_packages(p)
-        if site is not None:
-            by_site[site].append(p)
-    out = {}
-    for site, wanted in by_site.items():
-        rels = {Path(p).relative_to(site).as_posix(): p for p in wanted}
-        for record in sorted(site.glob("*.dist-info/RECORD")):
-            try:
-                text = record.read_text(errors="replace")
-            except OSError:
-                continue
-            # a plain text search first: parsing every RECORD of a big environment takes seconds
-            hits = [rel for rel in rels if f"\n{rel}," in f"\n{text}" and rels[rel] not in out]
-            if hits:
-                dist = PathDistribution(record.parent)
-                for rel in hits:
-                    out[rels[rel]] = Owner("pypi", dist.metadata["Name"], dist.version)
-    return out
-
-
-def owners(paths: list[str]) -> dict[str, Owner]:
-    found = wheel_owners(paths)
-    rest = [p for p in paths if p not in found]
-    found.update(dpkg_owners(rest))
-    return found
 
 
 # --- the document -----------------------------------------------------------------
@@ -169,14 +53,37 @@ def _toolchain_root(origin: str, units: tuple[UnitRecord, ...]) -> str | None:
     return None
 
 
+# SPDX ids written as CycloneDX license ids (each in CycloneDX's SPDX list); any other expression
+# (LicenseRef-..., ... WITH GCC-exception-3.1) is written as an expression.
+_IDS = {"MIT", "BSD-2-Clause", "BSD-3-Clause", "Apache-2.0", "NCSA", "Zlib", "ISC", "MPL-2.0", "BSL-1.0",
+        "GPL-2.0-only", "GPL-2.0-or-later", "GPL-3.0-or-later", "LGPL-2.1-only", "LGPL-2.1-or-later",
+        "LGPL-3.0-or-later", "Unicode-DFS-2016"}
+
+
+def _licensing(rec: LicenseRecord | None) -> tuple[list[dict], list[dict]]:
+    """(CycloneDX licenses, properties) of a component under `rec`: its SPDX id or expression, or a named
+    licence when none is known; the text in the archive is referenced (license.url, and a property)."""
+    if rec is None:
+        return [], [_prop("license", "unknown")]
+    text = rec.texts[0] if rec.texts else None
+    props = [_prop("license.texts", ", ".join(rec.texts)), _prop("license.source", rec.source)]
+    if rec.spdx in _IDS:
+        return [{"license": {"id": rec.spdx, **({"url": text} if text else {})}}], props
+    if rec.spdx:
+        return [{"expression": rec.spdx}], props
+    named = {"name": f"{rec.component}: see {text or 'its package'}", **({"url": text} if text else {})}
+    return [{"license": named}], props
+
+
 def _llama(data: Manifest) -> dict:
     ll = data.llama_cpp
     sha = ll.sha
     src = ll.source
+    rec = next((r for r in data.licenses if r.component == "llama.cpp"), None)
     comp = {"type": "library", "bom-ref": "llama.cpp", "name": "llama.cpp", "version": sha or "unknown",
-            "licenses": [{"license": {"id": "MIT"}}]}
+            "licenses": _licensing(rec)[0] or [{"license": {"id": "MIT"}}]}
     if sha:
-        comp["purl"] = f"pkg:github/ggml-org/llama.cpp@{sha}"
+        comp["purl"] = PackageURL(type="github", namespace="ggml-org", name="llama.cpp", version=sha).to_string()
     refs = [{"type": "vcs", "url": "https://github.com/ggml-org/llama.cpp"}]
     if src.kind == "sdist":
         url = f"https://pypi.org/project/{src.package}/{src.version}/"
@@ -234,6 +141,7 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
     dist_id = distro().id
     units = data.units
     components = [_llama(data)]
+    licence_of = {p: rec for rec in data.licenses for p in rec.covers}
     data_groups: dict[str, list[dict]] = defaultdict(list)
     for f in files:
         role = f.role
@@ -241,12 +149,12 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
             owner = found.get(f.origin)
             data_groups[f"{owner.name}@{owner.version}" if owner else "unknown"].append(f)
             continue
-        comp = {"type": "file" if role == "own" else "library", "bom-ref": f"file:{f.path}",
+        comp = {"type": "library" if role == "vendor" else "file", "bom-ref": f"file:{f.path}",
                 "name": Path(f.path).name, "hashes": [{"alg": "SHA-256", "content": f.sha256}]}
         props = [_prop("path", f.path), _prop("role", role)]
         if role == "own":
             props.append(_prop("built_from", "llama.cpp"))
-        else:
+        elif role == "vendor":
             owner = found.get(f.origin)
             if owner:
                 if owner.version:
@@ -259,6 +167,11 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
             tc = _toolchain_root(f.origin, units)
             if tc:
                 props.append(_prop("toolchain", tc))
+        if role != "license":
+            licensed, more = _licensing(licence_of.get(f.path))
+            if licensed:
+                comp["licenses"] = licensed
+            props += more
         comp["properties"] = props
         components.append(comp)
     # Vendor data folders (rocBLAS/hipBLASLt kernels: thousands of files): one entry per package;
@@ -268,6 +181,10 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
         comp = {"type": "data", "bom-ref": f"data:{key}", "name": f"{owner.name if owner else 'unknown'} data files",
                 "properties": [_prop("files", len(group)), _prop("bytes", sum(g.size for g in group)),
                                _prop("folder", os.path.commonpath([g.path for g in group]))]}
+        licensed, more = _licensing(licence_of.get(group[0].path))
+        comp["properties"] += more
+        if licensed:
+            comp["licenses"] = licensed
         if owner:
             comp["purl"] = owner.purl(dist_id)
             if owner.version:

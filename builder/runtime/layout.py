@@ -5,6 +5,8 @@
                       the executable, never in lib/)
       lib/            our shared libraries with their SONAME links, and vendor libraries;
                       a vendor data folder sits where the library that reads it looks
+      licenses/       one folder per component carried (llama.cpp, each vendor package): the licence
+                      texts it ships (builder.runtime.licenses)
       manifest.json   what the runtime is made of (builder.runtime.manifest)
 
 The bundler places files by these facts and the verifier checks them by the same ones.
@@ -24,6 +26,7 @@ from builder.runtime.policy import DataRule, data_rules_for
 
 BIN_DIR = "bin"                       # executables and backend modules
 LIB_DIR = "lib"                       # shared libraries, ours and the vendors'
+LICENSES_DIR = "licenses"             # licenses/<component>/<text>: every runtime, Linux and Windows
 KINDS = ("executable", "module", "library")
 # The library whose code dlopen()s the backend modules (ggml-backend-reg.cpp is part of it).
 GGML_LOADER = "libggml.so"

@@ -31,7 +31,7 @@ from builder.runtime.gpuruntime import CudaModuleCode, CudaRuntimeRecord, GpuRun
 NAME = "manifest.json"
 SCHEMA = 2
 READABLE = (1, 2)           # schema 1 (before the resolved config was recorded) reads the same
-ROLES = ("own", "vendor", "data")
+ROLES = ("own", "vendor", "data", "license")   # license: a licence text under licenses/ (runtime.licenses)
 PLATFORMS = ("linux", "windows")   # linux: bin/ + lib/ with RPATHs; windows: one flat DLL folder (builder.windows)
 CREATOR = "assemble"
 
@@ -189,6 +189,16 @@ class GlibcFloor:
 
 
 @dataclass(frozen=True)
+class LicenseRecord:
+    """The licence of one component the runtime carries, and the files it covers (runtime.licenses)."""
+    component: str                    # llama.cpp, a Debian package, a wheel: licenses/<component>/
+    spdx: str | None                  # SPDX expression when known (MIT, LicenseRef-..., ... WITH GCC-exception-3.1)
+    texts: tuple[str, ...]            # its licence files in the runtime (role license)
+    covers: tuple[str, ...]           # the carried files under it
+    source: str = ""                  # where the texts came from
+
+
+@dataclass(frozen=True)
 class Manifest:
     recipe: RecipeRecord
     llama_cpp: SourceRecord
@@ -206,6 +216,7 @@ class Manifest:
     inputs: tuple[InputRecord, ...] = ()   # assemble repair: the prebuilt inputs
     loader: LoaderRecord | None = None     # assemble repair: the prebuilt loader's own search folders
     platform: str = "linux"                # what the runtime runs on (PLATFORMS)
+    licenses: tuple[LicenseRecord, ...] = ()   # every carried file's licence, texts under licenses/
     schema: int = SCHEMA
     created_by: str = f"{CREATOR} {__version__}"
 
@@ -256,6 +267,11 @@ class Manifest:
 
     def role_of(self, path: str) -> str | None:
         return next((f.role for f in self.files if f.path == path), None)
+
+    def unlicensed(self) -> list[str]:
+        """Carried files no licence record covers (a licence text covers itself)."""
+        covered = {p for rec in self.licenses for p in rec.covers}
+        return [f.path for f in self.files if f.role != "license" and f.path not in covered]
 
     def host_sonames(self) -> set[str]:
         return {s.soname for s in self.system_libs}
@@ -493,7 +509,24 @@ def _parse(raw: Any, where: str) -> Manifest:
                     inputs=tuple(_input(r, r.obj(x, f"inputs[{i}]"), f"inputs[{i}]") for i, x in
                                  enumerate(r.get(top, "inputs", "", list, required=False, default=[]))),
                     loader=_loader(r, r.get(top, "loader", "", dict, required=False)),
-                    platform=_platform(r, top), schema=schema, created_by=created_by)
+                    platform=_platform(r, top), licenses=_licenses(r, top, seen), schema=schema,
+                    created_by=created_by)
+
+
+def _licenses(r: _Reader, top: dict, listed: set[str]) -> tuple[LicenseRecord, ...]:
+    out = []
+    for i, d in enumerate(r.get(top, "licenses", "", list, required=False, default=[])):
+        key = f"licenses[{i}]"
+        d = r.obj(d, key)
+        texts = tuple(r.path(t, f"{key}.texts") for t in r.strings(d, "texts", key))
+        covers = tuple(r.path(c, f"{key}.covers") for c in r.strings(d, "covers", key))
+        stray = next((p for p in texts + covers if p not in listed), None)
+        if stray is not None:
+            raise r.fail(key, f"names {stray}, which is not among the runtime's files")
+        out.append(LicenseRecord(r.matching(d, "component", key, _FILE_NAME, "a component name", required=True),
+                                 r.get(d, "spdx", key, str, required=False), texts, covers,
+                                 r.get(d, "source", key, str, required=False, default="")))
+    return tuple(out)
 
 
 def _glibc_floor(r: _Reader, d: dict | None) -> GlibcFloor | None:

@@ -26,7 +26,7 @@ from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_
 from builder.runtime import elfappend
 from builder.runtime.elf import read_elf
 from builder.runtime.layout import data_layout_problems
-from builder.runtime.manifest import FileEntry, LinkEntry, SystemLib
+from builder.runtime.manifest import FileEntry, LicenseRecord, LinkEntry, SystemLib
 from builder.toolchain.detect import find_tool, version_tuple
 from builder.toolchain.rules import MIN_PATCHELF
 
@@ -47,6 +47,7 @@ class BundleResult:
     glibcxx_min: str | None
     size_by_role: dict[str, int] = field(default_factory=dict)
     system_libs: tuple[SystemLib, ...] = ()
+    licenses: tuple[LicenseRecord, ...] = ()     # runtime.licenses.add_licenses
 
 
 def patchelf_tool() -> str:

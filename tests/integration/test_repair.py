@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.runtime.manifest import Manifest
 from tests.support.common import assemble
 from tests.support.server import complete, decoy_folder, server
 
@@ -53,9 +54,10 @@ def _build_number(build_dir: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def archives(upstream_build, tmp_path_factory) -> tuple[Path, Path]:
-    """Packed as upstream's Linux release: build/bin/ with every file, one archive per backend (the CPU
-    one as .tar.gz keeping links, the Vulkan one as .zip, which has none: links become copies)."""
+def archives(upstream_build, llama_tree, tmp_path_factory) -> tuple[Path, Path]:
+    """Packed as upstream's Linux release: build/bin/ with every file and llama.cpp's LICENSE in build/,
+    one archive per backend (the CPU one as .tar.gz keeping links, the Vulkan one as .zip, which has
+    none: links become copies)."""
     out = tmp_path_factory.mktemp("archives")
     b = _build_number(upstream_build)
     cpu, vulkan = out / f"llama-{b}-bin-ubuntu-x64.tar.gz", out / f"llama-{b}-bin-ubuntu-vulkan-x64.zip"
@@ -64,11 +66,13 @@ def archives(upstream_build, tmp_path_factory) -> tuple[Path, Path]:
         for p in files:
             if p.name != "libggml-vulkan.so":
                 tar.add(p, arcname=f"build/bin/{p.name}", recursive=False)
+        tar.add(llama_tree / "LICENSE", arcname="build/LICENSE")
     with zipfile.ZipFile(vulkan, "w", zipfile.ZIP_DEFLATED) as z:
         for p in files:
             info = zipfile.ZipInfo(f"build/bin/{p.name}")
             info.external_attr = (p.stat().st_mode & 0o777 | 0o100000) << 16
             z.writestr(info, p.read_bytes())
+        z.write(llama_tree / "LICENSE", "build/LICENSE")
     return cpu, vulkan
 
 
@@ -91,6 +95,11 @@ def test_an_upstream_archive_is_repaired_and_its_loader_truth_told(archives, tmp
     checks = {c["name"]: c for c in json.loads(verify.stdout)["checks"]}
     assert verify.returncode == 0 and checks["working-directory modules"]["status"] == "warn"
     assert checks["RPATH of own files"]["status"] == "pass"          # $ORIGIN RUNPATH replaced by our DT_RPATH
+    # the archive's LICENSE is kept, covering every file repair carried from it
+    with tarfile.open(cpu) as tar:
+        licence = tar.extractfile("build/LICENSE").read()
+    assert (tmp_path / "rt" / "licenses" / "llama.cpp" / "LICENSE").read_bytes() == licence
+    assert Manifest.load(tmp_path / "rt").unlicensed() == []
 
 
 def test_two_upstream_archives_merge_into_one_runtime_that_serves_moved(archives, tmp_path):
@@ -136,5 +145,8 @@ def test_a_plain_cmake_build_folder_is_repaired_where_it_is(upstream_build, tmp_
     m = json.loads((out / "manifest.json").read_text())
     assert m["inputs"][0]["kind"] == "folder" and m["inputs"][0]["sha256"] is None
     assert m["inputs"][0]["build"] and m["recipe"]["backends"] == ["cpu", "vulkan"]
+    # a build folder names its source tree (CMakeCache.txt): that tree's LICENSE is carried
+    (llama,) = [r for r in m["licenses"] if r["component"] == "llama.cpp"]
+    assert "licenses/llama.cpp/LICENSE" in llama["texts"] and "bin/llama-server" in llama["covers"]
     # read where it is: the build folder is exactly as it was
     assert sorted((p.name, p.stat().st_mtime_ns) for p in (upstream_build / "bin").iterdir()) == before

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.runtime.manifest import Manifest
 from tests.support.common import REPO, assemble
 from tests.support.debianllama import FACTS, HIP, debian_llama_debs
 from tests.support.vendorlibs import ROCM_PACKAGES, SID, fetch_deb
@@ -56,6 +57,14 @@ def test_debians_packages_become_a_runtime_that_serves_in_sid(debs, sid_chroot, 
     assert {f"libggml-cpu-{v}.so" for v in FACTS.cpu_variants} <= {p.name for p in (rt / "bin").iterdir()}
     assert (rt / "lib" / "libllama-server-impl.so").is_file()        # the thin executables' real code
     assert "compiled-in module folder" in proc.stderr and FACTS.backend_dir in proc.stderr
+    # licences: each package's copyright file from its .deb (read by the .deb's md5sums), and the host's
+    # packages' for the vendor libraries carried from here: every file covered, package would take it
+    lic = Manifest.load(rt)
+    assert lic.unlicensed() == []
+    by = {r.component: r for r in lic.licenses}
+    assert {"libggml0", "libllama0"} <= set(by)
+    assert by["libggml0"].texts == ("licenses/libggml0/copyright",)
+    assert (rt / "licenses" / "libggml0" / "copyright").read_text().strip()
     # in sid: Debian's loader runs a module planted in the working directory -> verify FAILS, saying why
     told = in_sid(sid_chroot, rt, "verify", str(rt), "--json")
     checks = _checks(told)

@@ -24,10 +24,11 @@ from builder.check.tinymodel import write_tiny_llama
 from builder.windows.assemble import plan, read_part
 from builder.windows.pe import read_pe
 from builder.prebuilt.inputs import classify, unpack
+from builder.runtime.manifest import Manifest
 from tests.support.common import TEST_CACHE, assemble, one_error_line
 from tests.support.server import complete
-from tests.support.windows import (BUILD, PLANTED_MARK, WindowsInputs, cross_build, mingw_runtime, pack,
-                                   planted_dll, wine_output, wine_server)
+from tests.support.windows import (BUILD, PLANTED_MARK, WindowsInputs, cross_build, mingw_licences, mingw_runtime,
+                                   pack, planted_dll, wine_output, wine_server)
 
 pytestmark = pytest.mark.slow
 
@@ -55,11 +56,14 @@ def win(sid_chroot, llama_tree, tmp_path_factory) -> WindowsInputs:
         os.environ.pop("ASSEMBLE_CACHE") if old is None else os.environ.__setitem__("ASSEMBLE_CACHE", old)
     assert "backend-loader-no-cwd" in [p.name for p in prepared.applied]
     patched = cross_build(sid_chroot, prepared.path, work / "build-patched", ("ggml",), ccache=ccache)
-    own = sorted(p for p in bins.iterdir() if p.suffix in (".exe", ".dll") and p.name != "ggml-rpc.dll")
+    # upstream's zips carry llama.cpp's LICENSE beside the executables
+    own = sorted(p for p in bins.iterdir() if p.suffix in (".exe", ".dll") and p.name != "ggml-rpc.dll") + \
+        [llama_tree / "LICENSE"]
     zips = work / "zips"
     cpu = pack(zips / f"llama-{BUILD}-bin-win-cpu-x64.zip", own)
     rpc = pack(zips / f"llama-{BUILD}-bin-win-rpc-x64.zip", own + [bins / "ggml-rpc.dll"])
-    runtime = pack(zips / "mingw-runtime-win-x64.zip", mingw_runtime(sid_chroot))
+    dlls = mingw_runtime(sid_chroot)
+    runtime = pack(zips / "mingw-runtime-win-x64.zip", dlls + mingw_licences(sid_chroot, dlls, work / "licences"))
     patched_zip = pack(zips / "patched" / f"llama-{BUILD}-bin-win-cpu-x64.zip",
                        [patched / "ggml.dll" if p.name == "ggml.dll" else p for p in own])
     return WindowsInputs(cpu, rpc, runtime, patched_zip, bins, planted_dll(sid_chroot, work / "planted"))
@@ -100,7 +104,8 @@ def test_repair_merges_the_zips_into_one_flat_verified_folder(win, tmp_path):
                    "--out", str(out))
     assert done.returncode == 0, done.stderr
     names = sorted(p.name for p in out.iterdir())
-    assert "manifest.json" in names and all(not p.is_dir() for p in out.iterdir())     # one flat folder
+    assert "manifest.json" in names and "licenses" in names
+    assert all(not p.is_dir() for p in out.iterdir() if p.name != "licenses")     # one flat folder, and its licences
     m = json.loads((out / "manifest.json").read_text())
     assert m["platform"] == "windows" and m["recipe"]["backends"] == ["cpu", "rpc"]
     assert m["llama_cpp"]["build"] == BUILD
@@ -215,9 +220,15 @@ def test_package_writes_a_reproducible_zip_that_unpacks_to_a_verified_runtime(wi
         names = zf.namelist()
         assert names[0] == "runtime-win-windows-x64/" and names == sorted(names, key=lambda n: n.split("/"))
         assert {i.date_time for i in zf.infolist()} == {(2025, 12, 1, 0, 0, 0)}
+        # licences: upstream's LICENSE for llama.cpp's files, the runtime zip's copyright files for its DLLs
+        top = "runtime-win-windows-x64/licenses/"
+        assert f"{top}llama.cpp/LICENSE" in names
+        assert any(n.startswith(f"{top}mingw-runtime-win-x64/copyright.") for n in names), names
         zf.extractall(tmp_path / "unpacked")
     again = assemble("verify", str(tmp_path / "unpacked" / "runtime-win-windows-x64"))
     assert again.returncode == 0, again.stderr
+    m = Manifest.load(out)
+    assert m.unlicensed() == [] and {r.component for r in m.licenses} == {"llama.cpp", "mingw-runtime-win-x64"}
     one_error_line(assemble("package", str(out), "--format", "tar.gz", "--out-dir", str(tmp_path / "d3"), env=env),
                    2, ["packaged as zip"])
 

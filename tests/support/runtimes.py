@@ -3,13 +3,14 @@ and output-folder tests, which need no compiled llama.cpp)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 
 from builder.digest import sha256_file
 from builder.paths import data_dir
-from builder.runtime import manifest
+from builder.runtime import licenses, manifest
 from builder.runtime.manifest import Manifest
 from tests.support.common import SHA
 from tests.support.manifests import write_raw
@@ -29,9 +30,10 @@ def _record(rt: Path, rel: str, role: str, origin: str) -> dict:
 
 def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str = "cpu",
                  hip: tuple[str, ...] = (), build: str | None = None, rocm: str | None = None,
-                 cuda: str | None = None) -> Path:
+                 cuda: str | None = None, licensed: bool = True) -> Path:
     """A small runtime with a manifest, made of real files with real origins; build, rocm and cuda
-    are what its manifest says of upstream's build number and the GPU runtimes it carries."""
+    are what its manifest says of upstream's build number and the GPU runtimes it carries. licensed:
+    licenses/ as build writes it (llama.cpp's LICENSE of a stand-in tree, the packages' own texts)."""
     rt = root / f"runtime-{name}"
     (rt / "bin").mkdir(parents=True)
     (rt / "lib" / "data").mkdir(parents=True)
@@ -54,6 +56,16 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
     copyright_ = Path("/usr/share/doc/zlib1g/copyright")
     shutil.copyfile(copyright_, rt / "lib" / "data" / "zlib.txt")
     files.append(_record(rt, "lib/data/zlib.txt", "data", str(copyright_)))
+    records = []
+    if licensed:
+        tree = root / "llama.cpp-src"
+        tree.mkdir()
+        (tree / "LICENSE").write_text("MIT License\n\nCopyright (c) 2023-2026 The ggml authors\n")
+        own = licenses.tree_license(tree, [f["path"] for f in files if f["role"] == "own"])
+        found = licenses.vendor_licenses([(f["path"], f["origin"]) for f in files if f["role"] != "own"])
+        entries, placed = licenses.place_licenses([own, *found], rt)
+        files += [dataclasses.asdict(e) for e in entries]
+        records = [dataclasses.asdict(r) for r in placed]
     patch = data_dir("patches") / PATCH
     write_raw(rt, {
         "recipe": {"name": name, "description": "test runtime", "backends": ["cpu"], "targets": ["llama-server"],
@@ -73,7 +85,7 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
                                  "cc": {"path": "/usr/bin/cc", "version": "12.2.0"},
                                  "launcher": "/usr/bin/ccache"}}],
         "glibc_min": "2.34", "glibcxx_min": None, "size_by_role": {},
-        "files": files, "symlinks": [{"path": "lib/libz.so.1", "target": zlib.name}],
+        "files": files, "symlinks": [{"path": "lib/libz.so.1", "target": zlib.name}], "licenses": records,
     })
     assert manifest.check_files(rt, Manifest.load(rt)) == []
     return rt

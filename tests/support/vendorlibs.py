@@ -375,6 +375,37 @@ def cuda_libs(wheel_pins: tuple[tuple[str, str], ...] = CUDA_WHEELS) -> CudaLibs
     return CudaLibs(final / "lib", tuple(f"{p}=={v}" for p, v in wheel_pins))
 
 
+@dataclass(frozen=True)
+class CudaSite:
+    site: Path                  # a site-packages folder the wheels are installed into (RECORD, .dist-info)
+    libdir: Path                # site/nvidia/cu13/lib: libcudart.so.13, libcublas.so.13, libcublasLt.so.13
+
+
+def cuda_site(wheel_pins: tuple[tuple[str, str], ...] = CUDA_WHEELS) -> CudaSite:
+    """The same wheels installed by pip (not unpacked by hand): their .dist-info and RECORD say which wheel
+    a library came from, and hold NVIDIA's License.txt."""
+    require_x86_64_linux()
+    key = hashlib.sha256(json.dumps(wheel_pins).encode()).hexdigest()[:12]
+    final = cache_root() / f"cuda-site-{key}"
+    site = final / "site-packages"
+    if not (final / ".complete").is_file():
+        with _locked(f"cuda-site-{key}"):
+            if not (final / ".complete").is_file():
+                wheels = [_wheel(p, v) for p, v in wheel_pins]
+                work = Path(tempfile.mkdtemp(prefix=f"cuda-site-{key}.", dir=cache_root()))
+                proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q",
+                                       "--disable-pip-version-check", "--target", str(work / "site-packages"),
+                                       *map(str, wheels)], capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise RuntimeError(f"pip install of the cached wheels failed: {proc.stderr[-500:]}")
+                (work / ".complete").write_text(json.dumps([w.name for w in wheels]))
+                if final.exists():
+                    shutil.rmtree(final)
+                work.rename(final)
+    libdir = next(p.parent for p in sorted(site.glob("nvidia/*/lib/libcudart.so.*")))
+    return CudaSite(site, libdir)
+
+
 # --- small C programs ------------------------------------------------------------
 
 def cc() -> str:

@@ -60,6 +60,21 @@ def mingw_runtime(chroot: Path) -> list[Path]:
     return found
 
 
+def mingw_licences(chroot: Path, dlls: list[Path], dest: Path) -> list[Path]:
+    """The copyright file of each chroot package those DLLs came from (its dpkg lists), as
+    copyright.<package>: the licence texts a vendor zip carries beside its DLLs (upstream's cudart zip
+    would carry NVIDIA's)."""
+    wanted = {"/" + d.relative_to(chroot).as_posix() for d in dlls}
+    packages = set()
+    for listing in sorted((chroot / "var/lib/dpkg/info").glob("*.list")):
+        if wanted & set(listing.read_text(errors="replace").splitlines()):
+            packages.add(listing.stem.partition(":")[0])
+    assert packages, "no chroot package owns the mingw runtime DLLs"
+    dest.mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copyfile(chroot / "usr/share/doc" / pkg / "copyright", dest / f"copyright.{pkg}"))
+            for pkg in sorted(packages)]
+
+
 def planted_dll(chroot: Path, dest: Path) -> Path:
     """ggml-cpu-planted.dll, compiled with the chroot's mingw-w64."""
     work = chroot / "tmp" / f"planted-{os.getpid()}"

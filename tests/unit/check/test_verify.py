@@ -68,6 +68,10 @@ def reseal(runtime: Path, changed: tuple[str, ...] = (), origin: dict[str, str] 
                        "sha256": sha256_file(p), "size": p.stat().st_size, "mode": p.stat().st_mode & 0o777}
             files.append(rec)
     data["files"], data["symlinks"] = files, links
+    listed = {f["path"] for f in files}
+    for rec in data.get("licenses", []):           # a file removed by the fault is no longer covered
+        rec["covers"] = [p for p in rec["covers"] if p in listed]
+        rec["texts"] = [p for p in rec["texts"] if p in listed]
     for key in ("schema", "created_by"):
         data.pop(key, None)
     write_raw(runtime, data)

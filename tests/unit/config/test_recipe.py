@@ -51,7 +51,18 @@ BAD = {
     "backend without unit": (GOOD + '[[units]]\nname = "a"\nbackends = ["cuda"]\n', "units", "no unit builds vulkan"),
     "patch opt-out without reason": (GOOD + '[patches]\ndisable = { "x" = "" }\n', "patches.disable.x", "reason"),
     "bad define name": (GOOD + '[cmake.defines]\n"A B" = "1"\n', "cmake.defines", "CMake variable"),
+    "licence text missing": (GOOD + '[bundle.licenses]\n"libfoo.so.*" = "NO-SUCH-LICENSE"\n',
+                             "bundle.licenses.libfoo.so.*", "NO-SUCH-LICENSE is not a file"),
+    "licence text empty": (GOOD + '[bundle.licenses]\n"libfoo.so.*" = ""\n', "bundle.licenses.libfoo.so.*",
+                           "needs the path of the library's licence text"),
 }
+
+
+def test_a_recipe_states_a_librarys_licence_text_beside_it(tmp_path):
+    (tmp_path / "licences").mkdir()
+    (tmp_path / "licences" / "FOO-LICENSE").write_text("Foo licence\n")
+    r = parse_recipe(tmp_path / "t.toml", GOOD + '[bundle.licenses]\n"libfoo.so.*" = "licences/FOO-LICENSE"\n')
+    assert r.bundle_licenses == (("libfoo.so.*", str(tmp_path / "licences" / "FOO-LICENSE")),)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

@@ -48,3 +48,49 @@ def test_bad_input_is_one_line(tmp_path, args, words):
     root = make_build(tmp_path / "b")
     proc = assemble("repair", *[a.replace("{root}", str(root)) for a in args], "--out", str(tmp_path / "out"))
     one_error_line(proc, 2, words)
+
+
+def _upstream_archive(tmp_path, licence: bytes | None):
+    """Packed as upstream packs a Linux release: build/bin/ flat (copies, no links), LICENSE in build/."""
+    import tarfile
+    b = make_build(tmp_path / "build", flat=True)
+    archive = tmp_path / "llama-b7416-bin-ubuntu-x64.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for p in sorted((b / "bin").iterdir()):
+            tar.add(p, arcname=f"build/bin/{p.name}")
+        if licence is not None:
+            (tmp_path / "LICENSE").write_bytes(licence)
+            tar.add(tmp_path / "LICENSE", arcname="build/LICENSE")
+    return archive
+
+
+MIT = b"MIT License\n\nCopyright (c) 2023-2026 The ggml authors\n"
+
+
+def test_repair_keeps_the_archives_license_and_package_takes_it(tmp_path):
+    from builder.runtime.manifest import Manifest
+    archive = _upstream_archive(tmp_path, MIT)
+    out = tmp_path / "runtime-up"
+    proc = assemble("repair", str(archive), "--name", "up", "--out", str(out), "--verify-static",
+                    "--accept-loader-risk", "a test: no ggml installed here")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "licenses" / "llama.cpp" / "LICENSE").read_bytes() == MIT
+    m = Manifest.load(out)
+    (rec,) = m.licenses
+    assert rec.component == "llama.cpp" and rec.spdx == "MIT" and m.unlicensed() == []
+    assert "bin/llama-server" in rec.covers and str(archive) in rec.source
+    verified = assemble("verify", str(out), "--static")
+    assert verified.returncode == 0, verified.stderr          # the texts are hashed and checked like every file
+    done = assemble("package", str(out), "--out-dir", str(tmp_path / "dist"), env={"SOURCE_DATE_EPOCH": "1764547200"})
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_archive_without_its_license_is_repaired_but_not_packaged(tmp_path):
+    out = tmp_path / "runtime-up"
+    proc = assemble("repair", str(_upstream_archive(tmp_path, None)), "--name", "up", "--out", str(out),
+                    "--verify-static", "--accept-loader-risk", "a test: no ggml installed here")
+    assert proc.returncode == 0, proc.stderr
+    refused = assemble("package", str(out), "--out-dir", str(tmp_path / "dist"),
+                       env={"SOURCE_DATE_EPOCH": "1764547200"})
+    one_error_line(refused, 2, ["no licence known for bin/", "LICENSE beside the library"])
+    assert not (tmp_path / "dist").exists()

@@ -26,14 +26,14 @@ from builder.toolchain import survey
 from builder.runtime import manifest
 from builder.release import matrix
 from builder.release import package
-from builder.release import sbom
 from builder.errors import AssembleError
 from builder.paths import data_dir
 from builder.config.recipe import all_recipes, load_recipe, parse_recipe
 from builder.source.archive import extract_members
-from tests.support.common import GOOD_RECIPE, SHA, assemble
+from tests.support.common import GOOD_RECIPE, SHA, assemble, one_error_line
 from builder.runtime.manifest import Manifest
-from tests.support.manifests import read_raw
+from builder.runtime.owners import Owner, dpkg_owners
+from tests.support.manifests import read_raw, write_raw
 from tests.support.runtimes import COMMIT_TIME, PATCH, make_runtime
 
 
@@ -249,11 +249,42 @@ def test_sbom_is_valid_cyclonedx(tmp_path):
     assert error is None, error
 
 
+def test_package_refuses_a_library_with_no_licence_in_one_line(tmp_path):
+    rt = make_runtime(tmp_path)
+    data = read_raw(rt)
+    data["licenses"] = [r for r in data["licenses"] if r["component"] != "zstandard"]   # its wheel's text, forgotten
+    write_raw(rt, data)
+    wheel_lib = next(f["path"] for f in data["files"] if "backend_c" in f["path"])
+    proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "d"))
+    line = one_error_line(proc, 2, [f"no licence known for {wheel_lib}:", "[bundle.licenses]"])
+    assert "lib/libz" not in line and not (tmp_path / "d").exists()      # only what lacks one; nothing written
+
+
+def test_sbom_gives_each_component_its_licence_and_text(tmp_path):
+    result = package.package(make_runtime(tmp_path), tmp_path / "dist")
+    comps = {c["bom-ref"]: c for c in json.loads(result.sbom.read_text())["components"]}
+    assert comps["llama.cpp"]["licenses"] == [{"license": {"id": "MIT", "url": "licenses/llama.cpp/LICENSE"}}]
+    assert comps["file:bin/llama-server"]["licenses"] == comps["llama.cpp"]["licenses"]
+    wheel = next(c for p, c in comps.items() if "backend_c" in p)
+    assert wheel["licenses"] == [{"license": {"id": "BSD-3-Clause", "url": "licenses/zstandard/LICENSE"}}]
+    assert {"name": "assemble:license.texts", "value": "licenses/zstandard/LICENSE"} in wheel["properties"]
+    assert comps["file:licenses/zstandard/LICENSE"]["type"] == "file"     # the text itself ships, hashed
+    if shutil.which("dpkg-query"):
+        zlib = next(c for p, c in comps.items() if p.startswith("file:lib/libz.so"))
+        assert zlib["licenses"] == [{"license": {"id": "Zlib", "url": "licenses/zlib1g/copyright"}}]
+
+
+def test_purls_are_encoded_as_the_purl_spec_says():
+    owner = Owner("deb", "libstdc++6", "14.2.0-4+b1", "amd64")
+    assert owner.purl("debian") == "pkg:deb/debian/libstdc%2B%2B6@14.2.0-4%2Bb1?arch=amd64"
+    assert Owner("pypi", "Nvidia_Cublas", "13.10.0.20").purl("debian") == "pkg:pypi/nvidia-cublas@13.10.0.20"
+
+
 def test_dpkg_owner_lookup_follows_merged_usr():
     if not shutil.which("dpkg-query"):
         pytest.skip("not a Debian host: package owners are recorded as unknown")
     real = str(Path("/lib/x86_64-linux-gnu/libz.so.1").resolve())
-    owners = sbom.dpkg_owners([real, "/nonexistent/libnothing.so"])
+    owners = dpkg_owners([real, "/nonexistent/libnothing.so"])
     assert owners[real].name == "zlib1g" and owners[real].version
     assert "/nonexistent/libnothing.so" not in owners
 
