@@ -34,6 +34,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+@pytest.fixture(autouse=True)
+def _normal_output_level():
+    """Each test starts at the normal output level: a test that runs the CLI in-process with -q or
+    --json sets the process-wide level, which would silence the next test's warnings."""
+    from builder import ui
+    ui.set_level(ui.NORMAL)
+    yield
+
+
 @pytest.fixture
 def isolated_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache"

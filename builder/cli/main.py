@@ -64,7 +64,8 @@ def parser() -> argparse.ArgumentParser:
 
 # Python packages assemble needs (pyproject.toml) by the module name that fails to import.
 _DISTRIBUTIONS = {"elftools": "pyelftools", "requests": "requests", "zstandard": "zstandard", "pefile": "pefile",
-                  "urllib3": "requests", "charset_normalizer": "requests", "idna": "requests", "certifi": "requests"}
+                  "urllib3": "requests", "charset_normalizer": "requests", "idna": "requests", "certifi": "requests",
+                  "packageurl": "packageurl-python"}
 
 
 def main(argv: list[str] | None = None) -> int:
