@@ -182,8 +182,9 @@ class _Checker:
         """No string anywhere in a recipe carries a control character (free text may keep newlines)."""
         if isinstance(value, dict):
             for k, v in value.items():
-                self.no_control(k, f"{key}{k}", free_text)
-                self.no_control(v, f"{key}{k}", free_text or k in _FREE_TEXT or k in ("disable", "never", "always"))
+                where = f"{key}.{k}" if key else k
+                self.no_control(k, where, free_text)
+                self.no_control(v, where, free_text or k in _FREE_TEXT or k in ("disable", "never", "always"))
         elif isinstance(value, list):
             for i, v in enumerate(value):
                 self.no_control(v, f"{key}[{i}]", free_text)
@@ -265,7 +266,6 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     except (OSError, UnicodeDecodeError) as exc:
         raise AssembleError(f"cannot read recipe ({exc})", where=str(path), fix="check the path") from None
     c.table(data, _TOP, "")
-    c.no_control(data, "")
     for need in ("name", "description", "backends", "pin"):
         if need not in data:
             raise c.fail(need, f"missing required key '{need}'", f"add {need} to the recipe")
@@ -362,6 +362,7 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
             c.grammar(glob, f"{key_}.{glob}", GLOB_RE, "a library file name or glob", 'write e.g. "libcuda.so*"')
 
     units = _units(c, data.get("units"), backends)
+    c.no_control(data, "")          # last: a key's own grammar, or its being unknown, is the clearer message
     return Recipe(name=name, path=path, description=data["description"], backends=backends, pin=pin,
                   units=units, targets=targets, aliases=aliases, cuda=cuda, hip=hip,
                   vulkan="vulkan" in backends, cpu=CpuSettings(variants=variants), defines=defines,
