@@ -64,12 +64,6 @@ class Entry:
         """The folders (artifacts of the unit jobs) this job's --unit-from arguments name."""
         return tuple(v.split("=", 1)[1] for flag, v in self.build_args if flag == "--unit-from")
 
-    @property
-    def recipe_file(self) -> str | None:
-        """The recipe's path in the repository, when it is not a shipped one named by name."""
-        ref = dict(self.build_args)["--recipe"]
-        return ref if ref.endswith(".toml") or "/" in ref else None
-
 
 def _entry(name: str, r: Recipe, backends, gpu_arch: str, options: list[tuple[str, str]], artifact: str,
            needs_: Needs, **rest) -> Entry:
@@ -82,21 +76,30 @@ _REPO_PATH = re.compile(r"[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*")
 
 
 def recipe_reference(r: Recipe) -> str:
-    """How a CI job names the recipe: a shipped one by name (the pinned assemble carries it), any other
-    by its path inside the repository the workflow runs in (this folder's git repository)."""
+    """How a job names the recipe: a shipped one by name (the pinned assemble carries it), any other by
+    its path inside the repository the workflow runs in (this folder's git repository); a recipe outside
+    it by its absolute path, which only this machine can read (a workflow refuses it: in_repository)."""
     path = Path(r.path).resolve()
     if path.parent == recipe_dir().resolve():
         return r.name
     repo = next((d for d in (Path.cwd(), *Path.cwd().parents) if (d / ".git").exists()), None)
-    fix = f"copy {path.name} into the repository the workflow runs in (e.g. recipes/{path.name}) and name that path"
     if repo is None or not path.is_relative_to(repo.resolve()):
-        raise AssembleError("the recipe is outside this git repository, so a CI checkout of it cannot see it",
-                            where=str(r.path), fix=fix + (" from inside the repository" if repo is None else ""))
+        return str(path)
     rel = path.relative_to(repo.resolve()).as_posix()
     if not _REPO_PATH.fullmatch(rel):
         raise AssembleError(f"the recipe's path {rel!r} has characters a workflow should not carry",
                             where=str(r.path), fix="rename it with letters, digits, '.', '_', '+', '-' and '/'")
     return rel
+
+
+def in_repository(e: Entry) -> None:
+    """A CI job can read a recipe only from the repository it checks out."""
+    ref = dict(e.build_args)["--recipe"]
+    if ref.startswith("/"):
+        name = Path(ref).name
+        raise AssembleError("the recipe is outside this git repository, so a CI checkout of it cannot see it",
+                            where=ref, fix=f"copy {name} into the repository the workflow runs in "
+                                           f"(e.g. recipes/{name}) and name that path from inside the repository")
 
 
 def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -> Needs:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from builder.config import remotecache
 from builder.errors import AssembleError
-from builder.release.matrix import Entry
+from builder.release.matrix import Entry, in_repository
 from builder.release.package import DEFAULT_FORMAT, SUMS
 
 KINDS = ("cuda", "rocm", "container", "vulkan", "default")
@@ -316,6 +316,7 @@ def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
 def workflow(entries: list[Entry], runners: RunnerMap, pin: Pinning, name: str = "release") -> dict:
     jobs: dict = {}
     for e in [e for e in entries if e.unit is not None] + [e for e in entries if e.unit is None]:
+        in_repository(e)
         if job_id(e) in jobs:
             raise AssembleError(f"two jobs would be called {job_id(e)!r}", where=e.recipe,
                                 fix="rename one recipe ('.' and '_' read the same in a job id)")

@@ -89,7 +89,9 @@ class Rehearsal:
             "github.ref_name": TAG, "github.repository": REPOSITORY, "github.server_url": "https://github.com",
             "github.token": "rehearsal-token", "github.ref": f"refs/tags/{TAG}",
             "secrets.ASSEMBLE_REMOTE_CACHE": "",
+            "true": "true",
             "!cancelled() && startsWith(github.ref, 'refs/tags/')": "true",
+            "startsWith(github.ref, 'refs/tags/')": "true",
             "!contains(needs.*.result, 'failure') && !contains(needs.*.result, 'cancelled')":
                 str(not ({"failure", "cancelled"} & set(results))).lower(),
         }
@@ -162,7 +164,8 @@ class Rehearsal:
         if any(self.results.get(n) != "success" for n in needs) and "if" not in spec:
             self.results[job_id] = "skipped"        # GitHub skips a job whose needs did not all succeed
             return "skipped"
-        if "if" in spec and self.evaluate(spec["if"], needs) != "true":
+        cond = str(spec.get("if", "true"))          # `if:` may leave out the ${{ }}
+        if (self.evaluate(cond, needs) if "${{" in cond else self.expression(cond.strip(), needs)) != "true":
             self.results[job_id] = "skipped"
             return "skipped"
         folder = self.root / "jobs" / job_id
