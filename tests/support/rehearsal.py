@@ -68,6 +68,7 @@ class Rehearsal:
     ref: str                                    # the assemble commit the workflow must pin
     cache: Path | None = None                   # ASSEMBLE_CACHE for the jobs (the suite's shared one)
     repository: Path = REPO                     # what actions/checkout clones (at its HEAD)
+    assemble: str | None = None                 # the pinned install's stand-in (default: this checkout's)
     results: dict[str, str] = field(default_factory=dict)      # job id -> success | failure | skipped
     attested: list[str] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
@@ -147,7 +148,7 @@ class Rehearsal:
             # the pinned install stands in as this checkout's assemble: the pin must be the expected one
             assert env["ASSEMBLE_REF"] == self.ref, (env["ASSEMBLE_REF"], self.ref)
             shim = self.bin / "assemble"
-            shim.write_text(_ASSEMBLE.format(repo=REPO, python=sys.executable))
+            shim.write_text(self.assemble or _ASSEMBLE.format(repo=REPO, python=sys.executable))
             shim.chmod(0o755)
             return
         script = self.root / "step.sh"

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 import yaml
 
+from builder.config.recipe import load_recipe
 from builder.release import matrix, workflow
 from builder.release.package import SUMS
 from tests.support import rehearsal
@@ -104,7 +106,7 @@ def test_build_steps_pass_each_argument_as_one_word(tmp_path):
     doc = _doc(tmp_path)
     r = rehearsal.Rehearsal(tmp_path / "plumbing", HEAD)
     recorder = r.bin / "assemble"
-    recorder.write_text(f"#!{__import__('sys').executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    recorder.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
     recorder.chmod(0o755)
     for e in matrix.entries():
         job = doc["jobs"][workflow.job_id(e)]
@@ -124,3 +126,49 @@ def test_unknown_expression_fails_the_rehearsal(tmp_path):
     assert r.evaluate("a ${{ github.ref_name }} b", []) == f"a {rehearsal.TAG} b"
     with pytest.raises(AssertionError, match="does not know the expression"):
         r.evaluate("${{ github.event.head_commit.message }}", [])
+
+
+# Stands in for `assemble` where the runner would need CUDA and ROCm: it checks what the real one
+# would be handed (each --unit-from folder present, holding what that unit's job uploaded) and writes
+# what the real one would write (a unit folder; a packaged folder with its SHA256SUMS).
+_SPLIT_ASSEMBLE = '''#!{python}
+import hashlib, json, os, sys
+from pathlib import Path
+argv = sys.argv[1:]
+with open({log!r}, "a") as log:
+    log.write(json.dumps({{"argv": argv, "cwd": os.getcwd()}}) + "\\n")
+if argv[0] == "build":
+    out = Path(argv[argv.index("--out") + 1])
+    for i, a in enumerate(argv):
+        if a == "--unit-from":
+            unit, folder = argv[i + 1].split("=", 1)
+            made = Path(folder) / "made-by"
+            assert made.is_file(), f"no unit folder {{folder}} here: {{sorted(os.listdir('.'))}}"
+            assert made.read_text() == unit, made.read_text()
+    out.mkdir()
+    (out / "made-by").write_text(argv[argv.index("--only-unit") + 1] if "--only-unit" in argv else "runtime")
+elif argv[0] == "package":
+    dist = Path(argv[argv.index("--out-dir") + 1])
+    dist.mkdir()
+    name = os.environ["BUILD_NAME"] + ".tar.zst"
+    (dist / name).write_bytes(b"archive of " + name.encode())
+    (dist / "SHA256SUMS").write_text(hashlib.sha256((dist / name).read_bytes()).hexdigest() + "  " + name + "\\n")
+'''
+
+
+def test_split_recipe_merge_path_rehearsed(tmp_path):
+    """rocm-cuda-units: the CUDA unit's job uploads its folder, the merge job (which needs only that
+    job) downloads it under the name its --unit-from gives, and the release gets the merged runtime."""
+    doc = _doc(tmp_path, "--recipe", "rocm-cuda-units")
+    log = tmp_path / "assemble.jsonl"
+    r = rehearsal.Rehearsal(tmp_path / "split", HEAD,
+                            assemble=_SPLIT_ASSEMBLE.format(python=sys.executable, log=str(log)))
+    results = r.workflow(doc)
+    assert set(results.values()) == {"success"} and list(results)[0].startswith("unit-"), results
+    calls = [json.loads(ln)["argv"] for ln in log.read_text().splitlines()]
+    builds = [c for c in calls if c[0] == "build"]
+    unit, merge = matrix.entries([load_recipe("rocm-cuda-units")])
+    assert builds[0] == ["build", *[x for p in unit.build_args for x in p], "--out", "unit-out"]
+    assert builds[1] == ["build", *[x for p in merge.build_args for x in p], "--out", "runtime"]
+    (call,) = r.gh_calls()
+    assert call["files"] == sorted([f"{merge.name}.tar.zst", SUMS]) and "--draft" not in call["argv"]
