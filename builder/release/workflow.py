@@ -284,9 +284,9 @@ def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
     ])
     publish = "\n".join([
         # a runtime job that failed leaves the others' release as a draft, for a person to judge
-        'draft=""',
-        'if [ "$ALL_BUILT" != "true" ]; then draft="--draft"; echo "some runtime failed: a draft release"; fi',
-        'gh release create "$TAG" release/* --repo "$GH_REPO" --title "$TAG" $draft '
+        "draft=()",
+        'if [ "$ALL_BUILT" != "true" ]; then draft=(--draft); echo "some runtime failed: a draft release"; fi',
+        'gh release create "$TAG" release/* --repo "$GH_REPO" --title "$TAG" "${draft[@]}" '
         f'--notes "Runtimes built by assemble; verify with: sha256sum -c {SUMS} and gh attestation verify"',
     ])
     return {
@@ -307,7 +307,8 @@ def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
             {"name": f"GitHub release: archives, SBOMs, provenance, {SUMS}",
              "env": {"GH_TOKEN": "${{ github.token }}", "GH_REPO": "${{ github.repository }}",
                      "TAG": "${{ github.ref_name }}",
-                     "ALL_BUILT": "${{ !contains(needs.*.result, 'failure') && !contains(needs.*.result, 'cancelled') }}"},
+                     "ALL_BUILT": "${{ !contains(needs.*.result, 'failure') "
+                                  "&& !contains(needs.*.result, 'cancelled') }}"},
              "run": publish},
         ],
     }

@@ -52,7 +52,8 @@ def test_jobs_run_after_their_needs():
 
 def test_release_job_from_tag_to_a_recorded_release(tmp_path):
     doc = _doc(tmp_path, "--recipe", "cpu", "--recipe", "vulkan")
-    r = rehearsal.Rehearsal(tmp_path / "rehearsal", HEAD, results={"runtime-cpu": "success", "runtime-vulkan": "success"})
+    r = rehearsal.Rehearsal(tmp_path / "rehearsal", HEAD,
+                            results={"runtime-cpu": "success", "runtime-vulkan": "success"})
     _runtime_artifact(r, "cpu", {"runtime-cpu.tar.zst": b"cpu archive", "runtime-cpu.cdx.json": b"{}"})
     _runtime_artifact(r, "vulkan", {"runtime-vulkan.tar.zst": b"vulkan archive"})
     assert r.job("release", doc["jobs"]["release"]) == "success"
@@ -90,7 +91,8 @@ def test_the_old_release_job_fails_as_it_did_on_github(tmp_path):
     old = {"needs": ["runtimes"], "if": "startsWith(github.ref, 'refs/tags/')", "runs-on": "ubuntu-latest",
            "steps": [{"uses": f"actions/download-artifact@{workflow.ACTIONS['download-artifact'].sha}",
                       "with": {"pattern": "runtime-*", "path": "jobs"}},
-                     {"name": "sums", "run": f"mkdir release\nmv jobs/*/* release/\n(cd release && sha256sum -c {SUMS})"},
+                     {"name": "sums",
+                      "run": f"mkdir release\nmv jobs/*/* release/\n(cd release && sha256sum -c {SUMS})"},
                      {"name": "release", "env": {"GH_TOKEN": "${{ github.token }}"},
                       "run": 'gh release create "${{ github.ref_name }}" release/* --title "${{ github.ref_name }}"'}]}
     r = rehearsal.Rehearsal(tmp_path / "old", HEAD, results={"runtimes": "success"})

@@ -144,7 +144,8 @@ def test_jobs_needs_runners_and_steps(tmp_path):
         install = steps["Install assemble (pinned)"]
         assert install["env"]["ASSEMBLE_REF"] == HEAD and "pip install ." not in install["run"]
         assert steps["Build"]["env"] == {"ASSEMBLE_REMOTE_CACHE": "${{ secrets.ASSEMBLE_REMOTE_CACHE }}"}
-        assert 'assemble doctor --recipe "$BUILD_RECIPE"' in steps["Check this runner (the rules build enforces)"]["run"]
+        doctor = steps["Check this runner (the rules build enforces)"]["run"]
+        assert 'assemble doctor --recipe "$BUILD_RECIPE"' in doctor
         for folder in e.unit_folders:          # downloaded under the name --unit-from gives
             assert steps[f"Unit folder {folder}"]["with"] == {"name": folder, "path": folder}
             unit = jobs[f"unit-{next(n for n in e.after if by_name[n].artifact == folder)}"]
