@@ -3,7 +3,7 @@ jobs ordered by their needs, env plumbing into real bash steps, and the release 
 (download, one checked SHA256SUMS, attestation subjects, `gh release create` recorded) on runtime
 artifacts made here. The release job of the old emitter fails under the same rehearsal, as it failed
 on GitHub: gh, with no checkout and no --repo, is "not a git repository". The end-to-end rehearsal,
-which builds, is tests/integration/test_rehearsal.py.
+which builds, is tests/integration/test_workflow_rehearsal.py.
 """
 
 from __future__ import annotations
