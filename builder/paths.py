@@ -64,7 +64,7 @@ def home() -> Path | None:
 # other hosts' live folders too). Nothing outside this folder is touched.
 
 SCRATCH = "tmp"
-_SCRATCH_NAME = re.compile(r"^(?P<prefix>[a-z-]+-)(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+_SCRATCH_NAME = re.compile(r"(?P<prefix>[a-z-]+-)(?P<host>[0-9a-f]{8})-(?P<pid>\d+)-[A-Za-z0-9_]+")
 
 
 def _host_tag() -> str:
@@ -101,7 +101,7 @@ def clean_stale_scratch() -> list[Path]:
     except (OSError, AssembleError):   # no cache yet, or none can be found: nothing of ours to clean
         return removed
     for entry in entries:
-        m = _SCRATCH_NAME.match(entry.name)
+        m = _SCRATCH_NAME.fullmatch(entry.name)
         if not m or m.group("host") != host or not entry.is_dir(follow_symlinks=False) or _alive(int(m.group("pid"))):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)

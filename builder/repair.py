@@ -235,7 +235,7 @@ def _lib_dirs(req: RepairRequest) -> list[Path]:
 
 
 def repair(req: RepairRequest) -> Path | None:
-    if not NAME_RE.match(req.name):
+    if not NAME_RE.fullmatch(req.name):
         raise AssembleError(f"{req.name!r} is not a runtime name", where="--name",
                             fix="lower-case letters, digits, '.', '_' and '-', e.g. --name cuda-vulkan-b7416")
     if repair_windows.platform_of(req.inputs) == PLATFORM:

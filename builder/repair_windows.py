@@ -26,7 +26,7 @@ from builder.runtime import licenses, manifest
 from builder.windows import PLATFORM, assemble
 
 _WINDOWS = (".exe", ".dll")
-_SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")            # libggml.so, libllama.so.0.0.1
+_SHARED_OBJECT = re.compile(r"\.so(\.\d+)*\Z")            # libggml.so, libllama.so.0.0.1
 
 
 def _names(given: str) -> list[str]:

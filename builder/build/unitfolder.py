@@ -95,7 +95,7 @@ def parse_specs(items: list[str] | tuple[str, ...]) -> tuple[tuple[str, str], ..
     """--unit-from NAME=DIR, repeatable; each unit at most once."""
     out: dict[str, str] = {}
     for item in items:
-        m = re.match(r"^([A-Za-z0-9_.-]+)=(.+)$", item)
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)=(.+)", item)
         if not m:
             raise AssembleError(f"--unit-from {item!r} is not NAME=DIR", where="--unit-from",
                                 fix="write e.g. --unit-from cuda=/srv/units/cuda")

@@ -236,7 +236,7 @@ def ld_library_path_searched(runtime: Path, env: dict) -> Searched:
     current = None
     for line in proc.stderr.splitlines():
         text = line.split(":", 1)[-1].strip()
-        if m := _NEEDED_BY.match(text):
+        if m := _NEEDED_BY.fullmatch(text):
             requester[m.group(1)] = m.group(2)
         elif m := _FIND.match(text):
             current = m.group(1)
@@ -252,7 +252,7 @@ def ld_library_path_searched(runtime: Path, env: dict) -> Searched:
     return Searched(found=tuple(found))
 
 
-_NEEDED_BY = re.compile(r"^file=(\S+) \[\d+\];\s+(?:needed|dynamically loaded) by (.+?) \[\d+\]$")  # paths may hold spaces
+_NEEDED_BY = re.compile(r"file=(\S+) \[\d+\];\s+(?:needed|dynamically loaded) by (.+?) \[\d+\]")  # paths may hold spaces
 _FIND = re.compile(r"^find library=(\S+) \[\d+\]; searching")
 
 

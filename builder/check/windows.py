@@ -45,7 +45,7 @@ def _check(name: str, problems: list[str], good: str, hint: str) -> Check:
 # What reads the working directory on Windows: the Win32 call, and the C++ runtimes' std::filesystem::
 # current_path (libstdc++-6.dll exports it mangled; MSVC's STL as __std_fs_get_current_path). ggml.dll
 # uses it for one thing only, the loader's search of the working directory (ggml-backend-reg.cpp).
-_READS_CWD = re.compile(r"^GetCurrentDirectory[AW]$|current_path|^__std_fs_get_current_path$")
+_READS_CWD = re.compile(r"^GetCurrentDirectory[AW]\Z|current_path|^__std_fs_get_current_path\Z")
 
 
 def reads_working_directory(ggml: PeFile) -> list[str]:

@@ -15,7 +15,7 @@ EXAMPLES = """examples:
   assemble build --recipe cuda-vulkan --cuda-arch 90 --out /opt/llm/runtime-cuda-vulkan
   assemble build --recipe rocm --rocm-path /opt/rocm-6.4 --hip-target gfx1100
   assemble build --recipe vulkan --check-env GGML_VK_VISIBLE_DEVICES=0   (CPU Vulkan driver)"""
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def add_recipe(p, *, required: bool = True, many: bool = False, what: str = "") -> None:
@@ -91,7 +91,7 @@ def defines(items: list[str]) -> tuple[tuple[str, str], ...]:
     out = []
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not _NAME.match(key):
+        if not sep or not _NAME.fullmatch(key):
             raise AssembleError(f"--define {item!r} is not KEY=VALUE", fix="write e.g. -D GGML_CUDA_NCCL=OFF")
         out.append((key, value))
     return tuple(out)
@@ -102,7 +102,7 @@ def env_pairs(items: list[str], flag: str = "--check-env") -> tuple[tuple[str, s
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not _NAME.match(key):
+        if not sep or not _NAME.fullmatch(key):
             raise AssembleError(f"{flag} {item!r} is not NAME=VALUE", where=flag,
                                 fix="write e.g. --check-env GGML_VK_VISIBLE_DEVICES=0")
         out[key] = value

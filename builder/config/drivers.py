@@ -23,12 +23,12 @@ from builder.errors import AssembleError
 from builder.paths import builtin_data
 
 TABLE = builtin_data("drivers.toml")
-_TOOLKIT = re.compile(r"^[vV]?(\d+)\.(\d+)(?:\.\d+)*$")          # 12.8, 12.8.93, V12.8.93
-_ROCM = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)*(?:-[0-9A-Za-z.]+)?$")  # 6.4, 6.4.1, 6.4.1-120 (.info/version)
-_DRIVER = re.compile(r"^\d+(?:\.\d+)*$")                          # 580, 570.26, 570.124.06
-_LINE = re.compile(r"^\d+\.\d+$")
-_KMD = re.compile(r"^\d+\.\d+\.x$")
-_URL = re.compile(r"^https://\S+$")
+_TOOLKIT = re.compile(r"[vV]?(\d+)\.(\d+)(?:\.\d+)*")          # 12.8, 12.8.93, V12.8.93
+_ROCM = re.compile(r"(\d+)\.(\d+)(?:\.\d+)*(?:-[0-9A-Za-z.]+)?")  # 6.4, 6.4.1, 6.4.1-120 (.info/version)
+_DRIVER = re.compile(r"\d+(?:\.\d+)*")                          # 580, 570.26, 570.124.06
+_LINE = re.compile(r"\d+\.\d+")
+_KMD = re.compile(r"\d+\.\d+\.x")
+_URL = re.compile(r"https://\S+")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def _fail(path: Path, key: str, what: str) -> AssembleError:
 
 def _text(path: Path, key: str, raw: dict, name: str, pattern: re.Pattern, example: str) -> str:
     value = raw.get(name)
-    if not isinstance(value, str) or not pattern.match(value):
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         raise _fail(path, f"{key}.{name}", f"{value!r} is not {example}")
     return value
 
@@ -107,7 +107,7 @@ def parse_table(path: Path, text: str | None = None) -> DriverTable:
         if int(version.split(".")[0]) not in majors:
             raise _fail(path, f"{key}.version", f"no cuda_major entry for {version}")
         updates = raw.get("updates", [])
-        if not isinstance(updates, list) or not all(isinstance(u, str) and _DRIVER.match(u) for u in updates):
+        if not isinstance(updates, list) or not all(isinstance(u, str) and _DRIVER.fullmatch(u) for u in updates):
             raise _fail(path, f"{key}.updates", "must be a list of driver versions")
         toolkits[version] = (_text(path, key, raw, "driver", _DRIVER, "a driver version like 570.26"),
                              tuple(updates), _text(path, key, raw, "source", _URL, "an https:// address"))
@@ -119,7 +119,7 @@ def parse_table(path: Path, text: str | None = None) -> DriverTable:
         if version in rocm:
             raise _fail(path, f"{key}.version", f"{version} is listed twice")
         kmds = raw["kernel_drivers"]
-        if not isinstance(kmds, list) or not kmds or not all(isinstance(k, str) and _KMD.match(k) for k in kmds):
+        if not isinstance(kmds, list) or not kmds or not all(isinstance(k, str) and _KMD.fullmatch(k) for k in kmds):
             raise _fail(path, f"{key}.kernel_drivers", "must be a non-empty list like [\"6.4.x\", \"30.10.x\"]")
         words = ", ".join(kmds[:-1]) + (" or " if len(kmds) > 1 else "") + kmds[-1]
         rocm[version] = RocmDriverExpectation(
@@ -141,7 +141,7 @@ def table(path: Path | None = None) -> DriverTable:
 
 
 def _line(version, pattern: re.Pattern, what: str) -> tuple[int, int]:
-    m = pattern.match(version.strip()) if isinstance(version, str) else None
+    m = pattern.fullmatch(version.strip()) if isinstance(version, str) else None
     if not m:
         raise ValueError(f"{version!r} is not a {what}")
     return int(m.group(1)), int(m.group(2))
@@ -171,7 +171,7 @@ def driver_at_least(installed: str, floor: str) -> bool:
     """Numeric compare of dotted driver versions: "570.86.15" >= "525.60.13"; "580" means 580.0.0."""
     parts = []
     for value in (installed, floor):
-        if not isinstance(value, str) or not _DRIVER.match(value.strip()):
+        if not isinstance(value, str) or not _DRIVER.fullmatch(value.strip()):
             raise ValueError(f"{value!r} is not a driver version like 570.86.15")
         parts.append([int(x) for x in value.strip().split(".")])
     a, b = parts

@@ -20,9 +20,23 @@ from builder.config.versions import CONSTRAINT_FORMS, parse_constraint
 from builder.errors import AssembleError
 from builder.paths import builtin_data, data_dir
 
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+SHA_RE = re.compile(r"[0-9a-f]{40}")
+SHA256_RE = re.compile(r"[0-9a-f]{64}")
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# The grammar of every other string a recipe can set, checked at load (always with fullmatch: `$`
+# lets a trailing newline through), so nothing downstream ever sees one it would have to escape.
+CMAKE_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+TARGET_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")                 # a CMake target
+# a container unit's image name is a path component of an OCI reference (the distribution spec's
+# grammar): assemble tags its image assemble-<name>:<digest> from containers/<name>.Containerfile
+CONTAINER_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+GLOB_RE = re.compile(r"[A-Za-z0-9_.+*?\[\]-]+")                         # a soname glob (bundle.never/always)
+URL_RE = re.compile(r"(?!-)[^\x00-\x1f\x7f]+")       # a git URL or a local repository: never an option
+PYPI_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
+PATH_RE = re.compile(r"[^\x00-\x1f\x7f]+")                              # a folder: no control characters
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")                      # free text keeps tabs and newlines
+_FREE_TEXT = {"description", "multi_arch_risk"}                          # and the stated reasons (tables of text)
 
 BACKENDS = ("cpu", "cuda", "hip", "vulkan")
 # Device-name prefixes ggml gives each backend's devices in --list-devices.
@@ -161,10 +175,31 @@ class _Checker:
                                 f"quote each entry of {key}")
         return tuple(value)
 
+    def grammar(self, value: str, key: str, pattern: re.Pattern, what: str, fix: str) -> str:
+        if not pattern.fullmatch(value):
+            raise self.fail(key, f"{value!r} is not {what}", fix)
+        return value
+
+    def no_control(self, value: object, key: str, free_text: bool = False) -> None:
+        """No string anywhere in a recipe carries a control character (free text may keep newlines)."""
+        if isinstance(value, dict):
+            for k, v in value.items():
+                where = f"{key}.{k}" if key else k
+                self.no_control(k, where, free_text)
+                self.no_control(v, where, free_text or k in _FREE_TEXT or k in ("disable", "never", "always"))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                self.no_control(v, f"{key}[{i}]", free_text)
+        elif isinstance(value, str):
+            bad = _CONTROL.search(value) if free_text else re.search(r"[\x00-\x1f\x7f]", value)
+            if bad:
+                raise self.fail(key, f"{value[:40]!r} holds a control character ({bad.group()!r})",
+                                "write it on one line, without control characters")
+
     def defines(self, value: dict, key: str) -> tuple[tuple[str, str], ...]:
         out = []
         for name, val in value.items():
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            if not CMAKE_NAME_RE.fullmatch(name):
                 raise self.fail(f"{key}.{name}", "not a CMake variable name",
                                 "use letters, digits and underscores")
             if isinstance(val, bool):
@@ -194,8 +229,13 @@ def _mirror(c: _Checker, raw: object, key: str, pin_sha: str) -> Mirror:
     for need in needs:
         if not raw.get(need):
             raise c.fail(f"{key}.{need}", f"a {kind} mirror needs '{need}'", f"add {need} = \"...\"")
-    if kind == "sdist" and not SHA256_RE.match(raw["sha256"]):
+    if kind == "sdist" and not SHA256_RE.fullmatch(raw["sha256"]):
         raise c.fail(f"{key}.sha256", "not a 64-hex sha256", "copy the archive's sha256 from PyPI")
+    for field_, pattern, what in (("url", URL_RE, "a git URL"), ("package", PYPI_NAME_RE, "a PyPI project name"),
+                                  ("version", VERSION_RE, "a version"), ("subdir", PATH_RE, "a folder"),
+                                  ("path", PATH_RE, "a folder")):
+        if raw.get(field_) is not None:
+            c.grammar(raw[field_], f"{key}.{field_}", pattern, what, f"write {field_} as {what}, on one line")
     return Mirror(**{k: v for k, v in raw.items()})
 
 
@@ -232,16 +272,17 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
         if need not in data:
             raise c.fail(need, f"missing required key '{need}'", f"add {need} to the recipe")
     name = data["name"]
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise c.fail("name", f"invalid recipe name {name!r}", "use lower-case letters, digits, '-', '_' and '.'")
-    aliases = c.strings(data.get("aliases", []), "aliases")
+    aliases = tuple(c.grammar(a, "aliases", NAME_RE, "a recipe name", "use lower-case letters, digits, '-', '_' "
+                              "and '.'") for a in c.strings(data.get("aliases", []), "aliases"))
     backends = _backend_list(c, data["backends"], "backends")
     if "cpu" not in backends:
         backends = backends + ("cpu",)  # ggml always needs its CPU backend beside the GPU ones
 
     pin_raw = c.table(data["pin"], _PIN, "pin.")
     sha = pin_raw.get("sha")
-    if not isinstance(sha, str) or not SHA_RE.match(sha):
+    if not isinstance(sha, str) or not SHA_RE.fullmatch(sha):
         raise c.fail("pin.sha", f"{sha!r} is not a full 40-hex commit sha",
                      "pin the full sha (assemble pin RECIPE writes it for you)")
     mirrors_raw = pin_raw.get("mirrors", [])
@@ -263,7 +304,8 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     pin = Pin(sha=locked[0] if locked else sha, features=features, mirrors=mirrors,
               lock=str(lock_path(path)) if locked else None, build=locked[1] if locked else build)
 
-    targets = c.strings(data.get("targets", list(DEFAULT_TARGETS)), "targets")
+    targets = tuple(c.grammar(x, "targets", TARGET_RE, "a CMake target name", 'name a target, e.g. "llama-server"')
+                    for x in c.strings(data.get("targets", list(DEFAULT_TARGETS)), "targets"))
     if not targets:
         raise c.fail("targets", "no build target", 'list at least "llama-server"')
 
@@ -310,7 +352,10 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
     defines = c.defines(c.table(data.get("cmake", {}), _CMAKE, "cmake.").get("defines", {}), "cmake.defines")
     patches_raw = c.table(data.get("patches", {}), _PATCHES, "patches.")
     patches_off = c.reasons(patches_raw.get("disable", {}), "patches.disable")
-    patches_on = c.strings(patches_raw.get("enable", []), "patches.enable")
+    patches_on = tuple(c.grammar(x, "patches.enable", NAME_RE, "a patch name", "name a patch under patches/")
+                       for x in c.strings(patches_raw.get("enable", []), "patches.enable"))
+    for name_ in dict(patches_off):
+        c.grammar(name_, f"patches.disable.{name_}", NAME_RE, "a patch name", "name a patch under patches/")
     bundle = c.table(data.get("bundle", {}), _BUNDLE, "bundle.")
     never = c.reasons(bundle.get("never", {}), "bundle.never")
     always = c.reasons(bundle.get("always", {}), "bundle.always")
@@ -321,8 +366,12 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
         raise c.fail("glibc_floor", f"{floor[:40]!r} is not {glibc.FLOOR_FORM}",
                      f'write the oldest glibc the runtime must start on, e.g. glibc_floor = "{glibc.RELEASE_FLOOR}" '
                      "(Ubuntu 22.04)")
+    for key_, globs in (("bundle.never", never), ("bundle.always", always)):
+        for glob, _ in globs:
+            c.grammar(glob, f"{key_}.{glob}", GLOB_RE, "a library file name or glob", 'write e.g. "libcuda.so*"')
 
     units = _units(c, data.get("units"), backends)
+    c.no_control(data, "")          # last: a key's own grammar, or its being unknown, is the clearer message
     return Recipe(name=name, path=path, description=data["description"], backends=backends, pin=pin,
                   units=units, targets=targets, aliases=aliases, cuda=cuda, hip=hip,
                   vulkan="vulkan" in backends, cpu=CpuSettings(variants=variants), defines=defines,
@@ -355,7 +404,7 @@ def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Un
         if not isinstance(u, dict):
             raise c.fail(key, "expected a table", "write units as [[units]] tables")
         c.table(u, _UNIT, key + ".")
-        if not u.get("name") or not NAME_RE.match(u["name"]):
+        if not u.get("name") or not NAME_RE.fullmatch(u["name"]):
             raise c.fail(f"{key}.name", "each unit needs a name", 'add name = "host" (lower-case)')
         ub = _backend_list(c, u.get("backends", []), f"{key}.backends")
         if not ub:
@@ -364,6 +413,9 @@ def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Un
             if b not in backends:
                 raise c.fail(f"{key}.backends", f"backend '{b}' is not among the recipe's backends",
                              f"add it to backends or remove it from {key}")
+        if u.get("container") is not None:
+            c.grammar(u["container"], f"{key}.container", CONTAINER_RE, "a container name (a lower-case OCI name "
+                      "component)", "name one of containers/*.Containerfile, e.g. container = \"cuda12.8-build\"")
         units.append(Unit(name=u["name"], backends=ub, container=u.get("container"),
                           defines=c.defines(u.get("defines", {}), f"{key}.defines")))
     names = [u.name for u in units]
@@ -405,7 +457,7 @@ def read_lock(recipe_path: Path) -> tuple[str, str | None] | None:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise AssembleError(f"unreadable lock file ({exc})", where=str(path),
                             fix="delete it and run assemble pin --lock again") from None
-    if not isinstance(sha, str) or not SHA_RE.match(sha):
+    if not isinstance(sha, str) or not SHA_RE.fullmatch(sha):
         raise AssembleError("the lock file's sha is not a 40-hex commit", where=str(path),
                             fix="delete it and run assemble pin --lock again")
     if build is not None and not (isinstance(build, str) and BUILD_RE.fullmatch(build)):

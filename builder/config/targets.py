@@ -19,13 +19,13 @@ from dataclasses import dataclass
 
 from builder.errors import AssembleError
 
-_CUDA = re.compile(r"^(?P<number>[1-9][0-9]{1,2})(?P<suffix>[af]?)(?:-(?P<kind>real|virtual))?$")
+_CUDA = re.compile(r"(?P<number>[1-9][0-9]{1,2})(?P<suffix>[af]?)(?:-(?P<kind>real|virtual))?")
 _NVCC = re.compile(r"(?:compute|sm)_(?P<number>[1-9][0-9]{1,2})(?P<suffix>[af]?)")
 CUDA_FORMS = '"90", "90a", "120f", "86-real" or "75-virtual" (never "native")'
 
 _GFX_CHIP = r"gfx[0-9]{1,2}[0-9a-f]{2}"                 # gfx803, gfx90a, gfx942, gfx1100, gfx1151
 _GFX_GENERIC = r"gfx[0-9]{1,2}(?:-[0-9]+)?-generic"     # gfx11-generic, gfx9-4-generic
-_GFX = re.compile(rf"^(?P<arch>{_GFX_CHIP}|{_GFX_GENERIC})(?P<features>(?::(?:xnack|sramecc)[+-])*)$")
+_GFX = re.compile(rf"(?P<arch>{_GFX_CHIP}|{_GFX_GENERIC})(?P<features>(?::(?:xnack|sramecc)[+-])*)")
 GFX_FORMS = '"gfx1100", "gfx90a:xnack-" or "gfx11-generic" (the arch rocminfo shows)'
 GFX_TOKEN = re.compile(rf"{_GFX_GENERIC}|{_GFX_CHIP}")  # a gfx arch inside a longer name (data files)
 
@@ -56,7 +56,7 @@ class CudaArch:
 
     @classmethod
     def parse(cls, text: str, where: str = "") -> CudaArch:
-        m = _CUDA.match(text.strip()) if isinstance(text, str) else None
+        m = _CUDA.fullmatch(text.strip()) if isinstance(text, str) else None
         if not m:
             raise AssembleError(f"{text!r} is not a CUDA architecture", where=where or None,
                                 fix=f"write it as {CUDA_FORMS}")
@@ -89,7 +89,7 @@ class GfxTarget:
 
     @classmethod
     def parse(cls, text: str, where: str = "") -> GfxTarget:
-        m = _GFX.match(text.strip()) if isinstance(text, str) else None
+        m = _GFX.fullmatch(text.strip()) if isinstance(text, str) else None
         if not m:
             raise AssembleError(f"{text!r} is not a gfx target", where=where or None, fix=f"write it as {GFX_FORMS}")
         features = tuple(f for f in m.group("features").split(":") if f)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 CONSTRAINT_FORMS = '">=13", "==12.8" or ">=12.4,<13" (comma means and)'
-_CLAUSE = re.compile(r"^(==|!=|>=|<=|>|<)?\s*(\d+(?:\.\d+){0,2})$")
+_CLAUSE = re.compile(r"(==|!=|>=|<=|>|<)?\s*(\d+(?:\.\d+){0,2})")
 
 
 def version_tuple(v: str) -> tuple[int, ...]:
@@ -23,7 +23,7 @@ def parse_constraint(spec: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """">=12.4,<13" -> ((">=", (12, 4)), ("<", (13,))); ValueError naming the clause that is not one."""
     out = []
     for clause in (spec.split(",") if isinstance(spec, str) else [repr(spec)]):
-        m = _CLAUSE.match(clause.strip())
+        m = _CLAUSE.fullmatch(clause.strip())
         if not m:
             raise ValueError(f"{clause.strip()!r} is not a comparison like >=13 or <12.8")
         out.append((m.group(1) or "==", tuple(int(x) for x in m.group(2).split("."))))

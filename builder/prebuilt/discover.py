@@ -27,7 +27,7 @@ EXECUTABLE_PREFIXES = ("llama-",)
 # llama.cpp's own libraries (ggml, llama, mtmd, the tools' -impl.so); any other library an input
 # holds (Debian's libgomp1 or ROCm packages given alongside) is a vendor library the bundler takes
 # from the input's folders, with the vendor policy, never as ours.
-OWN_LIBRARY = re.compile(r"^lib(ggml|llama|mtmd)([-.]|$)")
+OWN_LIBRARY = re.compile(r"^lib(ggml|llama|mtmd)([-.]|\Z)")
 BASE_PREFIX = "libggml-base.so"
 
 

@@ -21,7 +21,7 @@ from elftools.common.exceptions import ELFError
 from builder.errors import AssembleError
 from builder.runtime.elf import dynamic_symbols
 
-_VERSION = re.compile(r"\.so\.(\d+(?:\.\d+)*)$")
+_VERSION = re.compile(r"\.so\.(\d+(?:\.\d+)*)\Z")
 _GGML_SYMBOL = re.compile(r"^(ggml|gguf)_")
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from builder.runtime.elf import section_strings
 
 _ABSOLUTE = rb"/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)+"
-_NOT_A_FOLDER = re.compile(r"\.(c|cc|cpp|cxx|h|hpp|cu|cuh|m|mm|comp|glsl|metal|inc)$|^/(proc|sys|dev)/")
+_NOT_A_FOLDER = re.compile(r"\.(c|cc|cpp|cxx|h|hpp|cu|cuh|m|mm|comp|glsl|metal|inc)\Z|^/(proc|sys|dev)/")
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ def load_sums(path: Path | str) -> dict[str, str]:
     except UnicodeDecodeError:
         raise _refuse(f"is not text: not a {SUMS} file", path, fix) from None
     lines = [line for line in text.splitlines() if line.strip()]
-    matched = [SUMS_LINE.match(line) for line in lines]
+    matched = [SUMS_LINE.fullmatch(line) for line in lines]
     if not lines or not all(matched):
         bad = next((line for line, m in zip(lines, matched) if not m), "")
         raise _refuse(f"is not in sha256sum's format ({'empty' if not lines else repr(bad[:60])})", path, fix)

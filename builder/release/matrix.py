@@ -12,13 +12,17 @@ recipes: nothing is probed on the machine that prints the matrix.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from builder.config.options import CONTAINER, BuildConfig, CliOptions, resolve
-from builder.config.recipe import Recipe, all_recipes
+from builder.config.recipe import Recipe, all_recipes, recipe_dir
 from builder.config.targets import CudaArch, GfxTarget
 from builder.config.upstream import toolkit_line
 from builder.config.versions import parse_constraint
+from builder.errors import AssembleError
 from builder.runtime.layout import archive_stem, runtime_label
 from builder.toolchain.rules import BLACKWELL_PATCH, rocm_floor_text, runner_cuda
 
@@ -45,12 +49,56 @@ class Entry:
     recipe: str
     backends: tuple[str, ...]
     gpu_arch: str                   # "none", "spirv", "sm_80,sm_90", "gfx1100"
-    args: str                       # arguments for `assemble build`
+    args: str                       # arguments for `assemble build`, as one shell-quoted line
     artifact: str                   # the archive stem `assemble package` will write (a unit job: its folder)
     needs: Needs
     unit: str | None = None         # the one unit this job builds (--only-unit), or None: a whole runtime
     after: tuple[str, ...] = ()     # jobs whose unit folders this one merges (--unit-from UNIT=<their artifact>)
     units: tuple[dict, ...] = ()    # the resolved units (builder.config.options): where each builds, its targets
+    build_args: tuple[tuple[str, str], ...] = ()   # the same arguments as (option, value) pairs
+    pin: str = ""                   # the llama.cpp commit it builds
+
+    @property
+    def unit_folders(self) -> tuple[str, ...]:
+        """The folders (artifacts of the unit jobs) this job's --unit-from arguments name."""
+        return tuple(v.split("=", 1)[1] for flag, v in self.build_args if flag == "--unit-from")
+
+
+def _entry(name: str, r: Recipe, backends, gpu_arch: str, options: list[tuple[str, str]], artifact: str,
+           needs_: Needs, **rest) -> Entry:
+    pairs = (("--recipe", recipe_reference(r)), *options)
+    return Entry(name, r.name, backends, gpu_arch, shlex.join(x for pair in pairs for x in pair), artifact, needs_,
+                 build_args=pairs, pin=r.pin.sha, **rest)
+
+
+_REPO_PATH = re.compile(r"[A-Za-z0-9._+-]+(?:/[A-Za-z0-9._+-]+)*")
+
+
+def recipe_reference(r: Recipe) -> str:
+    """How a job names the recipe: a shipped one by name (the pinned assemble carries it), any other by
+    its path inside the repository the workflow runs in (this folder's git repository); a recipe outside
+    it by its absolute path, which only this machine can read (a workflow refuses it: in_repository)."""
+    path = Path(r.path).resolve()
+    if path.parent == recipe_dir().resolve():
+        return r.name
+    repo = next((d for d in (Path.cwd(), *Path.cwd().parents) if (d / ".git").exists()), None)
+    if repo is None or not path.is_relative_to(repo.resolve()):
+        return str(path)
+    rel = path.relative_to(repo.resolve()).as_posix()
+    if not _REPO_PATH.fullmatch(rel):
+        raise AssembleError(f"the recipe's path {rel!r} has characters a workflow should not carry",
+                            where=str(r.path), fix="rename it with letters, digits, '.', '_', '+', '-' and '/'")
+    return rel
+
+
+def in_repository(e: Entry) -> None:
+    """A CI job can read a recipe only from the repository it checks out."""
+    ref = dict(e.build_args)["--recipe"]
+    if ref.startswith("/"):
+        name = Path(ref).name
+        raise AssembleError("the recipe is outside this git repository, so a CI checkout of it cannot see it",
+                            where=ref, fix=f"copy {name} into the repository the workflow runs in "
+                                           f"(e.g. recipes/{name}) and name that path from inside the repository")
 
 
 def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -> Needs:
@@ -99,7 +147,6 @@ def entries(recipes: list[Recipe] | None = None, hip_targets: tuple[GfxTarget, .
     out = []
     for r in recipes if recipes is not None else all_recipes():
         config = resolve(r)
-        base = f"--recipe {r.name}"
         if config.split():
             out += _split_entries(r, hip_targets)
             continue
@@ -107,13 +154,13 @@ def entries(recipes: list[Recipe] | None = None, hip_targets: tuple[GfxTarget, .
             for gfx in hip_targets or r.hip.targets:
                 c = resolve(r, CliOptions(hip_target=gfx))
                 label = runtime_label(r.name, [gfx])
-                out.append(Entry(label, r.name, r.backends, str(gfx), f"{base} --hip-target {gfx}",
-                                 _artifact(label, r, c), needs(c), units=_units(c)))
+                out.append(_entry(label, r, r.backends, str(gfx), [("--hip-target", str(gfx))],
+                                  _artifact(label, r, c), needs(c), units=_units(c)))
             continue
         cuda = config.cuda_unit()
         arch = _sm(cuda.cuda_archs) if cuda else "spirv" if "vulkan" in r.backends else "none"
-        out.append(Entry(r.name, r.name, r.backends, arch, base, _artifact(r.name, r, config), needs(config),
-                         units=_units(config)))
+        out.append(_entry(r.name, r, r.backends, arch, [], _artifact(r.name, r, config), needs(config),
+                          units=_units(config)))
     return out
 
 
@@ -136,20 +183,20 @@ def _split_entries(r: Recipe, hip_targets: tuple[GfxTarget, ...]) -> list[Entry]
         name = f"{r.name}-unit-{unit.name}"
         artifact = f"unit-{r.name}-{unit.name}-{r.pin.sha[:12]}-linux-{HOST_ARCH}"
         arch = _sm(unit.cuda_archs) if "cuda" in unit.backends else "none"
-        jobs.append(Entry(name, r.name, unit.backends, arch, f"--recipe {r.name} --only-unit {unit.name}",
-                          artifact, needs(config, [unit]), unit=unit.name, units=_units(config, (unit.name,))))
+        jobs.append(_entry(name, r, unit.backends, arch, [("--only-unit", unit.name)],
+                           artifact, needs(config, [unit]), unit=unit.name, units=_units(config, (unit.name,))))
         imports.append((unit.name, name, artifact))
-    from_args = " ".join(f"--unit-from {u}={a}" for u, _, a in imports)
+    from_args = [("--unit-from", f"{u}={a}") for u, _, a in imports]
     bundled = tuple(b for u in others for b in u.backends)
     targets = (hip_targets or r.hip.targets) if "hip" in first.backends else (None,)
     adopted = tuple((u, a) for u, _, a in imports)     # the merge takes them with --unit-from, as resolved here
     for gfx in targets:
         c = resolve(r, CliOptions(hip_target=gfx, unit_from=adopted))
         label = runtime_label(r.name, [gfx])
-        hip = f" --hip-target {gfx}" if gfx else ""
-        jobs.append(Entry(label, r.name, r.backends, str(gfx) if gfx else "none", f"--recipe {r.name}{hip} {from_args}",
-                          _artifact(label, r, c), needs(c, [c.units[0]], bundles_from=bundled),
-                          after=tuple(n for _, n, _ in imports), units=_units(c)))
+        hip = [("--hip-target", str(gfx))] if gfx else []
+        jobs.append(_entry(label, r, r.backends, str(gfx) if gfx else "none", hip + from_args,
+                           _artifact(label, r, c), needs(c, [c.units[0]], bundles_from=bundled),
+                           after=tuple(n for _, n, _ in imports), units=_units(c)))
     return jobs
 
 

@@ -46,7 +46,7 @@ _MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_PPC64": "ppc64l
              "EM_S390": "s390x"}
 _GZIP_LEVEL = 6     # gzip's own default: -9 costs twice the time for ~1% on shared libraries
 _ZSTD_LEVEL = 10     # ~ gzip -9 speed with a far better ratio on GPU libraries
-SUMS_LINE = re.compile(r"^([0-9a-f]{64}) [ *](.+)$")
+SUMS_LINE = re.compile(r"([0-9a-f]{64}) [ *](.+)")
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ def _sums_text(path: Path) -> str | None:
 
 
 def _parse_sums(text: str) -> dict[str, str]:
-    return {m.group(2): m.group(1) for m in map(SUMS_LINE.match, text.splitlines()) if m}
+    return {m.group(2): m.group(1) for m in map(SUMS_LINE.fullmatch, text.splitlines()) if m}
 
 
 def read_sums(path: Path) -> dict[str, str]:
@@ -363,7 +363,7 @@ def _sums_lines(path: Path) -> dict[str, str]:
     if not os.path.lexists(path):
         return {}
     text = _sums_text(path)
-    if text is None or any(line and not SUMS_LINE.match(line) for line in text.splitlines()):
+    if text is None or any(line and not SUMS_LINE.fullmatch(line) for line in text.splitlines()):
         raise AssembleError("is not in sha256sum's format: rewriting it would lose what it holds",
                             where=str(path), fix="move it away, or choose another --out-dir")
     return _parse_sums(text)

@@ -24,20 +24,73 @@ from pathlib import Path
 
 from builder.config import remotecache
 from builder.errors import AssembleError
-from builder.release.matrix import Entry
+from builder.release.matrix import Entry, in_repository
 from builder.release.package import DEFAULT_FORMAT, SUMS
 
 KINDS = ("cuda", "rocm", "container", "vulkan", "default")
-DEFAULT_RUNNERS = {
-    "default": "ubuntu-latest",
-    "container": "ubuntu-latest",              # docker is there; the toolkit is in the image
-    "vulkan": "ubuntu-latest",
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Where a kind of job runs by default, and what that means for the runtimes built there."""
+    labels: str | tuple[str, ...]
+    glibc: str | None           # the C library its runtimes need at least; None: not known here
+    codename: str | None = None  # the Ubuntu release of a GitHub-hosted image (its apt sources)
+    note: str = ""              # what sets the floor when it is not the runner's own
+
+
+# The runner choice, in one table. Linux builds run on the oldest GitHub-hosted image that builds the
+# recipe (as upstream builds its x64 releases): a runtime needs at least the glibc it was linked
+# against, and ubuntu-latest (24.04, glibc 2.39) would shut out 22.04, Debian 12 and RHEL 9.
+RUNNERS: dict[str, Runner] = {
+    "default": Runner("ubuntu-22.04", "2.35", "jammy"),
+    "vulkan": Runner("ubuntu-22.04", "2.35", "jammy"),   # + LunarG's SDK for jammy (22.04's headers are too old)
+    # docker is there; the toolkit, and so the glibc the runtime is linked against, is the image's
+    "container": Runner("ubuntu-22.04", None, "jammy", note="the build image's (containers/<name>.Containerfile)"),
     # GPU toolkits are not on GitHub's hosted runners: self-hosted labels by convention
-    "cuda": ["self-hosted", "linux", "x64", "cuda"],
-    "rocm": ["self-hosted", "linux", "x64", "rocm"],
+    "cuda": Runner(("self-hosted", "linux", "x64", "cuda"), None, note="the self-hosted runner's"),
+    "rocm": Runner(("self-hosted", "linux", "x64", "rocm"), None, note="the self-hosted runner's"),
 }
+DEFAULT_RUNNERS = {k: r.labels for k, r in RUNNERS.items()}
 CACHE_SECRET = "ASSEMBLE_REMOTE_CACHE"       # the shared compile cache's URL (it may hold a password): a secret
 PYTHON = "3.11"
+
+
+@dataclass(frozen=True)
+class Action:
+    repo: str
+    sha: str                    # the full commit: a tag can be moved, a commit cannot
+    tag: str                    # what the commit was tagged, for people (written as a comment)
+
+
+# Every action the workflow uses, pinned by commit (sources for each sha: the report of issue 27).
+ACTIONS = {
+    "checkout": Action("actions/checkout", "11bd71901bbe5b1630ceea73d27597364c9af683", "v4.2.2"),
+    "setup-python": Action("actions/setup-python", "a26af69be951a213d495a4c3e4e4022e16d87065", "v5.6.0"),
+    "upload-artifact": Action("actions/upload-artifact", "ea165f8d65b6e75b540449e92b4886f43607fa02", "v4.6.2"),
+    "download-artifact": Action("actions/download-artifact", "d3f86a106a0bac45b974a628896c90dbdf5c8093", "v4.3.0"),
+    "attest-build-provenance": Action("actions/attest-build-provenance", "e8998f949152b193b063cb0ec769d69d929409be",
+                                      "v2.4.0"),
+}
+
+
+class Pinned(str):
+    """A `uses:` value; the YAML writer puts its tag after it as a comment."""
+    tag: str
+
+
+def uses(key: str) -> Pinned:
+    a = ACTIONS[key]
+    out = Pinned(f"{a.repo}@{a.sha}")
+    out.tag = a.tag
+    return out
+
+
+class Commented(dict):
+    """A mapping the YAML writer opens with a comment line."""
+    def __init__(self, comment: str, *args, **kw):
+        super().__init__(*args, **kw)
+        self.comment = comment
 
 
 @dataclass(frozen=True)
@@ -45,8 +98,17 @@ class RunnerMap:
     labels: dict[str, str | tuple[str, ...]]
     source: str                               # where it was read, for messages
 
+    def key(self, e: Entry) -> str:
+        return next(k for k in (e.name, *_kinds(e), "default") if k in self.labels)
+
     def runs_on(self, e: Entry) -> str | list[str]:
-        return self.label(next(k for k in (e.name, *_kinds(e), "default") if k in self.labels))
+        return self.label(self.key(e))
+
+    def runner(self, e: Entry) -> Runner | None:
+        """The table's runner when the job got the table's labels for its kind (so its glibc and apt
+        sources are known), else None: a runner the map chose, which the workflow knows nothing of."""
+        key = self.key(e)
+        return RUNNERS[key] if key in RUNNERS and self.labels[key] == RUNNERS[key].labels else None
 
     def label(self, key: str) -> str | list[str]:
         v = self.labels[key]
@@ -92,6 +154,9 @@ def load_runners(path: Path | None, entries: list[Entry]) -> RunnerMap:
 
 
 def _toml(path: Path) -> dict:
+    if path.exists() and not path.is_file():      # a FIFO or a device would block the read, a folder fails it
+        raise AssembleError("the runner map is not a regular file", where=str(path),
+                            fix="pass a TOML file with a [runners] table")
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -100,84 +165,169 @@ def _toml(path: Path) -> dict:
 
 
 # --- the workflow -----------------------------------------------------------------------------
+#
+# One job per matrix entry, so each runtime waits only for the unit jobs it merges (a CUDA unit that
+# fails does not hold back the CPU runtime). Every value that comes from a recipe reaches a script
+# through `env:` and a quoted variable, never through `${{ }}` inside `run:`.
 
-def _row(e: Entry, runners: RunnerMap) -> dict:
-    return {"name": e.name, "recipe": e.recipe, "args": e.args, "artifact": e.artifact,
-            "runs-on": runners.runs_on(e), "needs": e.needs.summary, "merges-units": bool(e.after)}
+INSTALL_STEP = "install-assemble"         # the step id: the local rehearsal stands in for it
+TIMEOUT_BUILD, TIMEOUT_RELEASE = 360, 30  # minutes (360 is a GitHub-hosted job's limit)
+LUNARG_KEY = "https://packages.lunarg.com/lunarg-signing-key-pub.asc"
 
 
-def _setup() -> list[dict]:
+@dataclass(frozen=True)
+class Pinning:
+    """Which assemble every job installs: a commit of a git repository, never "whatever is checked out"."""
+    ref: str                    # a 40-hex commit
+    repo: str | None = None     # its git URL; None: the repository the workflow runs in
+
+
+def job_id(e: Entry) -> str:
+    return ("unit-" if e.unit is not None else "runtime-") + e.name.replace(".", "_")
+
+
+def _arg_env(flag: str, i: int) -> str:
+    return "BUILD_" + flag.strip("-").upper().replace("-", "_") + (f"_{i}" if i else "")
+
+
+def _build_line(e: Entry, out: str) -> tuple[str, dict]:
+    """`assemble build` with each argument in a variable of its own (the values live in env)."""
+    env, words, seen = {}, [], {}
+    for flag, value in e.build_args:
+        i = seen[flag] = seen.get(flag, -1) + 1
+        name = _arg_env(flag, i)
+        env[name] = value
+        words.append(f'{flag} "${name}"')
+    return f'assemble build {" ".join(words)} --out "{out}"', env
+
+
+def _checkout() -> dict:
+    return {"uses": uses("checkout"), "with": {"persist-credentials": False}}
+
+
+def _install(pin: Pinning) -> list[dict]:
+    repo = pin.repo or "${{ github.server_url }}/${{ github.repository }}"
     return [
-        {"uses": "actions/checkout@v4"},
-        {"uses": "actions/setup-python@v5", "with": {"python-version": PYTHON}},
-        {"name": "Install assemble", "run": "python -m pip install ."},
-        {"name": "Check this runner (the rules build enforces)",
-         "run": 'echo "needs: ${{ matrix.needs }}"\nassemble doctor --recipe "${{ matrix.recipe }}"'},
+        {"uses": uses("setup-python"), "with": {"python-version": PYTHON}},
+        {"name": "Install assemble (pinned)", "id": INSTALL_STEP,
+         "env": {"ASSEMBLE_REPO": repo, "ASSEMBLE_REF": pin.ref},
+         "run": 'python -m pip install "assemble @ git+${ASSEMBLE_REPO}@${ASSEMBLE_REF}"'},
     ]
 
 
-def _cache_env() -> dict:
-    # assemble's own setting (config.remotecache): each launcher is told in its words, the build's hit
-    # counts land in its log and manifest; an unset secret is empty, which means local caching only
-    return {remotecache.ENV: "${{ secrets.%s }}" % CACHE_SECRET}
-
-
-def workflow(entries: list[Entry], runners: RunnerMap, name: str = "release") -> dict:
-    units = [e for e in entries if e.unit is not None]
-    runtimes = [e for e in entries if e.unit is None]
-    jobs: dict = {}
-    if units:
-        jobs["units"] = {
-            "name": "unit ${{ matrix.name }}",
-            "runs-on": "${{ matrix.runs-on }}",
-            "strategy": {"fail-fast": False, "matrix": {"include": [_row(e, runners) for e in units]}},
-            "steps": _setup() + [
-                {"name": "Build the unit", "env": _cache_env(),
-                 "run": 'assemble build ${{ matrix.args }} --out "unit-out"'},
-                # named as the merge job's --unit-from expects the folder (the matrix's artifact)
-                {"uses": "actions/upload-artifact@v4",
-                 "with": {"name": "${{ matrix.artifact }}", "path": "unit-out/", "if-no-files-found": "error"}},
-            ],
-        }
-    jobs["runtimes"] = {
-        "name": "runtime ${{ matrix.name }}",
-        **({"needs": ["units"]} if units else {}),
-        "runs-on": "${{ matrix.runs-on }}",
-        "strategy": {"fail-fast": False, "matrix": {"include": [_row(e, runners) for e in runtimes]}},
-        "steps": _setup() + ([
-            # each lands in ./<artifact>/, the folder the job's --unit-from names
-            {"name": "Fetch the unit folders this runtime merges", "if": "matrix.merges-units",
-             "uses": "actions/download-artifact@v4", "with": {"pattern": "unit-*", "path": "."}},
-        ] if units else []) + [
-            {"name": "Build", "env": _cache_env(), "run": 'assemble build ${{ matrix.args }} --out runtime'},
-            {"name": "Package", "run": f"assemble package runtime --format {DEFAULT_FORMAT} --out-dir dist"},
-            {"uses": "actions/upload-artifact@v4",
-             "with": {"name": "runtime-${{ matrix.name }}", "path": "dist/", "if-no-files-found": "error"}},
-        ],
-    }
-    jobs["release"] = {
-        "needs": ["runtimes"],
-        "if": "startsWith(github.ref, 'refs/tags/')",
-        "runs-on": runners.label("default"),
-        "permissions": {"contents": "write"},
-        "steps": [
-            {"uses": "actions/download-artifact@v4", "with": {"pattern": "runtime-*", "path": "jobs"}},
-            {"name": f"One folder, one {SUMS}, checked",
+def _toolchain(e: Entry, runner: Runner | None) -> list[dict]:
+    """What the job's recipe needs on a GitHub-hosted image; on any other runner, `doctor` alone judges."""
+    if runner is None or runner.codename is None or not e.needs.vulkan_sdk or e.needs.container_engine:
+        return []
+    from builder.toolchain.rules import VULKAN_TESTED
+    return [{"name": f"Vulkan SDK {VULKAN_TESTED} (LunarG, {runner.codename}): headers, glslc, SPIRV-Headers",
+             "env": {"VULKAN_SDK_VERSION": VULKAN_TESTED, "UBUNTU_CODENAME": runner.codename,
+                     "LUNARG_KEY": LUNARG_KEY},
              "run": "\n".join([
-                 "mkdir release",
-                 f"for d in jobs/*/; do (cd \"$d\" && sha256sum -c {SUMS}) && cat \"$d/{SUMS}\" >> all-sums; "
-                 f"find \"$d\" -type f ! -name {SUMS} -exec mv -t release {{}} +; done",
-                 f"sort -k2 all-sums > release/{SUMS}",
-                 f"(cd release && sha256sum -c {SUMS})",
-             ])},
-            {"name": "GitHub release: archives, SBOMs, provenance, SHA256SUMS",
-             "env": {"GH_TOKEN": "${{ github.token }}"},
-             "run": 'gh release create "${{ github.ref_name }}" release/* --title "${{ github.ref_name }}" '
-                    '--notes "Runtimes built by assemble; verify with: sha256sum -c SHA256SUMS"'},
+                 'wget -qO- "$LUNARG_KEY" | sudo tee /etc/apt/trusted.gpg.d/lunarg.asc > /dev/null',
+                 'list="lunarg-vulkan-${VULKAN_SDK_VERSION}-${UBUNTU_CODENAME}.list"',
+                 'sudo wget -qO "/etc/apt/sources.list.d/$list" '
+                 '"https://packages.lunarg.com/vulkan/${VULKAN_SDK_VERSION}/$list"',
+                 "sudo apt-get update -y",
+                 "sudo apt-get install -y --no-install-recommends vulkan-sdk",
+             ])}]
+
+
+def _floor(e: Entry, runner: Runner | None, runs_on) -> str:
+    labels = runs_on if isinstance(runs_on, str) else ", ".join(runs_on)
+    if runner is not None and runner.glibc:
+        return f"glibc floor {runner.glibc}: its runtimes are built on {labels} (glibc {runner.glibc})"
+    return f"glibc floor: {runner.note if runner else 'the runner map chose ' + labels + ': its'} glibc"
+
+
+def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict:
+    unit = e.unit is not None
+    out = "unit-out" if unit else "runtime"
+    line, args_env = _build_line(e, out)
+    runner = runners.runner(e)
+    runs_on = runners.runs_on(e)
+    steps = [_checkout(), *_install(pin), *_toolchain(e, runner),
+             {"name": "Check this runner (the rules build enforces)",
+              "run": 'echo "needs: $NEEDS"\nassemble doctor --recipe "$BUILD_RECIPE"'}]
+    # each unit folder lands in ./<artifact>/, the folder the job's --unit-from names
+    steps += [{"name": f"Unit folder {a}", "uses": uses("download-artifact"), "with": {"name": a, "path": a}}
+              for a in e.unit_folders]
+    # The compile cache is the remote one (config.remotecache) when the secret is set, and none when it
+    # is not: GitHub's actions/cache is not used, because a release built on a tag would restore
+    # objects that any workflow of the default branch can write (cache poisoning, signed and shipped).
+    steps.append({"name": "Build", "env": {remotecache.ENV: "${{ secrets.%s }}" % CACHE_SECRET}, "run": line})
+    if unit:
+        steps.append({"uses": uses("upload-artifact"),
+                      "with": {"name": e.artifact, "path": f"{out}/", "if-no-files-found": "error"}})
+    else:
+        steps += [{"name": "Package", "run": f'assemble package "{out}" --format {DEFAULT_FORMAT} --out-dir dist'},
+                  {"uses": uses("upload-artifact"),
+                   "with": {"name": f"runtime-{e.name}", "path": "dist/", "if-no-files-found": "error"}}]
+    return Commented(_floor(e, runner, runs_on), {
+        "name": f"{'unit' if unit else 'runtime'} {e.name}",
+        **({"needs": [f"unit-{n.replace('.', '_')}" for n in e.after]} if e.after else {}),
+        "runs-on": runs_on,
+        "timeout-minutes": TIMEOUT_BUILD,
+        "permissions": Commented("read the repository, nothing else", {"contents": "read"}),
+        "env": {"BUILD_NAME": e.name, "NEEDS": e.needs.summary, **args_env},
+        "steps": steps,
+    })
+
+
+def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
+    merge = "\n".join([
+        "mkdir release",
+        f'for d in jobs/*/; do (cd "$d" && sha256sum -c {SUMS}) && cat "$d/{SUMS}" >> all-sums; '
+        f'find "$d" -type f ! -name {SUMS} -exec mv -t release {{}} +; done',
+        f"sort -k2 all-sums > release/{SUMS}",
+        f"(cd release && sha256sum -c {SUMS})",
+    ])
+    publish = "\n".join([
+        # a runtime job that failed leaves the others' release as a draft, for a person to judge
+        "draft=()",
+        'if [ "$ALL_BUILT" != "true" ]; then draft=(--draft); echo "some runtime failed: a draft release"; fi',
+        'gh release create "$TAG" release/* --repo "$GH_REPO" --title "$TAG" "${draft[@]}" '
+        f'--notes "Runtimes built by assemble; verify with: sha256sum -c {SUMS} and gh attestation verify"',
+    ])
+    return {
+        "name": "release",
+        "needs": runtime_jobs,
+        # the runtimes that were built are released even when another failed
+        "if": "${{ !cancelled() && startsWith(github.ref, 'refs/tags/') }}",
+        "runs-on": runners.label("default"),
+        "timeout-minutes": TIMEOUT_RELEASE,
+        "permissions": Commented("contents: the release; id-token and attestations: the signed build provenance",
+                                 {"contents": "write", "id-token": "write", "attestations": "write"}),
+        "steps": [
+            _checkout(),                  # gh reads the repository; --repo says it as well
+            {"uses": uses("download-artifact"), "with": {"pattern": "runtime-*", "path": "jobs"}},
+            {"name": f"One folder, one {SUMS}, checked", "run": merge},
+            {"name": "Attest each file (GitHub build provenance)", "uses": uses("attest-build-provenance"),
+             "with": {"subject-path": "release/*"}},
+            {"name": f"GitHub release: archives, SBOMs, provenance, {SUMS}",
+             "env": {"GH_TOKEN": "${{ github.token }}", "GH_REPO": "${{ github.repository }}",
+                     "TAG": "${{ github.ref_name }}",
+                     "ALL_BUILT": "${{ !contains(needs.*.result, 'failure') "
+                                  "&& !contains(needs.*.result, 'cancelled') }}"},
+             "run": publish},
         ],
     }
+
+
+def workflow(entries: list[Entry], runners: RunnerMap, pin: Pinning, name: str = "release") -> dict:
+    jobs: dict = {}
+    for e in [e for e in entries if e.unit is not None] + [e for e in entries if e.unit is None]:
+        in_repository(e)
+        if job_id(e) in jobs:
+            raise AssembleError(f"two jobs would be called {job_id(e)!r}", where=e.recipe,
+                                fix="rename one recipe ('.' and '_' read the same in a job id)")
+        jobs[job_id(e)] = _build_job(e, runners, pin)
+    jobs["release"] = _release_job([job_id(e) for e in entries if e.unit is None], runners)
     return {"name": name, "on": {"push": {"tags": ["v*", "b*"]}, "workflow_dispatch": {}},
-            "permissions": {"contents": "read"}, "jobs": jobs}
+            "permissions": {},
+            # one release per ref at a time; a second push of the same tag waits rather than races
+            "concurrency": {"group": "assemble-release-${{ github.ref }}", "cancel-in-progress": False},
+            "jobs": jobs}
 
 
 # --- YAML, written by hand -------------------------------------------------------------------
@@ -189,6 +339,8 @@ def to_yaml(doc: dict, header: str = "") -> str:
 
 
 def _scalar(v) -> str:
+    if isinstance(v, Pinned):
+        return f"{json.dumps(str(v))}  # {v.tag}"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -211,6 +363,8 @@ def _key(k: str) -> str:
 
 def _block(v, indent: int, out: list[str]) -> None:
     pad = "  " * indent
+    if isinstance(v, Commented):
+        out.append(f"{pad}# {v.comment}")
     if isinstance(v, dict):
         for k, x in v.items():
             if isinstance(x, str) and "\n" in x.rstrip("\n") and not x.endswith("\n\n") and not x[:1].isspace():

@@ -51,14 +51,14 @@ FLAG_FAMILY_SPECIFIC = 0x200000  # "f"
 _CONTAINER = struct.Struct("<IHHQ")
 # kind, version, header size, padded payload size, arch (0x1c), flags (0x28): the first 48 bytes
 _ENTRY = struct.Struct("<HHIQ12xI8xQ")
-_SASS_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
-_PTX_RE = re.compile(r"^compute_(\d{2,3})([af]?)$")
+_SASS_RE = re.compile(r"sm_(\d{2,3})([af]?)")
+_PTX_RE = re.compile(r"compute_(\d{2,3})([af]?)")
 _PAD_CHUNK = 4096
 
 
 def _key(name: str) -> tuple[int, str]:
     """sm_86 < sm_90 < sm_90a < sm_100f < sm_120: numeric, then plain, "a", "f"."""
-    m = _SASS_RE.match(name) or _PTX_RE.match(name)
+    m = _SASS_RE.fullmatch(name) or _PTX_RE.fullmatch(name)
     assert m is not None
     return int(m.group(1)), m.group(2)
 
@@ -68,7 +68,7 @@ def _normalised(names, pattern: re.Pattern, what: str) -> tuple[str, ...]:
             or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{what} must be a list of names")
     for n in names:
-        if not pattern.match(n):
+        if not pattern.fullmatch(n):
             example = "sm_86 or sm_120a" if what == "sass" else "compute_75 or compute_120f"
             raise ValueError(f"{what}: {n!r} is not a name like {example}")
     return tuple(sorted(set(names), key=_key))

@@ -48,8 +48,8 @@ class GpuRuntimes:
     notes: tuple[str, ...] = field(default_factory=tuple)   # what could not be told, said once here
 
 
-_CUDART = re.compile(r"^libcudart\.so\.(\d+)\.(\d+)(?:\.\d+)*$")
-_HIP = re.compile(r"^libamdhip64\.so\.(\d+)\.(\d+)(?:\.\d+)*$")
+_CUDART = re.compile(r"libcudart\.so\.(\d+)\.(\d+)(?:\.\d+)*")
+_HIP = re.compile(r"libamdhip64\.so\.(\d+)\.(\d+)(?:\.\d+)*")
 
 
 def _major_minor(text: str | None) -> str | None:
@@ -59,7 +59,7 @@ def _major_minor(text: str | None) -> str | None:
 
 def _carried(names: Iterable[str], pattern: re.Pattern) -> str | None:
     for name in names:
-        if m := pattern.match(name):
+        if m := pattern.fullmatch(name):
             return f"{m.group(1)}.{m.group(2)}"
     return None
 

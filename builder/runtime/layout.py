@@ -37,8 +37,8 @@ def is_ggml_loader(name: str) -> bool:
     return name == GGML_LOADER or name.startswith(GGML_LOADER + ".")
 
 # ggml backend modules: libggml-<backend>[-<variant>].so, loaded by ggml at run time.
-MODULE_RE = re.compile(r"^libggml-(cpu|cuda|hip|vulkan|musa|sycl|opencl|rpc|blas|metal|cann|webgpu|zdnn|hexagon)"
-                       r"(-[A-Za-z0-9_]+)?\.so$")
+MODULE_RE = re.compile(r"libggml-(cpu|cuda|hip|vulkan|musa|sycl|opencl|rpc|blas|metal|cann|webgpu|zdnn|hexagon)"
+                       r"(-[A-Za-z0-9_]+)?\.so")
 
 
 def runtime_dir_name(recipe: str) -> str:
@@ -64,7 +64,7 @@ def archive_stem(label: str, sha: str | None, arch: str, build: str | None = Non
 
 def module_backend(filename: str) -> str | None:
     """"libggml-cpu-haswell.so" -> "cpu"; None for anything that is not a backend module."""
-    m = MODULE_RE.match(filename)
+    m = MODULE_RE.fullmatch(filename)
     return m.group(1) if m else None
 
 

@@ -619,7 +619,7 @@ def _provenance(r: _Reader, d: dict) -> Provenance:
 def _recipe_name(r: _Reader, rec: dict) -> str:
     """Archive and folder names are made from it: only the recipe grammar, never a path."""
     name = r.get(rec, "name", "recipe", str)
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise r.fail("recipe.name", f"{name!r} is not a recipe name")
     return name
 

@@ -29,7 +29,7 @@ from builder.paths import builtin_data
 from builder.source.gitobjects import GitRepo
 
 REGISTRY = builtin_data("features.toml")
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 KINDS = ("contains", "regex", "cmake_option")
 
 
@@ -145,7 +145,7 @@ def parse_registry(path: Path, text: str | None = None) -> dict[str, Feature]:
             raise _fail(path, key, "a feature has exactly name, description and detect",
                         "remove other keys")
         name = raw.get("name")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
+        if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
             raise _fail(path, f"{key}.name", f"invalid feature name {name!r}", "use lower-case words and '-'")
         if name in features:
             raise _fail(path, f"{key}.name", f"feature '{name}' is defined twice", "keep one definition")

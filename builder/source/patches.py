@@ -143,7 +143,7 @@ def load_patch(meta: Path) -> Patch:
         raise _fail(meta, "applies", exc.what, exc.fix or "use names from builder/data/features.toml") from None
     shas = _strings(meta, "applies.shas", applies.get("shas", []))
     for sha in shas:
-        if not SHA_RE.match(sha):
+        if not SHA_RE.fullmatch(sha):
             raise _fail(meta, "applies.shas", f"{sha!r} is not a full 40-hex sha", "list full commit shas")
     if "backend_dl" in when and not isinstance(when["backend_dl"], bool):
         raise _fail(meta, "when.backend_dl", "expected true or false", "write backend_dl = true")

@@ -296,7 +296,7 @@ def write_recipe_pin(path: Path, sha: str, build: str | None) -> bool:
         raise AssembleError("the recipe has no [pin] table", where=str(path), fix="add [pin] with sha and features")
     wanted = {"sha": sha, "build": build}
     for key, value in wanted.items():
-        at = next((i for i in range(header + 1, end) if _key_line(key).match(lines[i].rstrip("\r\n"))), None)
+        at = next((i for i in range(header + 1, end) if _key_line(key).fullmatch(lines[i].rstrip("\r\n"))), None)
         if at is None:
             if value is not None:
                 lines.insert(header + 1 + (key == "build"), f'{key} = "{value}"\n')
@@ -306,7 +306,7 @@ def write_recipe_pin(path: Path, sha: str, build: str | None) -> bool:
             del lines[at]
             end -= 1
             continue
-        m = _key_line(key).match(lines[at].rstrip("\r\n"))
+        m = _key_line(key).fullmatch(lines[at].rstrip("\r\n"))
         newline = lines[at][len(lines[at].rstrip("\r\n")):]
         lines[at] = f"{m.group(1)}{m.group(2)}{value}{m.group(2)}{m.group(4)}{newline}"
     new = "".join(lines)
@@ -318,7 +318,7 @@ def write_recipe_pin(path: Path, sha: str, build: str | None) -> bool:
 
 
 def _key_line(key: str) -> re.Pattern:
-    return re.compile(rf'^(\s*{key}\s*=\s*)(["\'])([^"\']*)\2(.*)$')
+    return re.compile(rf'(\s*{key}\s*=\s*)(["\'])([^"\']*)\2(.*)')
 
 
 def write_lock(recipe: Recipe, result: PinResult) -> Path:

@@ -62,8 +62,9 @@ def available() -> list[str]:
 
 
 def containerfile(name: str) -> Path:
+    from builder.config.recipe import CONTAINER_RE          # the one grammar of a container name
     path = data_dir("containers") / f"{name}{SUFFIX}"
-    if not path.is_file():
+    if not CONTAINER_RE.fullmatch(name) or not path.is_file():
         raise AssembleError(f"unknown container {name!r}", where=str(path.parent),
                             fix=f"use one of: {', '.join(available()) or '(none shipped)'}")
     return path

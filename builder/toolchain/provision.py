@@ -49,9 +49,9 @@ ATTEMPTS = 3            # resumes within one call before giving up (the next cal
 CHUNK = 1 << 20
 STREAM_CHUNK = 64 << 10   # a dropped connection loses at most this much
 
-_VERSION_RE = re.compile(r"^\d+\.\d+\.\d+$")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_VERSION_RE = re.compile(r"\d+\.\d+\.\d+")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+_FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
 @dataclass(frozen=True)
@@ -178,10 +178,10 @@ def select_archives(manifest: dict, components: tuple[str, ...] | None, plat: st
 def _archive(comp: str, version: str, entry: dict, where: str) -> Archive:
     rel, sha, size = entry.get("relative_path"), entry.get("sha256"), entry.get("size")
     if (not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/") or "\\" in rel
-            or not _FILE_RE.match(rel.rsplit("/", 1)[-1]) or not rel.endswith((".tar.xz", ".tar.gz"))):
+            or not _FILE_RE.fullmatch(rel.rsplit("/", 1)[-1]) or not rel.endswith((".tar.xz", ".tar.gz"))):
         raise BuildFailed(f"{comp}: unusable relative_path {rel!r} in the manifest", where=where,
                           fix="the manifest is damaged or not NVIDIA's; check --base-url")
-    if not isinstance(sha, str) or not _SHA256_RE.match(sha):
+    if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
         raise BuildFailed(f"{comp}: the manifest gives no valid sha256", where=where,
                           fix="the manifest is damaged or not NVIDIA's; check --base-url")
     try:
@@ -369,7 +369,7 @@ def _locked(root: Path):
 def ensure_cuda(version: str, components: tuple[str, ...] | None = None, *, url: str | None = None,
                 plat: str | None = None) -> ProvisionedToolkit:
     """A CUDA toolkit root in the cache with (at least) these components; a no-op when it is there."""
-    if not _VERSION_RE.match(version):
+    if not _VERSION_RE.fullmatch(version):
         raise AssembleError(f"{version!r} is not a CUDA release", where="assemble toolchain cuda",
                             fix="name the full release, e.g. 12.8.1")
     plat = plat or host_platform()

