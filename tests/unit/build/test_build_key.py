@@ -5,7 +5,7 @@ ccache: hard links or copies at two prefixes, as two virtual environments hold t
 the real detection code. The same tools at other paths plan the same command lines, key and build
 folder; another version or another binary does not. A small real CMake project is then built from
 one install and again from the other, through plan_unit and run_unit as `assemble build` runs a host
-unit: the second build runs nothing (tests/integration/test_build_key.py does the same with real
+unit: the second build runs nothing (tests/integration/test_second_venv.py does the same with real
 pip-installed virtual environments, and with the cpu recipe)."""
 
 from __future__ import annotations
