@@ -107,20 +107,18 @@ CMAKE_IDENTITY = "cmake-identity.cmake"   # builder/data: prints CMAKE_VERSION, 
 
 
 def cmake(timeout: float = PROBE_TIMEOUT, path: str | None = None) -> Tool | None:
-    tool = find_tool("cmake", timeout=timeout, path=path)
-    return None if tool is None else cmake_identified(tool, timeout)
-
-
-def cmake_identified(tool: Tool, timeout: float = PROBE_TIMEOUT) -> Tool:
-    """A cmake asked which binary really runs and where its modules are: PyPI's bin/cmake is a Python
+    """cmake, asked which binary really runs and where its modules are: PyPI's bin/cmake is a Python
     script that starts site-packages/cmake/data/bin/cmake, whose own path is what a build tree
-    records (CMAKE_COMMAND). Without that answer, the plain tool (not identified)."""
-    said = ask_cmake(tool.path, timeout)
+    records (CMAKE_COMMAND). One probe (it says its version too); without an answer, the plain tool
+    (its --version, not identified)."""
+    path = path or _which_prefer_env("cmake")
+    if not path:
+        return None
+    said = ask_cmake(path, timeout)
     if said is None:
-        return tool
+        return find_tool("cmake", timeout=timeout, path=path)
     version, binary, root = said
-    return identified(dataclasses.replace(tool, version=_first_version(version) or tool.version, binary=binary,
-                                          data=root))
+    return identified(Tool("cmake", path, _first_version(version) or "unknown", binary=binary, data=root))
 
 
 def ask_cmake(path: str, timeout: float = PROBE_TIMEOUT) -> tuple[str, str, str] | None:
