@@ -25,6 +25,7 @@ HEAVY_FIXTURES = {
     "sid_chroot",                                           # integration/test_rocm_chroot.py: debootstrap
     "spm_model",                                            # integration/test_e2e_cpu.py
     "upstream_build", "archives",                           # integration/test_repair.py
+    "tool_venvs", "twin_venv",                              # integration/test_second_venv.py: pip installs
 }
 
 

@@ -5,6 +5,11 @@ elsewhere) and writes nothing, so `assemble show` prints exactly what `build` ru
 A unit's defines say *what* to build (builder.config.options resolved them); its tool defines
 say *where the tools are*: this host's paths, or the image's when the unit builds in a
 container. Both command lines are rendered from that, never parsed back.
+
+On the host, cmake, ninja and the compiler cache run from their copies in the cache, named by
+name, version and digest (builder.toolchain.toolstore), and the build key names what each tool
+is, never the folder it was installed in: a second virtual environment with the same versions
+plans the same command lines, the same key and the same build folder, so its build is a no-op.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from builder.config.options import CONTAINER, BuildConfig, UnitConfig
 from builder.config.remotecache import RemoteCache
 from builder.paths import cache_dir
 from builder.proc import command_line
+from builder.toolchain import toolstore
 from builder.toolchain.detect import Toolchain
+from builder.toolchain.toolstore import StoredTool
 
 # Where the build images keep their tools (containers/cuda12.8-build.Containerfile).
 IMAGE_CUDA_ROOT = "/usr/local/cuda"
@@ -48,6 +55,7 @@ class UnitPlan:
     environment: BuildEnv = BuildEnv((), (), ())  # what CMake and the compilers see of ours (host units)
     launcher: str | None = None                 # "ccache" | "sccache" | None: what fronts the compilers
     remote_cache: RemoteCache | None = None     # the shared store (not in the key: it changes no output)
+    stored: tuple[StoredTool, ...] = ()         # the tool copies the command lines run (made before the build)
 
     @property
     def configure(self) -> tuple[str, ...]:
@@ -75,7 +83,8 @@ class UnitPlan:
 def tool_defines(unit: UnitConfig, tc: Toolchain) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
     """(defines, environment) that point CMake at the toolchain: the host's paths, or the image's."""
     image = unit.where.kind == CONTAINER
-    defines: list[tuple[str, str]] = [("CMAKE_MAKE_PROGRAM", IMAGE_TOOLS["ninja"] if image else _path(tc.ninja, "ninja"))]
+    defines: list[tuple[str, str]] = [("CMAKE_MAKE_PROGRAM", IMAGE_TOOLS["ninja"] if image else
+                                       toolstore.runs_as(tc.ninja, "ninja"))]
     if not image:   # named, never left to CC/CXX in the environment (the build runs without them)
         defines += [("CMAKE_C_COMPILER", _path(tc.cc, "cc")), ("CMAKE_CXX_COMPILER", _path(tc.cxx, "c++"))]
     env: list[tuple[str, str]] = []
@@ -92,7 +101,7 @@ def tool_defines(unit: UnitConfig, tc: Toolchain) -> tuple[tuple[tuple[str, str]
             defines.append(("CMAKE_HIP_FLAGS", " ".join(rocm.hip_flags())))
         env += [("ROCM_PATH", root), ("HIP_PATH", root)]
     launcher = IMAGE_TOOLS["launcher"] if image and tc.launcher_choice != "none" else (
-        tc.launcher.path if tc.launcher else None)
+        toolstore.runs_as(tc.launcher, "launcher") if tc.launcher and not image else None)
     if launcher:
         langs = ("C", "CXX") + (("CUDA",) if "cuda" in unit.backends else ()) + (("HIP",) if "hip" in unit.backends else ())
         defines += [(f"CMAKE_{lang}_COMPILER_LAUNCHER", launcher) for lang in langs]
@@ -113,24 +122,28 @@ def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: 
     merged = dict(unit.cmake_defines())
     merged.update(tools)                 # a toolchain path never loses to a recipe define of the same name
     defines = tuple(merged.items())
-    record = tc.record()
-    # Beside a prepared tree (<cache>/trees/<id>/src) the build folder is <id>/build/<name>: the
-    # same relative path to the sources for every tree variant, so ccache hits across them.
+    image = unit.where.kind == CONTAINER
+    cmake = IMAGE_TOOLS["cmake"] if image else toolstore.runs_as(tc.cmake, "cmake")
+    stored = () if image else tuple(s for s in map(toolstore.stored, (tc.cmake, tc.ninja, tc.launcher)) if s)
+    # The key names what the tools are (versions, digests, the compilers' targets) and the paths the
+    # command lines run (the store's copies: a function of what they are; the compilers; a tool that
+    # could not be copied, where it was found). The manifest's toolchain record says where they came from.
     key = hashlib.sha256(json.dumps({"recipe": config.recipe.name, "unit": unit.name, "sha": sha, "tree": tree,
                                      "source": str(source_dir),  # two checkouts at one sha: two build folders
-                                     "where": unit.where.label() if unit.where.kind == CONTAINER else "host",
-                                     "defines": defines, "env": env, "tools": record,
+                                     "where": unit.where.label() if image else "host",
+                                     "defines": defines, "cmake": cmake, "env": env, "tools": tc.identity(),
                                      "environment": environment.keyed},
                                     sort_keys=True).encode()).hexdigest()[:12]
+    # Beside a prepared tree (<cache>/trees/<id>/src) the build folder is <id>/build/<name>: the
+    # same relative path to the sources for every tree variant, so ccache hits across them.
     name = f"{config.recipe.name}-{unit.name}-{(sha or 'local')[:12]}-{key}"
     trees = cache_dir() / "trees"
     beside = source_dir.name == "src" and source_dir.parent.parent == trees
     build_dir = (source_dir.parent / "build" / name) if beside else (cache_dir() / "build" / name)
-    cmake = IMAGE_TOOLS["cmake"] if unit.where.kind == CONTAINER else _path(tc.cmake, "cmake")
     return UnitPlan(recipe=config.recipe.name, unit=unit, sha=sha, source_dir=source_dir, build_dir=build_dir,
                     defines=defines, targets=tuple(config.targets), jobs=int(config.jobs.value), cmake=cmake,
-                    env=env, toolchain=record, key=key, tree=tree, environment=environment,
-                    launcher=launcher_name(unit, tc), remote_cache=config.remote_cache.value)
+                    env=env, toolchain=tc.record(), key=key, tree=tree, environment=environment,
+                    launcher=launcher_name(unit, tc), remote_cache=config.remote_cache.value, stored=stored)
 
 
 def launcher_name(unit: UnitConfig, tc: Toolchain) -> str | None:

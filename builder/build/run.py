@@ -24,7 +24,7 @@ from builder.config import remotecache
 from builder.errors import AssembleError, BuildFailed
 from builder.paths import cache_dir
 from builder.proc import command_line, run_logged
-from builder.toolchain import container
+from builder.toolchain import container, toolstore
 from builder.toolchain.container import Engine
 
 BUILT_STAMP = "assemble-built.json"    # a finished build: what it was built from, and what it left in bin/
@@ -174,6 +174,8 @@ def _run_in_container(plan: UnitPlan, engine: Engine) -> None:
 
 def _run_here(plan: UnitPlan) -> cachestats.CacheStats | None:
     """Configure and build on this host; sccache's counters when it fronted the compilers."""
+    for tool in plan.stored:     # the copies of cmake, ninja and the launcher the command lines name
+        toolstore.ensure(tool)
     env = plan.environment.mapping({"NINJA_STATUS": "[%f/%t] ", **dict(plan.env)})
     # relative paths under the cache: hits across build folders, and across machines whose HOME differs
     for k, v in remotecache.launcher_env(plan.remote_cache, plan.launcher or "", cache_dir()).items():
@@ -226,10 +228,13 @@ def _record_cache_stats(plan: UnitPlan, stats: cachestats.CacheStats | None) -> 
 
 
 def _tool_stats(tools: dict) -> dict:
-    """Size and mtime of every tool binary the plan names: an upgraded compiler is a changed toolchain
-    even when its --version line is not."""
+    """Size and mtime of every tool file the plan names: an upgraded toolkit is a changed toolchain even
+    when its --version line is not. Tools with a digest are left out: the key names their content
+    already, and where they were found (another virtual environment) changes nothing."""
     out = {}
     for name, tool in sorted(tools.items()):
+        if isinstance(tool, dict) and tool.get("sha256"):
+            continue
         values = tool.values() if isinstance(tool, dict) else [tool]
         for v in values:
             if isinstance(v, str) and v.startswith("/") and os.path.isfile(v):
@@ -249,7 +254,7 @@ def _outputs(build_dir: Path) -> dict:
 
 
 def _fingerprint(plan: UnitPlan) -> dict:
-    # plan.key already hashes recipe, unit, sha, patches, defines (flags, launcher) and tool versions.
+    # plan.key already hashes recipe, unit, sha, patches, defines (flags, launcher) and tool identities.
     return {"key": plan.key, "targets": list(plan.targets), "configure": list(plan.configure),
             "tools": _tool_stats(plan.toolchain)}
 

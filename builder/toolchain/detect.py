@@ -8,6 +8,7 @@ builder.toolchain.rules, for `build` and `doctor` alike.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from builder.config.targets import CudaArch, gfx_tokens
 from builder.config.versions import version_tuple  # noqa: F401 (read from here by the toolchain's users)
-from builder.paths import scratch
+from builder.digest import sha256_file
+from builder.paths import builtin_data, scratch
 from builder.proc import PROBE_TIMEOUT, probe, run_probe
 
 
@@ -42,11 +44,23 @@ def _first_version(text: str | None, pattern: str = r"(\d+\.\d+(?:\.\d+)?)") -> 
 @dataclass(frozen=True)
 class Tool:
     name: str
-    path: str
+    path: str                    # where it was found (the manifest records it; the build key never does)
     version: str
+    sha256: str = ""             # of the file that really runs (a pip wrapper script resolved); "" unknown
+    binary: str = ""             # that file: links resolved (cmake: its CMAKE_COMMAND)
+    data: str = ""               # cmake: its CMAKE_ROOT (the modules that go with the binary)
+    machine: str = ""            # a compiler's target (-dumpmachine)
 
     def as_dict(self) -> dict:
-        return {"path": self.path, "version": self.version}
+        out = {"path": self.path, "version": self.version}
+        out.update({k: v for k, v in (("sha256", self.sha256), ("machine", self.machine)) if v})
+        return out
+
+    def identity(self) -> dict:
+        """What the tool is, never where: its version, its target and its content digest (the path
+        only when no digest could be taken). Part of the build key (builder.build.plan)."""
+        out = {"version": self.version, **({"sha256": self.sha256} if self.sha256 else {"path": self.path})}
+        return {**out, "machine": self.machine} if self.machine else out
 
 
 def _which_prefer_env(name: str) -> str | None:
@@ -57,12 +71,31 @@ def _which_prefer_env(name: str) -> str | None:
     return shutil.which(name)
 
 
-def find_tool(name: str, version_args: tuple[str, ...] = ("--version",), timeout: float = PROBE_TIMEOUT) -> Tool | None:
-    path = _which_prefer_env(name)
+def find_tool(name: str, version_args: tuple[str, ...] = ("--version",), timeout: float = PROBE_TIMEOUT,
+              path: str | None = None) -> Tool | None:
+    """`name` where this Python's environment or PATH has it (or at `path`), with its version."""
+    path = path or _which_prefer_env(name)
     if not path:
         return None
     version = _first_version(run_probe([path, *version_args], timeout))
     return Tool(name, path, version or "unknown")
+
+
+def identified(tool: Tool | None) -> Tool | None:
+    """`tool` with the file that really runs (links resolved) and its sha256: a build tool's identity."""
+    if tool is None or tool.sha256:
+        return tool
+    binary = os.path.realpath(tool.binary or tool.path)
+    try:
+        digest = sha256_file(binary)
+    except OSError:
+        return tool
+    return dataclasses.replace(tool, binary=binary, sha256=digest)
+
+
+def build_tool(name: str, timeout: float = PROBE_TIMEOUT, path: str | None = None) -> Tool | None:
+    """ninja, ccache, sccache: found as find_tool finds them, and identified by content."""
+    return identified(find_tool(name, timeout=timeout, path=path))
 
 
 def python() -> Tool:
@@ -70,12 +103,33 @@ def python() -> Tool:
     return Tool("python", sys.executable, f"{v.major}.{v.minor}.{v.micro}")
 
 
-def cmake() -> Tool | None:
-    return find_tool("cmake")
+CMAKE_IDENTITY = "cmake-identity.cmake"   # builder/data: prints CMAKE_VERSION, CMAKE_COMMAND, CMAKE_ROOT
+
+
+def cmake(timeout: float = PROBE_TIMEOUT, path: str | None = None) -> Tool | None:
+    """cmake, asked which binary really runs and where its modules are: PyPI's bin/cmake is a Python
+    script that starts site-packages/cmake/data/bin/cmake, whose own path is what a build tree
+    records (CMAKE_COMMAND). One probe (it says its version too); without an answer, the plain tool
+    (its --version, not identified)."""
+    path = path or _which_prefer_env("cmake")
+    if not path:
+        return None
+    said = ask_cmake(path, timeout)
+    if said is None:
+        return find_tool("cmake", timeout=timeout, path=path)
+    version, binary, root = said
+    return identified(Tool("cmake", path, _first_version(version) or "unknown", binary=binary, data=root))
+
+
+def ask_cmake(path: str, timeout: float = PROBE_TIMEOUT) -> tuple[str, str, str] | None:
+    """(CMAKE_VERSION, CMAKE_COMMAND, CMAKE_ROOT) as the cmake at `path` tells them; None: no answer."""
+    said = run_probe([path, "-P", str(builtin_data(CMAKE_IDENTITY))], timeout) or ""
+    m = re.search(r"^assemble-cmake\|([^|\n]*)\|([^|\n]+)\|([^|\n]+)$", said, re.M)
+    return (m.group(1), m.group(2), m.group(3)) if m else None
 
 
 def ninja() -> Tool | None:
-    return find_tool("ninja")
+    return build_tool("ninja")
 
 
 def patchelf() -> Tool | None:
@@ -89,7 +143,8 @@ def compiler(name: str, timeout: float = PROBE_TIMEOUT) -> Tool | None:
         return None
     text = run_probe([path, "--version"], timeout)
     first = (text or "").splitlines()[0] if text else ""
-    return Tool(Path(name).name, path, first.strip() or "unknown")
+    machine = (run_probe([path, "-dumpmachine"], timeout) or "").strip()
+    return identified(Tool(Path(name).name, path, first.strip() or "unknown", machine=machine))
 
 
 # --- host ------------------------------------------------------------------
@@ -721,7 +776,20 @@ class Toolchain:
         if self.vulkan is not None:
             out["vulkan"] = self.vulkan.as_dict()
         if self.launcher is not None:
-            out["launcher"] = self.launcher.path
+            out["launcher"] = {"name": self.launcher.name, **self.launcher.as_dict()}
+        return out
+
+    def identity(self) -> dict:
+        """What the build key names of the toolchain: versions, targets and digests of the build tools,
+        never the folder they were installed in (a second virtual environment with the same versions
+        builds in the same folder); the GPU toolkits as recorded (their paths are in the link lines)."""
+        out = {k: v for k, v in self.record().items() if k not in ("cmake", "ninja", "cc", "cxx", "launcher")}
+        for key in ("cmake", "ninja", "cc", "cxx"):
+            tool = getattr(self, key)
+            if tool is not None:
+                out[key] = tool.identity()
+        if self.launcher is not None:
+            out["launcher"] = {"name": self.launcher.name, **self.launcher.identity()}
         return out
 
 
@@ -730,7 +798,7 @@ def launcher(choice: str, timeout: float = PROBE_TIMEOUT) -> Tool | None:
     if choice == "none":
         return None
     for name in ("ccache", "sccache") if choice == "auto" else (choice,):
-        tool = find_tool(name, timeout=timeout)
+        tool = build_tool(name, timeout=timeout)
         if tool:
             return tool
     return None
@@ -742,7 +810,7 @@ def host_toolchain(backends: set[str], *, cc: str = "cc", cxx: str = "c++", laun
     """This host's toolchain for units with these backends: every probe at once, each bounded,
     and only those the backends need (a CPU build never asks nvcc). glslc=False: leave out the
     shader compiler's feature probes (they write shaders to a scratch folder; a plan needs none)."""
-    calls = {"cmake": lambda: find_tool("cmake", timeout=timeout), "ninja": lambda: find_tool("ninja", timeout=timeout),
+    calls = {"cmake": lambda: cmake(timeout), "ninja": lambda: build_tool("ninja", timeout),
              "cc": lambda: compiler(cc, timeout), "cxx": lambda: compiler(cxx, timeout),
              "launcher": lambda: launcher(launcher_choice, timeout),
              "patchelf": lambda: find_tool("patchelf", timeout=timeout),

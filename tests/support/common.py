@@ -27,12 +27,12 @@ TEST_CACHE = Path(os.environ.get("ASSEMBLE_TEST_CACHE", Path.home() / ".cache" /
 
 
 def assemble(*args: str, cwd: Path | None = None, env: dict | None = None, check: bool = False,
-             timeout: float = 3600) -> subprocess.CompletedProcess:
-    """Run the real CLI in a subprocess, as a user would."""
+             timeout: float = 3600, python: Path | str | None = None) -> subprocess.CompletedProcess:
+    """Run the real CLI in a subprocess, as a user would (from another environment's `python`)."""
     full_env = dict(os.environ)
     full_env.setdefault("ASSEMBLE_CACHE", str(TEST_CACHE / "cache"))
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-m", "builder", *args], cwd=cwd or REPO, env=full_env,
+    proc = subprocess.run([str(python or sys.executable), "-m", "builder", *args], cwd=cwd or REPO, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"assemble {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
