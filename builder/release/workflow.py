@@ -22,6 +22,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder import interpreter
 from builder.config import remotecache
 from builder.errors import AssembleError
 from builder.release.matrix import Entry, in_repository
@@ -53,7 +54,8 @@ RUNNERS: dict[str, Runner] = {
 }
 DEFAULT_RUNNERS = {k: r.labels for k, r in RUNNERS.items()}
 CACHE_SECRET = "ASSEMBLE_REMOTE_CACHE"       # the shared compile cache's URL (it may hold a password): a secret
-PYTHON = "3.11"
+# the runner's Python: the oldest assemble supports (pyproject.toml, via builder.interpreter)
+PYTHON = ".".join(str(p) for p in interpreter.floor()[:2])
 
 
 @dataclass(frozen=True)
