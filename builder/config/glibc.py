@@ -8,7 +8,8 @@ that builds (a fixed 2.35 default on a 2.39 host) would fail every build there, 
 "nothing" would let a release's archive say nothing about where it runs. Files linked elsewhere
 have no such host: a repaired runtime's inputs, a container unit's (the CUDA 12.8 image is Ubuntu
 24.04, glibc 2.39, on a Debian 12 host) or another machine's unit: then nothing is promised unless
-the recipe states it, and verify reports what the files need. The release workflow's recipes state RELEASE_FLOOR and build where it holds.
+the recipe states it, and verify reports what the files need. The generated release workflow builds
+on ubuntu-22.04 (glibc 2.35, RELEASE_FLOOR), so its runtimes promise 2.35 as their build host's.
 """
 
 from __future__ import annotations
