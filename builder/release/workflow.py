@@ -18,17 +18,23 @@ every string quoted the JSON way, which YAML reads as the same string.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder import interpreter
 from builder.config import remotecache
+from builder.config.glibc import RELEASE_FLOOR
 from builder.errors import AssembleError
 from builder.release.matrix import Entry, in_repository
 from builder.release.package import DEFAULT_FORMAT, SUMS
 
 KINDS = ("cuda", "rocm", "container", "vulkan", "default")
+# A runner label: what GitHub's hosted images and self-hosted labels use (ubuntu-22.04, gpu_amd, x64).
+# The label is written into the YAML (runs-on, and the glibc-floor comment), so nothing else may pass.
+LABEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+LABEL_FORM = "letters, digits, '.', '_' and '-', starting with a letter or digit"
 
 
 @dataclass(frozen=True)
@@ -44,8 +50,8 @@ class Runner:
 # recipe (as upstream builds its x64 releases): a runtime needs at least the glibc it was linked
 # against, and ubuntu-latest (24.04, glibc 2.39) would shut out 22.04, Debian 12 and RHEL 9.
 RUNNERS: dict[str, Runner] = {
-    "default": Runner("ubuntu-22.04", "2.35", "jammy"),
-    "vulkan": Runner("ubuntu-22.04", "2.35", "jammy"),   # + LunarG's SDK for jammy (22.04's headers are too old)
+    "default": Runner("ubuntu-22.04", RELEASE_FLOOR, "jammy"),
+    "vulkan": Runner("ubuntu-22.04", RELEASE_FLOOR, "jammy"),   # + LunarG's SDK for jammy (22.04's headers are too old)
     # docker is there; the toolkit, and so the glibc the runtime is linked against, is the image's
     "container": Runner("ubuntu-22.04", None, "jammy", note="the build image's (containers/<name>.Containerfile)"),
     # GPU toolkits are not on GitHub's hosted runners: self-hosted labels by convention
@@ -145,14 +151,19 @@ def load_runners(path: Path | None, entries: list[Entry]) -> RunnerMap:
         if key not in KINDS and key not in names:
             raise AssembleError(f"runner map key {key!r} is neither a job of this matrix nor a kind", where=source,
                                 fix=f"use a job name ({', '.join(sorted(names))}) or one of {', '.join(KINDS)}")
-        if isinstance(value, str) and value.strip():
+        if isinstance(value, str) and _label(value):
             labels[key] = value
-        elif isinstance(value, list) and value and all(isinstance(v, str) and v.strip() for v in value):
+        elif isinstance(value, list) and value and all(isinstance(v, str) and _label(v) for v in value):
             labels[key] = tuple(value)
         else:
-            raise AssembleError(f"runner map {key!r}: {value!r} is not a runner label or a list of labels",
-                                where=source, fix=f'write {key} = "ubuntu-24.04" or {key} = ["self-hosted", "gpu"]')
+            raise AssembleError(f"runner map {key!r}: {value!r} is not a runner label or a list of labels "
+                                f"(a label is {LABEL_FORM})", where=source,
+                                fix=f'write {key} = "ubuntu-24.04" or {key} = ["self-hosted", "gpu"]')
     return RunnerMap(labels, source)
+
+
+def _label(v: str) -> bool:
+    return LABEL_RE.fullmatch(v) is not None
 
 
 def _toml(path: Path) -> dict:
@@ -277,12 +288,24 @@ def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict:
 
 
 def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
+    # GitHub runs it under `bash -eo pipefail`, where a failing command left of `&&` or inside a loop
+    # does not stop the script: every check exits itself, and a file no SHA256SUMS lists is refused
+    # (else a file changed or added after its job summed it would be attested and published).
     merge = "\n".join([
+        "set -euo pipefail",
         "mkdir release",
-        f'for d in jobs/*/; do (cd "$d" && sha256sum -c {SUMS}) && cat "$d/{SUMS}" >> all-sums; '
-        f'find "$d" -type f ! -name {SUMS} -exec mv -t release {{}} +; done',
+        ": > all-sums",
+        'for d in jobs/*/; do',
+        f'  (cd "$d" && sha256sum -c --strict {SUMS}) || {{ echo "::error::$d fails its {SUMS}"; exit 1; }}',
+        f'  cat "$d/{SUMS}" >> all-sums',
+        f'  find "$d" -type f ! -name {SUMS} -exec mv -t release {{}} +',
+        "done",
         f"sort -k2 all-sums > release/{SUMS}",
-        f"(cd release && sha256sum -c {SUMS})",
+        f"(cd release && sha256sum -c --strict {SUMS})",
+        # a line is "<64 hex><space><space or *><name>": the name starts at column 67
+        f"unlisted=$(cd release && comm -23 <(find . -type f ! -name {SUMS} -printf '%P\\n' | sort) "
+        f"<(cut -c67- {SUMS} | sort))",
+        f'if [ -n "$unlisted" ]; then echo "::error::files no {SUMS} lists: $unlisted"; exit 1; fi',
     ])
     publish = "\n".join([
         # a runtime job that failed leaves the others' release as a draft, for a person to judge
@@ -334,15 +357,34 @@ def workflow(entries: list[Entry], runners: RunnerMap, pin: Pinning, name: str =
 
 # --- YAML, written by hand -------------------------------------------------------------------
 
+# A comment or a plain line holding one of these would end early and let the rest be read as YAML
+# (a newline in a runner label once became a job key). Quoted scalars would escape them, but nothing
+# the workflow carries should hold one: refusing it finds the input that let one through.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x85\u2028\u2029]")
+_CONTROL_OR_NEWLINE = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+
+
+def _plain(text: str, what: str, newlines: bool = False) -> str:
+    """text, when it holds no control character (a literal block may hold newlines and tabs)."""
+    if (_CONTROL if newlines else _CONTROL_OR_NEWLINE).search(text):
+        raise AssembleError(f"a {what} of the workflow holds a control character: {text!r}",
+                            where="the generated workflow",
+                            fix="remove it from the input that carried it (a recipe, the runner map, an option)")
+    return text
+
+
 def to_yaml(doc: dict, header: str = "") -> str:
-    lines = [f"# {ln}" if ln else "#" for ln in header.splitlines()]
+    # split at "\n" alone: splitlines() would also split at \x0b or \u2028, hiding them from the guard
+    lines = [f"# {_plain(ln, 'comment')}" if ln else "#" for ln in header.rstrip("\n").split("\n") if header]
     _block(doc, 0, lines)
     return "\n".join(lines) + "\n"
 
 
 def _scalar(v) -> str:
+    if isinstance(v, str):
+        _plain(v, "scalar")
     if isinstance(v, Pinned):
-        return f"{json.dumps(str(v))}  # {v.tag}"
+        return f"{json.dumps(str(v))}  # {_plain(v.tag, 'comment')}"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
@@ -366,11 +408,13 @@ def _key(k: str) -> str:
 def _block(v, indent: int, out: list[str]) -> None:
     pad = "  " * indent
     if isinstance(v, Commented):
-        out.append(f"{pad}# {v.comment}")
+        out.append(f"{pad}# {_plain(v.comment, 'comment')}")
     if isinstance(v, dict):
         for k, x in v.items():
+            _plain(k, "key")
             if isinstance(x, str) and "\n" in x.rstrip("\n") and not x.endswith("\n\n") and not x[:1].isspace():
                 # a literal block: "|" keeps one final newline, "|-" none
+                _plain(x, "literal block", newlines=True)
                 out.append(f"{pad}{_key(k)}: {'|' if x.endswith(chr(10)) else '|-'}")
                 out.extend(f"{pad}  {ln}" if ln else "" for ln in x.rstrip("\n").split("\n"))
             elif isinstance(x, (dict, list)) and x:

@@ -22,6 +22,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
+from builder.config.glibc import SYMBOL_PREFIX
 from builder.digest import sha256_file
 from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
 from builder.errors import AssembleError, BuildFailed
@@ -331,11 +332,11 @@ def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), rec
     _check_collisions(own_plans, vendor, data)
 
     all_infos = [i for i in infos.values() if i is not None] + [n.info for n in libraries]
-    glibc = max_version(f"GLIBC_{v}" for i in all_infos if (v := i.max_version("GLIBC_")))
+    glibc = max_version(f"{SYMBOL_PREFIX}{v}" for i in all_infos if (v := i.max_version(SYMBOL_PREFIX)))
     glibcxx = max_version(f"GLIBCXX_{v}" for i in all_infos if (v := i.max_version("GLIBCXX_")))
     return BundlePlan(own=tuple(own_plans), vendor=vendor, data=data,
                       system=tuple(sorted(walk.system.values(), key=lambda s: s.soname)),
-                      glibc_min=glibc.removeprefix("GLIBC_") if glibc else None,
+                      glibc_min=glibc.removeprefix(SYMBOL_PREFIX) if glibc else None,
                       glibcxx_min=glibcxx.removeprefix("GLIBCXX_") if glibcxx else None,
                       warnings=tuple(walk.warnings + data_warnings))
 

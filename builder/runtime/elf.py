@@ -35,6 +35,7 @@ from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
 from elftools.elf.elffile import ELFFile
 
+from builder.config.glibc import SYMBOL_PREFIX
 from builder.errors import FAILED, AssembleError
 
 ELF_MAGIC = b"\x7fELF"
@@ -118,7 +119,7 @@ class VersionNeed:
     file: str             # the file that needs it (the first by name when several do)
 
 
-def highest_need(files: Iterable[tuple[str, ElfInfo]], prefix: str = "GLIBC_") -> VersionNeed | None:
+def highest_need(files: Iterable[tuple[str, ElfInfo]], prefix: str = SYMBOL_PREFIX) -> VersionNeed | None:
     """Across (name, ElfInfo) pairs: which version of `prefix` is the newest any of them needs, and who."""
     best: VersionNeed | None = None
     for name, info in sorted(files, key=lambda f: f[0]):
@@ -128,7 +129,7 @@ def highest_need(files: Iterable[tuple[str, ElfInfo]], prefix: str = "GLIBC_") -
     return best
 
 
-def folder_need(root: Path, folders: Sequence[str] = ("bin", "lib"), prefix: str = "GLIBC_") -> VersionNeed | None:
+def folder_need(root: Path, folders: Sequence[str] = ("bin", "lib"), prefix: str = SYMBOL_PREFIX) -> VersionNeed | None:
     """highest_need over the ELF files directly in root's `folders` (symlinks are their targets' names)."""
     found = []
     for folder in folders:

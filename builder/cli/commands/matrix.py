@@ -43,7 +43,8 @@ def register(sub, common) -> None:
     p.add_argument("--assemble-ref", metavar="SHA",
                    help="the commit of assemble every --emit job installs (default: this checkout's HEAD)")
     p.add_argument("--assemble-repo", metavar="URL",
-                   help="the git repository that commit is in (default: the repository the workflow runs in)")
+                   help="the git repository that commit is in (default: the repository the workflow runs in, "
+                        "allowed only when emitting from assemble's own checkout)")
     p.add_argument("--stage", choices=("all", "units", "runtimes"), default="all",
                    help="units: only the --only-unit jobs of split recipes (run them first); runtimes: every "
                         "other job (default: all)")
@@ -57,6 +58,11 @@ def run(args) -> int:
     recipes = [load_recipe(r) for r in args.recipe] or None
     targets = GfxTarget.parse_list(args.hip_targets, "--hip-targets") if args.hip_targets is not None else ()
     items = entries(recipes, targets)
+    if args.emit and (args.format is not None or args.stage != "all"):
+        given = f"--format {args.format}" if args.format is not None else f"--stage {args.stage}"
+        raise AssembleError(f"--emit github-actions writes the whole workflow, so {given} has nothing to shape",
+                            where="matrix", fix=f"drop {given} (--emit prints every stage), or drop --emit "
+                                                "for the matrix list")
     if args.emit:
         runners = workflow.load_runners(args.runners, items)
         pin, dirty = pinning(args.assemble_ref, args.assemble_repo)
@@ -77,18 +83,37 @@ def run(args) -> int:
 
 
 def pinning(ref: str | None, repo: str | None) -> tuple[workflow.Pinning, bool]:
-    """The assemble the workflow installs: --assemble-ref, else the commit this checkout is at."""
+    """The assemble the workflow installs: --assemble-ref, else the commit this checkout is at; from
+    --assemble-repo, else the repository the workflow runs in, which holds that commit only when it is
+    assemble's own (the workflow is emitted from this checkout)."""
     if repo is not None and not URL_RE.fullmatch(repo):
         raise AssembleError(f"{repo!r} is not a git URL", where="--assemble-repo",
                             fix="pass the https URL of the repository holding that commit")
-    if ref is not None:
-        if not SHA_RE.fullmatch(ref):
-            raise AssembleError(f"{ref!r} is not a full 40-hex commit", where="--assemble-ref",
-                                fix="pin a commit (git rev-parse HEAD): a tag or branch can move")
-        return workflow.Pinning(ref, repo), False
+    if ref is not None and not SHA_RE.fullmatch(ref):
+        raise AssembleError(f"{ref!r} is not a full 40-hex commit", where="--assemble-ref",
+                            fix="pin a commit (git rev-parse HEAD): a tag or branch can move")
+    dirty = False
+    if ref is None:
+        ref, dirty = _checkout_head()
+    if repo is None and _git_top(Path.cwd()) != _git_top(CHECKOUT):
+        raise AssembleError(f"the workflow would install assemble {ref} from the repository it runs in, "
+                            "and this folder's repository is not assemble's own checkout", where="--assemble-repo",
+                            fix=f"pass --assemble-repo URL, the repository that holds {ref} (or --assemble-ref "
+                                "SHA, the commit of a published assemble's tag, with its --assemble-repo URL)")
+    return workflow.Pinning(ref, repo), dirty
+
+
+def _checkout_head() -> tuple[str, bool]:
+    """The commit this assemble's checkout is at, and whether it has uncommitted changes."""
     head = run_tool(["git", "-C", str(CHECKOUT), "rev-parse", "HEAD"]) if (CHECKOUT / ".git").exists() else None
     if head is None or head.returncode != 0 or not SHA_RE.fullmatch(head.stdout.strip()):
         raise AssembleError("this assemble is not a git checkout, so there is no commit to pin the workflow to",
                             where=str(CHECKOUT), fix="pass --assemble-ref SHA (and --assemble-repo URL)")
     status = run_tool(["git", "-C", str(CHECKOUT), "status", "--porcelain", "--untracked-files=no"])
-    return workflow.Pinning(head.stdout.strip(), repo), bool(status.stdout.strip())
+    return head.stdout.strip(), bool(status.stdout.strip())
+
+
+def _git_top(folder: Path) -> Path | None:
+    """The top folder of the git work tree `folder` is in (None: in none)."""
+    top = run_tool(["git", "-C", str(folder), "rev-parse", "--show-toplevel"])
+    return Path(top.stdout.strip()).resolve() if top.returncode == 0 and top.stdout.strip() else None

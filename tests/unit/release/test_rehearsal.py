@@ -25,7 +25,8 @@ HEAD = rehearsal.head()
 
 
 def _doc(tmp_path, *args: str) -> dict:
-    proc = assemble("matrix", "--emit", "github-actions", *args, cwd=tmp_path)
+    proc = assemble("matrix", "--emit", "github-actions", "--assemble-repo", "https://github.com/example-org/assemble.git",
+                    *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     return yaml.safe_load(proc.stdout)
 
@@ -69,7 +70,7 @@ def test_release_job_from_tag_to_a_recorded_release(tmp_path):
     assert check.returncode == 0 and check.stdout.count(": OK") == 3, check.stdout
 
 
-def test_a_failed_runtime_leaves_a_draft_and_a_bad_sum_stops_the_release(tmp_path):
+def test_a_failed_runtime_leaves_a_draft(tmp_path):
     doc = _doc(tmp_path, "--recipe", "cpu", "--recipe", "vulkan")
     r = rehearsal.Rehearsal(tmp_path / "draft", HEAD, results={"runtime-cpu": "success", "runtime-vulkan": "failure"})
     _runtime_artifact(r, "cpu", {"runtime-cpu.tar.zst": b"cpu archive"})
@@ -77,13 +78,33 @@ def test_a_failed_runtime_leaves_a_draft_and_a_bad_sum_stops_the_release(tmp_pat
     (call,) = r.gh_calls()
     assert "--draft" in call["argv"] and call["files"] == sorted(["runtime-cpu.tar.zst", SUMS])
 
-    r = rehearsal.Rehearsal(tmp_path / "tampered", HEAD, results={"runtime-cpu": "success"})
+
+def _tamper_changed(folder):
+    (folder / "runtime-vulkan.tar.zst").write_bytes(b"changed after its job wrote SHA256SUMS")
+
+
+def _tamper_added(folder):
+    (folder / "runtime-vulkan.extra").write_bytes(b"a file its job's SHA256SUMS does not list")
+
+
+def _tamper_hidden(folder):
+    (folder / ".hidden").write_bytes(b"unlisted, and release/* would not show it to a person either")
+
+
+@pytest.mark.parametrize("tamper", [_tamper_changed, _tamper_added, _tamper_hidden], ids=lambda f: f.__name__)
+def test_a_tampered_artifact_stops_the_release_before_attest_and_gh(tmp_path, tamper):
+    """One job's artifact tampered beside a good one: GitHub's `bash -eo pipefail` does not stop at a
+    failing check left of `&&` in a loop, so the step must stop itself, before attest and before gh."""
+    doc = _doc(tmp_path, "--recipe", "cpu", "--recipe", "vulkan")
+    r = rehearsal.Rehearsal(tmp_path / "tampered", HEAD,
+                            results={"runtime-cpu": "success", "runtime-vulkan": "success"})
     _runtime_artifact(r, "cpu", {"runtime-cpu.tar.zst": b"cpu archive"})
-    (r.artifacts / "runtime-cpu" / "runtime-cpu.tar.zst").write_bytes(b"changed on the way")
-    doc = _doc(tmp_path, "--recipe", "cpu")
-    with pytest.raises(rehearsal.StepFailed, match="One folder"):
+    _runtime_artifact(r, "vulkan", {"runtime-vulkan.tar.zst": b"vulkan archive"})
+    tamper(r.artifacts / "runtime-vulkan")
+    with pytest.raises(rehearsal.StepFailed, match="One folder") as failed:
         r.job("release", doc["jobs"]["release"])
-    assert r.gh_calls() == [] and r.results["release"] == "failure"
+    assert "::error::" in str(failed.value)
+    assert r.gh_calls() == [] and r.attested == [] and r.results["release"] == "failure"
 
 
 def test_the_old_release_job_fails_as_it_did_on_github(tmp_path):

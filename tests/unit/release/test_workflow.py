@@ -20,6 +20,7 @@ import yaml
 
 import pytest
 
+from builder.config import glibc
 from builder.config.recipe import all_recipes
 from builder.errors import AssembleError
 from builder.release import matrix, workflow
@@ -29,6 +30,8 @@ from tests.support.linters import schema, zizmor
 
 HEAD = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 SHIPPED = [r.name for r in all_recipes()]
+# tmp_path is not assemble's checkout, so the workflow is told where the pinned commit lives
+ASSEMBLE_REPO = ("--assemble-repo", "https://github.com/example-org/assemble.git")
 
 
 def _emit(tmp_path, runners: str | None = None, *args: str) -> tuple[str, dict]:
@@ -36,7 +39,8 @@ def _emit(tmp_path, runners: str | None = None, *args: str) -> tuple[str, dict]:
     if runners is not None:
         (tmp_path / "runners.toml").write_text(runners)
         extra = ["--runners", str(tmp_path / "runners.toml")]
-    proc = assemble("matrix", "--emit", "github-actions", *extra, *args, cwd=tmp_path)
+    repo = () if "--assemble-repo" in args else ASSEMBLE_REPO
+    proc = assemble("matrix", "--emit", "github-actions", *extra, *repo, *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout, yaml.safe_load(proc.stdout)
 
@@ -188,13 +192,38 @@ def test_pinned_assemble_options(tmp_path):
         assert proc.stdout == ""
 
 
+def test_default_assemble_repo_only_from_assembles_own_checkout(tmp_path):
+    """The default --assemble-repo is the repository the workflow runs in, and the default ref is this
+    checkout's HEAD: the two agree only when the workflow is emitted from assemble's own checkout."""
+    proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    install = yaml.safe_load(proc.stdout)["jobs"]["runtime-cpu"]["steps"][2]
+    assert install["env"] == {"ASSEMBLE_REPO": "${{ github.server_url }}/${{ github.repository }}",
+                              "ASSEMBLE_REF": HEAD}
+    # and from a folder inside it
+    assert assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", cwd=REPO / "builder").returncode == 0
+    # a user's own repository (the documented flow), and a folder in no repository: refused, with the fix
+    own = tmp_path / "own"
+    subprocess.run(["git", "init", "-q", str(own)], check=True)
+    for cwd in (own, tmp_path):
+        proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", cwd=cwd)
+        one_error_line(proc, 2, ["--assemble-repo", "not assemble's own checkout", HEAD, "--assemble-ref"])
+        assert proc.stdout == ""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", "--assemble-ref", sha, cwd=own)
+    one_error_line(proc, 2, ["--assemble-repo", sha])
+    _, doc = _emit(own, None, "--recipe", "cpu")
+    assert doc["jobs"]["runtime-cpu"]["steps"][2]["env"]["ASSEMBLE_REPO"] == ASSEMBLE_REPO[1]
+
+
 def test_recipe_by_path_is_named_by_its_repository_path(tmp_path):
     repo = tmp_path / "repo"
     (repo / "recipes").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / "recipes" / "mine.toml").write_text((REPO / "recipes" / "cpu.toml").read_text()
                                                 .replace('name = "cpu"', 'name = "mine"'))
-    proc = assemble("matrix", "--emit", "github-actions", "--recipe", str(repo / "recipes" / "mine.toml"), cwd=repo)
+    proc = assemble("matrix", "--emit", "github-actions", "--recipe", str(repo / "recipes" / "mine.toml"),
+                    *ASSEMBLE_REPO, cwd=repo)
     assert proc.returncode == 0, proc.stderr
     job = yaml.safe_load(proc.stdout)["jobs"]["runtime-mine"]
     assert job["env"]["BUILD_RECIPE"] == "recipes/mine.toml"
@@ -202,19 +231,24 @@ def test_recipe_by_path_is_named_by_its_repository_path(tmp_path):
     assert json.loads(proc.stdout)[0]["args"] == "--recipe recipes/mine.toml"
     outside = tmp_path / "elsewhere.toml"
     outside.write_text((repo / "recipes" / "mine.toml").read_text())
-    proc = assemble("matrix", "--emit", "github-actions", "--recipe", str(outside), cwd=repo)
+    proc = assemble("matrix", "--emit", "github-actions", "--recipe", str(outside), *ASSEMBLE_REPO, cwd=repo)
     one_error_line(proc, 2, ["outside this git repository", "copy elsewhere.toml into the repository"])
     assert proc.stdout == ""
 
 
 def test_json_flag_and_formats(tmp_path):
-    proc = assemble("matrix", "--json", "--emit", "github-actions", "--recipe", "cpu", cwd=tmp_path)
+    proc = assemble("matrix", "--json", "--emit", "github-actions", "--recipe", "cpu", *ASSEMBLE_REPO, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     _, doc = _emit(tmp_path, None, "--recipe", "cpu")
     assert json.loads(proc.stdout) == doc
     proc = assemble("matrix", "--json", "--recipe", "cpu", cwd=tmp_path)
     assert json.loads(proc.stdout)[0]["name"] == "cpu"
     one_error_line(assemble("matrix", "--json", "--format", "github", cwd=tmp_path), 2, ["--json", "--format github"])
+    # --emit writes every stage in its own form: a --format or --stage beside it is refused, not ignored
+    for extra in (["--format", "json"], ["--format", "github"], ["--stage", "units"], ["--stage", "runtimes"]):
+        proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", *ASSEMBLE_REPO, *extra, cwd=tmp_path)
+        one_error_line(proc, 2, ["--emit github-actions", " ".join(extra), "drop"])
+        assert proc.stdout == ""
 
 
 def test_runner_map_from_pyproject_and_refusals(tmp_path):
@@ -225,6 +259,12 @@ def test_runner_map_from_pyproject_and_refusals(tmp_path):
     assert "# glibc floor: the runner map chose my-linux: its glibc" in text     # not claimed: unknown
     for bad, words in (('[runners]\nrocm-gfx9999 = "x"\n', "neither a job of this matrix nor a kind"),
                        ('[runners]\ncuda = 3\n', "is not a runner label"),
+                       # a newline would have written YAML keys into the job (through the floor comment)
+                       ('[runners]\ndefault = "x\\n    services: {}"\n', "a label is letters, digits"),
+                       ('[runners]\ncuda = ["self-hosted", "gpu\\u2028x"]\n', "a label is letters, digits"),
+                       ('[runners]\ncuda = ["self-hosted", "gpu nvidia"]\n', "is not a runner label"),
+                       ('[runners]\ncuda = ["-gpu"]\n', "is not a runner label"),
+                       ('[runners]\ndefault = " "\n', "is not a runner label"),
                        ('[runners\n', "cannot read the runner map")):
         (tmp_path / "bad.toml").write_text(bad)
         proc = assemble("matrix", "--emit", "github-actions", "--runners", str(tmp_path / "bad.toml"), cwd=tmp_path)
@@ -242,6 +282,28 @@ def test_runner_map_fifo_is_refused_without_blocking(tmp_path):
     one_error_line(proc, 2, ["not a regular file", str(fifo)])
     proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", "--runners", str(tmp_path), cwd=tmp_path)
     one_error_line(proc, 2, ["not a regular file"])
+
+
+def test_runner_table_labels_and_floor_come_from_their_homes():
+    for runner in workflow.RUNNERS.values():
+        labels = (runner.labels,) if isinstance(runner.labels, str) else runner.labels
+        assert all(workflow.LABEL_RE.fullmatch(label) for label in labels), runner
+    assert workflow.RUNNERS["default"].glibc == workflow.RUNNERS["vulkan"].glibc == glibc.RELEASE_FLOOR
+
+
+def test_yaml_writer_refuses_control_characters():
+    """The writer's own guard: a comment or scalar holding a control character is refused (a newline in
+    a comment would end it, and what follows would be read as YAML)."""
+    injected = "x\n    services: {}"
+    for doc in ({"jobs": workflow.Commented(f"glibc floor: {injected}", {"a": 1})},
+                {"runs-on": [injected]}, {"runs-on": "two\n\n"}, {"runs-on": ["self-hosted", "a\rb"]}, {"k": "tab\there"},
+                {"k": "nul\x00"}, {"k\n": "v"}, {"run": "echo a\necho b\x1b[31m"},
+                {"run": "echo a\u2028b: c\necho d"}):
+        with pytest.raises(AssembleError, match="control character"):
+            workflow.to_yaml(doc)
+    with pytest.raises(AssembleError, match="control character"):
+        workflow.to_yaml({}, header="ok\x0bnot ok")
+    assert yaml.safe_load(workflow.to_yaml({"run": "echo a\n\techo b\n"})) == {"run": "echo a\n\techo b\n"}
 
 
 def test_yaml_writer_round_trips():
