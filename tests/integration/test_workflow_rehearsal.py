@@ -18,11 +18,13 @@ import zstandard
 
 from builder.release.package import SUMS
 from tests.support import rehearsal
-from tests.support.common import TEST_CACHE, assemble
+from tests.support.common import REPO, TEST_CACHE, assemble
 
 
 def test_cpu_release_rehearsed_from_tag_to_release(tmp_path, cpu_runtime):
-    proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", cwd=tmp_path)
+    # emitted from assemble's own checkout, the repository the rehearsal's checkout clones: the default
+    # --assemble-repo (the repository the workflow runs in) holds the pinned commit
+    proc = assemble("matrix", "--emit", "github-actions", "--recipe", "cpu", cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     doc = yaml.safe_load(proc.stdout)
     r = rehearsal.Rehearsal(tmp_path / "rehearsal", rehearsal.head(), cache=TEST_CACHE / "cache")
