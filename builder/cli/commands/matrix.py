@@ -26,7 +26,11 @@ def register(sub, common) -> None:
                        epilog="examples:\n  assemble matrix\n"
                        "  echo \"matrix=$(assemble matrix --format github)\" >> \"$GITHUB_OUTPUT\"\n"
                        "  assemble matrix --recipe rocm --hip-targets gfx1100,gfx1030,gfx942\n"
-                       "  assemble matrix --emit github-actions > .github/workflows/release.yml",
+                       "  assemble matrix --emit github-actions > .github/workflows/release.yml   "
+                       "# inside assemble's own checkout\n"
+                       "  assemble matrix --emit github-actions --recipe recipes/mine.toml \\\n"
+                       "      --assemble-repo https://github.com/OWNER/assemble.git --assemble-ref SHA "
+                       "> .github/workflows/release.yml",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="github: one line {\"include\": [...]} for a job matrix; json: a readable list (default)")

@@ -25,8 +25,9 @@ HEAD = rehearsal.head()
 
 
 def _doc(tmp_path, *args: str) -> dict:
-    proc = assemble("matrix", "--emit", "github-actions", "--assemble-repo", "https://github.com/example-org/assemble.git",
-                    *args, cwd=tmp_path)
+    # tmp_path is not assemble's checkout: the workflow is told where the pinned commit lives
+    repo = ("--assemble-repo", "https://github.com/example-org/assemble.git")
+    proc = assemble("matrix", "--emit", "github-actions", *repo, *args, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     return yaml.safe_load(proc.stdout)
 

@@ -296,7 +296,8 @@ def test_yaml_writer_refuses_control_characters():
     a comment would end it, and what follows would be read as YAML)."""
     injected = "x\n    services: {}"
     for doc in ({"jobs": workflow.Commented(f"glibc floor: {injected}", {"a": 1})},
-                {"runs-on": [injected]}, {"runs-on": "two\n\n"}, {"runs-on": ["self-hosted", "a\rb"]}, {"k": "tab\there"},
+                {"runs-on": [injected]}, {"runs-on": "two\n\n"}, {"runs-on": ["self-hosted", "a\rb"]},
+                {"k": "tab\there"},
                 {"k": "nul\x00"}, {"k\n": "v"}, {"run": "echo a\necho b\x1b[31m"},
                 {"run": "echo a\u2028b: c\necho d"}):
         with pytest.raises(AssembleError, match="control character"):
