@@ -239,11 +239,6 @@ def _parse_sums(text: str) -> dict[str, str]:
     return {m.group(2): m.group(1) for m in map(SUMS_LINE.fullmatch, text.splitlines()) if m}
 
 
-def read_sums(path: Path) -> dict[str, str]:
-    """name -> sha256 from a SHA256SUMS file (sha256sum's format)."""
-    return _parse_sums(_sums_text(path) or "")
-
-
 class _Temps:
     """The temporary files of one packaging run in the destination folder: each recorded in the
     cache before it is made, made with O_EXCL under a name of its own, and removed unless renamed

@@ -104,7 +104,7 @@ def test_checksum_file_verifies_and_catches_a_change(tmp_path):
     result = package.package(rt, dist, "tar.gz")
     other = make_runtime(tmp_path / "other", name="vulkan")
     package.package(other, dist, "tar.zst")
-    sums = package.read_sums(dist / package.SUMS)
+    sums = attested.load_sums(dist / package.SUMS)
     stem = f"runtime-vulkan-{SHA[:12]}-linux-x86_64"
     assert set(sums) == {result.archive.name, result.sbom.name, result.provenance.name, f"{stem}.tar.zst",
                          f"{stem}.cdx.json", f"{stem}.intoto.json"}
