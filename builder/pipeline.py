@@ -135,7 +135,6 @@ def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan], toolchains: 
             ui.warn(f"unit {plan.unit.name}: cmake {cmake.version} ({cmake.path}) writes libllama's unity sources "
                     "with absolute paths, so they miss the remote cache on machines with another HOME or checkout; "
                     f"CMake {RELOCATABLE_UNITY_CMAKE} shares them (pip install 'cmake>=4')")
-        where = f"unit {plan.unit.name} ({config.remote_cache.origin})"
         if plan.in_container:
             if cacherelay.relayable(cache):
                 ui.info(f"unit {plan.unit.name} reaches the remote cache from its networkless container through "
@@ -144,15 +143,32 @@ def _check_remote_cache(config: BuildConfig, plans: list[UnitPlan], toolchains: 
                 ui.warn(f"unit {plan.unit.name} builds in container {plan.unit.where.image} without network, and "
                         f"only a Redis cache is relayed into it: it uses its local ccache, not {cache}")
             continue
-        remotecache.check(cache, plan.launcher or "", where)
+        if refusal := _cache_refusal(config, plan):
+            raise refusal
     ui.info(f"remote compile cache: {cache} ({config.remote_cache.origin})")
+
+
+def _cache_refusal(config: BuildConfig, plan: UnitPlan) -> AssembleError | None:
+    """What build raises (remotecache.check) when the launcher of a unit compiled on this host cannot
+    use the remote cache; None when it can, or none is set, or the unit builds in a container (it
+    reaches the cache through a relay, or uses its local ccache)."""
+    cache = config.remote_cache.value
+    if cache is None or plan.in_container:
+        return None
+    assert isinstance(cache, remotecache.RemoteCache)
+    try:
+        remotecache.check(cache, plan.launcher or "", f"unit {plan.unit.name} ({config.remote_cache.origin})")
+    except AssembleError as e:
+        return e
+    return None
 
 
 @dataclass(frozen=True)
 class UnitPreview:
     """One unit as `show` tells it: the plan, and the refusal `build` would raise on this host."""
     plan: UnitPlan
-    refusal: rules.Finding | None       # the first REFUSE finding of the same rules build enforces
+    refusal: rules.Finding | None       # the first REFUSE finding of the same rules build enforces,
+                                        # else build's refusal of the remote cache
 
 
 def preview(config: BuildConfig) -> tuple[UnitPreview, ...]:
@@ -176,7 +192,11 @@ def preview(config: BuildConfig) -> tuple[UnitPreview, ...]:
     for u in units:
         ctx = rules.context(config, u, toolchains[u.name], blackwell_patch, host, cached)
         refusal = next((f for f in rules.evaluate(ctx) if f.level == rules.REFUSE), None)
-        out.append(UnitPreview(plan_unit(config, u, toolchains[u.name], src, sha, tree_id), refusal))
+        plan = plan_unit(config, u, toolchains[u.name], src, sha, tree_id)
+        if refusal is None and (cache_error := _cache_refusal(config, plan)):   # build's next check, in its words
+            refusal = rules.Finding("remote-cache", rules.REFUSE, str(config.remote_cache.value),
+                                    means=cache_error.what, fix=cache_error.fix or "")
+        out.append(UnitPreview(plan, refusal))
     return tuple(out)
 
 

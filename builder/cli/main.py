@@ -68,9 +68,34 @@ _DISTRIBUTIONS = {"elftools": "pyelftools", "requests": "requests", "zstandard":
                   "packageurl": "packageurl-python"}
 
 
+def _misplaced_option(p: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """A command's option written before the command (`assemble --recipe cpu build`): argparse would
+    call the option's value an invalid command; say where the option goes instead."""
+    own = {s for a in p._actions for s in a.option_strings}
+    for i, word in enumerate(argv):
+        if word in own or (word[:1] == "-" and word[1:].isalpha() and all(f"-{c}" in own for c in word[1:])):
+            continue                                  # its own flag, or short ones together (-qv)
+        if not word.startswith("-") or word in ("-", "--"):
+            return None
+        option = word.split("=", 1)[0]
+        command = next((w for w in argv[i:] if w in COMMANDS), None)
+        if command is None:                           # no command at all: argparse's own words
+            return None
+        rest = [w for w in argv[i:] if w != command]
+        example = " ".join(["assemble", *argv[:i], command, *rest])
+        before = ", ".join(min(a.option_strings, key=len) for a in p._actions
+                           if a.option_strings and not isinstance(a, argparse._HelpAction))
+        return f"error: {option} belongs after the command, not before it -- fix: write `{example}` (only {before} go before it)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
         p = parser()
+        if misplaced := _misplaced_option(p, argv):
+            print(misplaced, file=sys.stderr)
+            return 2
         args = p.parse_args(argv)
     except ModuleNotFoundError as exc:   # the command modules import lazily, but a broken install shows here
         ui.error(_missing_dependency(exc))

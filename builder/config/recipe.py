@@ -35,6 +35,8 @@ URL_RE = re.compile(r"(?!-)[^\x00-\x1f\x7f]+")       # a git URL or a local repo
 PYPI_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+!_-]*")
 PATH_RE = re.compile(r"[^\x00-\x1f\x7f]+")                              # a folder: no control characters
+# a folder inside an archive: relative, no `..`, no spaces (sdist subdir)
+SUBDIR_RE = re.compile(r"(?!\.\.(?:/|$))[A-Za-z0-9_.+-]+(?:/(?!\.\.(?:/|$))[A-Za-z0-9_.+-]+)*/?")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")                      # free text keeps tabs and newlines
 _FREE_TEXT = {"description", "multi_arch_risk"}                          # and the stated reasons (tables of text)
 
@@ -232,7 +234,7 @@ def _mirror(c: _Checker, raw: object, key: str, pin_sha: str) -> Mirror:
     if kind == "sdist" and not SHA256_RE.fullmatch(raw["sha256"]):
         raise c.fail(f"{key}.sha256", "not a 64-hex sha256", "copy the archive's sha256 from PyPI")
     for field_, pattern, what in (("url", URL_RE, "a git URL"), ("package", PYPI_NAME_RE, "a PyPI project name"),
-                                  ("version", VERSION_RE, "a version"), ("subdir", PATH_RE, "a folder"),
+                                  ("version", VERSION_RE, "a version"), ("subdir", SUBDIR_RE, "a relative folder without '..'"),
                                   ("path", PATH_RE, "a folder")):
         if raw.get(field_) is not None:
             c.grammar(raw[field_], f"{key}.{field_}", pattern, what, f"write {field_} as {what}, on one line")
@@ -381,16 +383,21 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
 
 def _licence_texts(c: _Checker, value: dict, path: Path) -> tuple[tuple[str, str], ...]:
     """[bundle.licenses] "libfoo.so.*" = "LICENSE.foo": the licence text of a carried library no package
-    names (a path relative to the recipe's folder, or absolute); it must exist when the recipe is read."""
+    names, a path inside the recipe's own folder; it must exist when the recipe is read. The text is copied
+    verbatim into a public release, so a shared recipe must not reach out of its folder (an ssh key, ~/.netrc)."""
     out = []
+    home = Path(path).parent.resolve()
     for glob, text in value.items():
         where = f"bundle.licenses.{glob}"
         if not isinstance(text, str) or not text.strip():
-            raise c.fail(where, "needs the path of the library's licence text", f'write "{glob}" = "/path/to/LICENSE"')
-        full = (Path(path).parent / Path(text).expanduser()).resolve()
+            raise c.fail(where, "needs the path of the library's licence text", f'write "{glob}" = "LICENSE.foo"')
+        full = (home / text).resolve()          # symlinks followed: what would really be copied
+        if not full.is_relative_to(home):
+            raise c.fail(where, f"{text} is outside the recipe's folder {home}",
+                         "put the licence text beside the recipe and name it relative to it")
         if not full.is_file():
             raise c.fail(where, f"{text} is not a file", "name the licence text the library's vendor ships "
-                                                         "(a path relative to the recipe, or absolute)")
+                                                         "(a path relative to the recipe's folder)")
         out.append((glob, str(full)))
     return tuple(out)
 

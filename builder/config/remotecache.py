@@ -55,8 +55,8 @@ _FORM = "redis://[[USER]:PASSWORD@]HOST[:PORT][/DB] or redis+unix:/PATH[?db=DB&p
 
 def redacted(text: str) -> str:
     """`text` (a URL, well formed or not) with every secret replaced by ***: the user info's password
-    (all of it when it has no ':', as `PASSWORD@` is a password), whatever characters it holds, and
-    every query value but the database. Errors, `show`, --json, logs and the manifest print URLs only
+    (all of it when it has no ':', as `PASSWORD@` is a password), whatever characters it holds, a port
+    that is no number, everything after a '#', and every query value but the database. Errors, `show`, --json, logs and the manifest print URLs only
     through this."""
     m = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:(//)?", text)
     start = m.end() if m else 0
@@ -66,10 +66,23 @@ def redacted(text: str) -> str:
         user, colon, _ = text[start:at].partition(":")
         for i in range(start + (len(user) + 1 if colon else 0), at):
             hide[i] = True
-    query = text.find("?", start)
+    fragment = text.find("#", start)
+    if fragment >= 0:                                 # a fragment, or the rest of an unencoded '#' password
+        for i in range(fragment + 1, len(text)):
+            hide[i] = True
+        text_end = fragment
+    else:
+        text_end = len(text)
+    host = at + 1 if at >= 0 else start               # HOST[:PORT]: a ':' not followed by a port may be a password
+    host_end = min([i for i in (text.find(c, host) for c in "/?#") if i >= 0] + [text_end])
+    port = text.rfind(":", host, host_end)
+    if port >= 0 and "]" not in text[port:host_end] and not text[port + 1:host_end].isdigit():
+        for i in range(port + 1, host_end):
+            hide[i] = True
+    query = text.find("?", start, text_end)
     if query >= 0:
         pos = query + 1
-        for part in text[query + 1:].split("&"):
+        for part in text[query + 1:text_end].split("&"):
             name, eq, value = part.partition("=")
             shown = eq and name.lower() in SHOWN_QUERY and value.isdigit()
             if not shown:                             # a bare word may be the rest of a password

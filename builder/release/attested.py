@@ -20,19 +20,18 @@ import hashlib
 import json
 import os
 import posixpath
-import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.check.report import FAIL, PASS, Check
+from builder.config.recipe import SHA256_RE
 from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.release import provenance
 from builder.release.package import SUMS, SUMS_LINE
 from builder.runtime.manifest import NAME as MANIFEST, Manifest, ManifestInvalid
 
-_SHA256 = re.compile(r"[0-9a-f]{64}")
 _MAX_BYTES = 64 << 20          # a statement of ours is kilobytes; more is not one
 
 
@@ -86,7 +85,7 @@ def load_provenance(path: Path | str) -> Released:
         name = s.get("name") if isinstance(s, dict) else None
         digest = s.get("digest") if isinstance(s, dict) else None
         sha = digest.get("sha256") if isinstance(digest, dict) else None
-        if not isinstance(name, str) or not name or not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        if not isinstance(name, str) or not name or not isinstance(sha, str) or not SHA256_RE.fullmatch(sha):
             raise _refuse(f"subject[{i}] has no name or no sha256 digest", path)
         if name in named:
             raise _refuse(f"subject[{i}] names {name[:80]!r} twice", path)

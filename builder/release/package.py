@@ -31,6 +31,7 @@ from builder.runtime import manifest
 from builder.check import integrity
 from builder.errors import AssembleError, BuildFailed
 from builder.runtime.elf import read_elf
+from builder.config.recipe import SHA256_RE
 from builder.config.upstream import toolkit_line
 from builder.runtime import layout
 from builder.runtime.layout import runtime_dir_name
@@ -46,7 +47,7 @@ _MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_PPC64": "ppc64l
              "EM_S390": "s390x"}
 _GZIP_LEVEL = 6     # gzip's own default: -9 costs twice the time for ~1% on shared libraries
 _ZSTD_LEVEL = 10     # ~ gzip -9 speed with a far better ratio on GPU libraries
-SUMS_LINE = re.compile(r"([0-9a-f]{64}) [ *](.+)")
+SUMS_LINE = re.compile(rf"({SHA256_RE.pattern}) [ *](.+)")
 
 
 @dataclass(frozen=True)
@@ -236,26 +237,6 @@ def _sums_text(path: Path) -> str | None:
 
 def _parse_sums(text: str) -> dict[str, str]:
     return {m.group(2): m.group(1) for m in map(SUMS_LINE.fullmatch, text.splitlines()) if m}
-
-
-def read_sums(path: Path) -> dict[str, str]:
-    """name -> sha256 from a SHA256SUMS file (sha256sum's format)."""
-    return _parse_sums(_sums_text(path) or "")
-
-
-def check_sums(folder: Path) -> list[str]:
-    """What is wrong with SHA256SUMS in `folder` against the files: missing or changed."""
-    problems = []
-    sums = read_sums(folder / SUMS)
-    if not sums:
-        return [f"{SUMS}: missing or empty"]
-    for name, digest in sorted(sums.items()):
-        p = folder / name
-        if not p.is_file():
-            problems.append(f"{name}: missing")
-        elif sha256_file(p) != digest:
-            problems.append(f"{name}: sha256 differs from {SUMS}")
-    return problems
 
 
 class _Temps:

@@ -22,6 +22,7 @@ from packageurl import PackageURL
 
 from builder import __version__
 from builder.paths import data_dir
+from builder.runtime import licenses
 from builder.runtime.layout import runtime_dir_name
 from builder.runtime.manifest import GpuTargets, LicenseRecord, Manifest, UnitRecord
 from builder.runtime.owners import owners
@@ -53,13 +54,6 @@ def _toolchain_root(origin: str, units: tuple[UnitRecord, ...]) -> str | None:
     return None
 
 
-# SPDX ids written as CycloneDX license ids (each in CycloneDX's SPDX list); any other expression
-# (LicenseRef-..., ... WITH GCC-exception-3.1) is written as an expression.
-_IDS = {"MIT", "BSD-2-Clause", "BSD-3-Clause", "Apache-2.0", "NCSA", "Zlib", "ISC", "MPL-2.0", "BSL-1.0",
-        "GPL-2.0-only", "GPL-2.0-or-later", "GPL-3.0-or-later", "LGPL-2.1-only", "LGPL-2.1-or-later",
-        "LGPL-3.0-or-later", "Unicode-DFS-2016"}
-
-
 def _licensing(rec: LicenseRecord | None) -> tuple[list[dict], list[dict]]:
     """(CycloneDX licenses, properties) of a component under `rec`: its SPDX id or expression, or a named
     licence when none is known; the text in the archive is referenced (license.url, and a property)."""
@@ -67,7 +61,7 @@ def _licensing(rec: LicenseRecord | None) -> tuple[list[dict], list[dict]]:
         return [], [_prop("license", "unknown")]
     text = rec.texts[0] if rec.texts else None
     props = [_prop("license.texts", ", ".join(rec.texts)), _prop("license.source", rec.source)]
-    if rec.spdx in _IDS:
+    if rec.spdx in licenses.SPDX_IDS:
         return [{"license": {"id": rec.spdx, **({"url": text} if text else {})}}], props
     if rec.spdx:
         return [{"expression": rec.spdx}], props
@@ -81,7 +75,7 @@ def _llama(data: Manifest) -> dict:
     src = ll.source
     rec = next((r for r in data.licenses if r.component == "llama.cpp"), None)
     comp = {"type": "library", "bom-ref": "llama.cpp", "name": "llama.cpp", "version": sha or "unknown",
-            "licenses": _licensing(rec)[0] or [{"license": {"id": "MIT"}}]}
+            "licenses": _licensing(rec)[0] or [{"license": {"id": licenses.spdx_for(licenses.LLAMA)}}]}
     if sha:
         comp["purl"] = PackageURL(type="github", namespace="ggml-org", name="llama.cpp", version=sha).to_string()
     refs = [{"type": "vcs", "url": "https://github.com/ggml-org/llama.cpp"}]

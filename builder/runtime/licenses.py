@@ -51,6 +51,10 @@ _DEBIAN_SPDX = {"expat": "MIT", "mit": "MIT", "bsd-2-clause": "BSD-2-Clause", "b
                 "lgpl-2.1+": "LGPL-2.1-or-later", "lgpl-2.1": "LGPL-2.1-only", "lgpl-3+": "LGPL-3.0-or-later",
                 "bsl-1.0": "BSL-1.0", "unicode-dfs-2016": "Unicode-DFS-2016",
                 "apache-2.0 with llvm exception": "Apache-2.0 WITH LLVM-exception"}
+# The plain SPDX ids the tables above give (each in CycloneDX's SPDX list: the SBOM writes them as ids,
+# any other expression, LicenseRef-... or ... WITH ..., as an expression).
+SPDX_IDS = frozenset(spdx for spdx in (*_DEBIAN_SPDX.values(), *(spdx for _, spdx in KNOWN_SPDX))
+                     if " " not in spdx and not spdx.startswith("LicenseRef-"))
 _TEXT = re.compile(r"(licen[cs]e|copying|notice|eula|copyright)([._-].*)?", re.IGNORECASE)
 _COMPONENT = re.compile(r"[^A-Za-z0-9._+-]")
 

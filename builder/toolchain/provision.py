@@ -29,6 +29,7 @@ from urllib.parse import urljoin
 import requests
 
 from builder import ui
+from builder.config.recipe import SHA256_RE
 from builder.errors import AssembleError, BuildFailed
 from builder.digest import sha256_file
 from builder.source.archive import ArchiveRefused, extract_members
@@ -50,7 +51,6 @@ CHUNK = 1 << 20
 STREAM_CHUNK = 64 << 10   # a dropped connection loses at most this much
 
 _VERSION_RE = re.compile(r"\d+\.\d+\.\d+")
-_SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _FILE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 
 
@@ -181,7 +181,7 @@ def _archive(comp: str, version: str, entry: dict, where: str) -> Archive:
             or not _FILE_RE.fullmatch(rel.rsplit("/", 1)[-1]) or not rel.endswith((".tar.xz", ".tar.gz"))):
         raise BuildFailed(f"{comp}: unusable relative_path {rel!r} in the manifest", where=where,
                           fix="the manifest is damaged or not NVIDIA's; check --base-url")
-    if not isinstance(sha, str) or not _SHA256_RE.fullmatch(sha):
+    if not isinstance(sha, str) or not SHA256_RE.fullmatch(sha):
         raise BuildFailed(f"{comp}: the manifest gives no valid sha256", where=where,
                           fix="the manifest is damaged or not NVIDIA's; check --base-url")
     try:

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from builder import outdir
-from builder.release import package
+from builder.check.report import PASS
+from builder.release import attested, package
 from builder.errors import AssembleError, BuildFailed
 from tests.support.common import REPO, TEST_CACHE, assemble
 from builder.digest import sha256_file
@@ -126,11 +127,20 @@ def test_sigkill_during_build_leaves_a_whole_runtime(cpu_runtime, tmp_path):
     assert all(n.endswith(".log") or n.startswith(f"runtime-cpu{outdir.OLD_TAG}") for n in beside), beside
 
 
+def _sums_hold(dist: Path, released: attested.Released) -> None:
+    """Every file SHA256SUMS lists is beside it with that digest, the provenance and archive among them."""
+    sums = attested.load_sums(dist / package.SUMS)
+    assert all((dist / name).is_file() for name in sums), sorted(sums)
+    check = attested.sums_check(dist / package.SUMS, sums, released)
+    assert check.status == PASS, check.reason
+
+
 def test_sigkill_during_package_leaves_old_or_new_files(cpu_runtime, tmp_path):
     ref = tmp_path / "ref"
     start = time.monotonic()
     expected = package.package(cpu_runtime, ref)
     duration = time.monotonic() - start
+    released = attested.load_provenance(expected.provenance)
     dist = tmp_path / "dist"
     rng = random.Random(SEED + 1)
     killed_running = 0
@@ -141,14 +151,15 @@ def test_sigkill_during_package_leaves_old_or_new_files(cpu_runtime, tmp_path):
         _kill(proc)
         # whatever SHA256SUMS lists is complete and correct; no archive is half-written under its name
         if (dist / package.SUMS).exists():
-            assert package.check_sums(dist) == []
+            _sums_hold(dist, released)
         archive = dist / expected.archive.name
         if archive.exists():
             assert archive.read_bytes() == expected.archive.read_bytes()
     assert killed_running, "every kill came after package had finished: nothing was interrupted"
     assert assemble("package", str(cpu_runtime), "--out-dir", str(dist)).returncode == 0
     assert (dist / expected.archive.name).read_bytes() == expected.archive.read_bytes()
-    assert package.check_sums(dist) == [] and not list(dist.glob(f".*{package.PART_TAG}*"))
+    _sums_hold(dist, released)
+    assert not list(dist.glob(f".*{package.PART_TAG}*"))
     assert sorted(p.name for p in dist.iterdir()) == sorted([expected.archive.name, expected.sbom.name,
                                                              expected.provenance.name, package.SUMS])
 

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from builder import ui
+from builder.build.plan import PLACEHOLDER
 from builder.cli.args import add_plan_options, add_recipe, cli_options
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
@@ -72,8 +73,8 @@ def run(args) -> int:
         targets = [str(a) for a in u.cuda_archs] + [str(t) for t in u.hip_targets]
         print(f"\nunit {u.name} [{', '.join(u.backends)}] on {u.where.label()}"
               + (f"; targets {' '.join(targets)}" if targets else ""))
-        for k, v in p.env:
-            print(f"  env {k}={v}")
+        for k, v in p.env:           # one holding a placeholder is commented out, as the cmake lines are
+            print(f"  {'# ' if PLACEHOLDER.search(v) else ''}env {k}={v}")
         if notice := p.environment.notice():
             print(f"  env {notice[0]}")
         configure, build = p.lines()

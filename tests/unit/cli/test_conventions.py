@@ -8,7 +8,7 @@ import json
 import pytest
 
 from builder.cli import main as cli
-from tests.support.common import assemble
+from tests.support.common import assemble, one_error_line
 from tests.unit.cli.test_completion import complete
 from tests.unit.cli.test_malformed import assert_one_line, run_cli
 
@@ -24,6 +24,16 @@ def test_global_flags_before_or_after_the_command():
         args = cli.parser().parse_args(argv)
         assert (args.quiet, args.debug, args.verbose, args.json) == (True, True, False, False), argv
     assert cli.parser().parse_args(["-v", "show", "cpu"]).verbose
+
+
+@pytest.mark.parametrize("argv, option, fix", [
+    (["--recipe", "cpu", "build"], "--recipe", "`assemble build --recipe cpu`"),
+    (["-q", "--recipe=cpu", "show", "--json"], "--recipe", "`assemble -q show --recipe=cpu --json`"),
+    (["--jobs", "2", "build", "cpu"], "--jobs", "`assemble build --jobs 2 cpu`"),
+])
+def test_a_commands_option_before_the_command_says_where_it_goes(argv, option, fix):
+    line = one_error_line(assemble(*argv), 2, [f"{option} belongs after the command", fix])
+    assert "invalid choice" not in line and "-q, -v, --debug, --json" in line
 
 
 def test_bare_assemble_prints_help_and_succeeds():

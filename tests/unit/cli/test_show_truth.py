@@ -11,6 +11,7 @@ from builder import pipeline
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe
 from builder.config.targets import GfxTarget
+from builder.build.plan import plan_unit
 from builder.errors import AssembleError
 from builder.toolchain import rules, survey
 from tests.support.common import assemble
@@ -41,8 +42,9 @@ def test_no_rocm_placeholders_are_commented_out_and_the_refusal_is_said(isolated
     cmake_lines = [ln for ln in out.splitlines() if "-DGGML_HIP=ON" in ln or "--build" in ln]
     assert len(cmake_lines) == 2 and all(ln.lstrip().startswith("# ") for ln in cmake_lines)
     assert "not runnable as shown" in out and "-DCMAKE_HIP_COMPILER=<no HIP compiler found>" in out
-    # no line a user could copy and run carries a placeholder
-    assert not [ln for ln in out.splitlines() if "<no " in ln and not ln.lstrip().startswith(("# ", "env "))]
+    # no line a user could copy and run carries a placeholder: not a cmake line, not an env line
+    assert "  # env ROCM_PATH=<no ROCm found>" in out.splitlines()
+    assert not [ln for ln in out.splitlines() if "<" in ln and not ln.lstrip().startswith("# ")]
     assert "warning:" in err and refusal.what in err and refusal.fix in err
 
     unit = json.loads(_show("rocm", "--hip-target", "gfx1201", "--rocm-path", str(empty), "--json")[0])["units"][0]
@@ -70,3 +72,23 @@ def test_a_cpu_unit_with_the_tree_not_fetched_marks_only_the_source_path(isolate
     unit = json.loads(_show("cpu", "--json")[0])["units"][0]
     assert unit["refused_here"] is None
     assert unit["placeholders"] == ["<cache>/trees/<sha>-<patch set>/src"] and unit["runnable"] is False
+
+
+@pytest.mark.parametrize("launcher, url", [("none", "redis://cache.internal"), ("ccache", "s3://bucket/prefix")])
+def test_a_remote_cache_build_would_refuse_is_said(isolated_cache, tmp_path, launcher, url):
+    """build refuses a cache the unit's launcher cannot use (pipeline._check_remote_cache) before it
+    compiles: show says so in the same words, and --json's refused_here carries it."""
+    config = resolve(load_recipe("cpu"), CliOptions(remote_cache=url, launcher=launcher), env={})
+    units = config.wanted()
+    toolchains = survey.for_units(config, units, probe_images=False)
+    plan = plan_unit(config, units[0], toolchains[units[0].name], tmp_path / "src", "0" * 40)
+    with pytest.raises(AssembleError) as err:
+        pipeline._check_remote_cache(config, [plan], toolchains, adopted=set())
+    refusal = err.value
+    out, shown = _show("cpu", "--launcher", launcher, "--remote-cache", url)
+    assert "warning:" in shown and refusal.what in shown and refusal.fix in shown
+    unit = json.loads(_show("cpu", "--launcher", launcher, "--remote-cache", url, "--json")[0])["units"][0]
+    assert unit["refused_here"]["means"] == refusal.what and unit["refused_here"]["fix"] == refusal.fix
+    # a launcher that takes it: nothing to refuse
+    fine = json.loads(_show("cpu", "--launcher", "sccache", "--remote-cache", url, "--json")[0])["units"][0]
+    assert fine["refused_here"] is None

@@ -53,6 +53,15 @@ BAD = {
     "bad define name": (GOOD + '[cmake.defines]\n"A B" = "1"\n', "cmake.defines", "CMake variable"),
     "licence text missing": (GOOD + '[bundle.licenses]\n"libfoo.so.*" = "NO-SUCH-LICENSE"\n',
                              "bundle.licenses.libfoo.so.*", "NO-SUCH-LICENSE is not a file"),
+    "sdist subdir climbs out": (GOOD.replace('kind = "git"\nurl = "https://example.invalid/llama.cpp.git"',
+                                'kind = "sdist"\npackage = "x"\nversion = "1"\nsha256 = "' + "a" * 64 +
+                                '"\nsubdir = "vendor/../../etc"'), "pin.mirrors[0].subdir", "without '..'"),
+    "sdist subdir absolute": (GOOD.replace('kind = "git"\nurl = "https://example.invalid/llama.cpp.git"',
+                              'kind = "sdist"\npackage = "x"\nversion = "1"\nsha256 = "' + "a" * 64 +
+                              '"\nsubdir = "/vendor/llama.cpp"'), "pin.mirrors[0].subdir", "a relative folder"),
+    "sdist subdir with a space": (GOOD.replace('kind = "git"\nurl = "https://example.invalid/llama.cpp.git"',
+                                  'kind = "sdist"\npackage = "x"\nversion = "1"\nsha256 = "' + "a" * 64 +
+                                  '"\nsubdir = "vendor /llama.cpp"'), "pin.mirrors[0].subdir", "a relative folder"),
     "licence text empty": (GOOD + '[bundle.licenses]\n"libfoo.so.*" = ""\n', "bundle.licenses.libfoo.so.*",
                            "needs the path of the library's licence text"),
 }
@@ -63,6 +72,28 @@ def test_a_recipe_states_a_librarys_licence_text_beside_it(tmp_path):
     (tmp_path / "licences" / "FOO-LICENSE").write_text("Foo licence\n")
     r = parse_recipe(tmp_path / "t.toml", GOOD + '[bundle.licenses]\n"libfoo.so.*" = "licences/FOO-LICENSE"\n')
     assert r.bundle_licenses == (("libfoo.so.*", str(tmp_path / "licences" / "FOO-LICENSE")),)
+
+
+@pytest.mark.parametrize("how", ["absolute", "dot-dot", "home", "symlink"])
+def test_a_licence_text_outside_the_recipes_folder_is_refused(tmp_path, monkeypatch, how):
+    """The text is copied verbatim into a public release: a shared recipe must not pull in ~/.git-credentials."""
+    secret = tmp_path / "home" / ".git-credentials"
+    secret.parent.mkdir()
+    secret.write_text("https://user:token@example.invalid\n")
+    monkeypatch.setenv("HOME", str(secret.parent))
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / "LICENSE.link").symlink_to(secret)
+    text = {"absolute": str(secret), "dot-dot": "../home/.git-credentials", "home": "~/.git-credentials",
+            "symlink": "LICENSE.link"}[how]
+    path = folder / "t.toml"
+    path.write_text(GOOD + f'[bundle.licenses]\n"libfoo.so.*" = "{text}"\n')
+    with pytest.raises(AssembleError) as err:
+        parse_recipe(path)
+    line = err.value.line()
+    assert "bundle.licenses.libfoo.so.*" in line and "\n" not in line, line
+    assert ("outside the recipe's folder" if how != "home" else "is not a file") in line, line
+    assert "put the licence text beside the recipe" in line or how == "home", line
 
 
 @pytest.mark.parametrize("case", sorted(BAD))

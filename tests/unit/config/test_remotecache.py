@@ -186,6 +186,11 @@ SECRETS = [
     ("redis+unix:///r.sock?password=Sq7@Zx9", ["Sq7", "Zx9"]),
     ("s3://AKIDEXAMPLE:Sq7Zx9@bucket/prefix", ["Sq7Zx9"]),                      # S3 KEY:SECRET@
     ("ftp://:Sq7Zx9@cache", ["Sq7Zx9"]),
+    ("redis+unix:/tmp/s#password=Sq7Zx9", ["Sq7Zx9"]),                          # a fragment
+    ("redis://cache#Sq7Zx9", ["Sq7Zx9"]),
+    ("redis://cache:6379/0?db=1#pass=Sq7Zx9", ["Sq7Zx9"]),
+    ("redis://alice:Sq7#Zx9", ["Sq7", "Zx9"]),                                  # '#' in a password, no '@host'
+    ("redis://alice:Sq7Zx9", ["Sq7Zx9"]),                                       # the '@host' forgotten
     ("Sq7Zx9@cache:6379", ["Sq7Zx9"]),
 ]
 

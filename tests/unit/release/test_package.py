@@ -25,7 +25,10 @@ from builder.config.targets import GfxTarget
 from builder.toolchain import survey
 from builder.runtime import manifest
 from builder.release import matrix
-from builder.release import package
+from builder.release import attested, package, sbom
+from builder.check.report import FAIL, PASS
+from builder.runtime import licenses
+from builder.runtime.manifest import LicenseRecord
 from builder.errors import AssembleError
 from builder.paths import data_dir
 from builder.config.recipe import all_recipes, load_recipe, parse_recipe
@@ -101,13 +104,15 @@ def test_checksum_file_verifies_and_catches_a_change(tmp_path):
     result = package.package(rt, dist, "tar.gz")
     other = make_runtime(tmp_path / "other", name="vulkan")
     package.package(other, dist, "tar.zst")
-    sums = package.read_sums(dist / package.SUMS)
+    sums = attested.load_sums(dist / package.SUMS)
     stem = f"runtime-vulkan-{SHA[:12]}-linux-x86_64"
     assert set(sums) == {result.archive.name, result.sbom.name, result.provenance.name, f"{stem}.tar.zst",
                          f"{stem}.cdx.json", f"{stem}.intoto.json"}
     ok = subprocess.run(["sha256sum", "-c", package.SUMS], cwd=dist, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert package.check_sums(dist) == []
+    sums_path = dist / package.SUMS
+    released = attested.load_provenance(result.provenance)
+    assert attested.sums_check(sums_path, attested.load_sums(sums_path), released).status == PASS
     with open(result.archive, "r+b") as f:
         f.seek(100)
         byte = f.read(1)
@@ -115,7 +120,8 @@ def test_checksum_file_verifies_and_catches_a_change(tmp_path):
         f.write(bytes([byte[0] ^ 1]))
     bad = subprocess.run(["sha256sum", "-c", package.SUMS], cwd=dist, capture_output=True, text=True)
     assert bad.returncode != 0 and f"{result.archive.name}: FAILED" in bad.stdout
-    assert package.check_sums(dist) == [f"{result.archive.name}: sha256 differs from SHA256SUMS"]
+    bad = attested.sums_check(sums_path, attested.load_sums(sums_path), released)
+    assert bad.status == FAIL and bad.reason == f"{result.archive.name} (beside SHA256SUMS): content differs from its line"
 
 
 def test_zst_archive_reads_with_the_zstd_tool(tmp_path):
@@ -258,6 +264,20 @@ def test_package_refuses_a_library_with_no_licence_in_one_line(tmp_path):
     proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "d"))
     line = one_error_line(proc, 2, [f"no licence known for {wheel_lib}:", "[bundle.licenses]"])
     assert "lib/libz" not in line and not (tmp_path / "d").exists()      # only what lacks one; nothing written
+
+
+def test_the_sbom_takes_its_licence_ids_from_the_licences_module(tmp_path, monkeypatch):
+    """One home: the ids the SBOM writes as CycloneDX ids, and llama.cpp's licence when the manifest
+    records none, are builder.runtime.licenses' own."""
+    for spdx in licenses.SPDX_IDS:
+        rec = LicenseRecord("c", spdx, ("licenses/c/LICENSE",), ())
+        assert sbom._licensing(rec)[0] == [{"license": {"id": spdx, "url": "licenses/c/LICENSE"}}]
+    rt = make_runtime(tmp_path)
+    data = read_raw(rt)
+    data["licenses"] = [r for r in data["licenses"] if r["component"] != licenses.LLAMA]
+    write_raw(rt, data)
+    monkeypatch.setattr(licenses, "KNOWN_SPDX", ((licenses.LLAMA, "Apache-2.0"), *licenses.KNOWN_SPDX))
+    assert sbom._llama(Manifest.load(rt))["licenses"] == [{"license": {"id": "Apache-2.0"}}]
 
 
 def test_sbom_gives_each_component_its_licence_and_text(tmp_path):

@@ -21,7 +21,7 @@ from in_toto_attestation.v1.statement import Statement
 
 from builder.digest import sha256_file
 from builder.paths import data_dir
-from builder.release import package, provenance
+from builder.release import attested, package, provenance
 from tests.support.common import SHA
 from tests.support.runtimes import PATCH, make_runtime
 
@@ -49,7 +49,7 @@ def test_statement_is_valid_slsa_provenance_of_the_archive(tmp_path):
     assert files == [{"name": f"runtime-cuda-vulkan/{p}", "digest": {"sha256": sha256_file(rt / p)}}
                      for p in sorted(f["path"] for f in json.loads((rt / "manifest.json").read_text())["files"])]
     assert result.sha256 == hashlib.sha256(result.archive.read_bytes()).hexdigest()
-    sums = package.read_sums(result.sums)
+    sums = attested.load_sums(result.sums)
     assert sums[result.provenance.name] == hashlib.sha256(raw).hexdigest()
     assert subprocess.run(["sha256sum", "-c", package.SUMS], cwd=result.sums.parent,
                           capture_output=True).returncode == 0
