@@ -55,7 +55,9 @@ _DEBIAN_SPDX = {"expat": "MIT", "mit": "MIT", "bsd-2-clause": "BSD-2-Clause", "b
 # any other expression, LicenseRef-... or ... WITH ..., as an expression).
 SPDX_IDS = frozenset(spdx for spdx in (*_DEBIAN_SPDX.values(), *(spdx for _, spdx in KNOWN_SPDX))
                      if " " not in spdx and not spdx.startswith("LicenseRef-"))
-_TEXT = re.compile(r"(licen[cs]e|copying|notice|eula|copyright)([._-].*)?", re.IGNORECASE)
+# LICENSE, LICENSE-jsonhpp, License.txt, COPYING.LIB, copyright; never a source file named after one
+# (llama.cpp's build folder holds a generated license.cpp)
+_TEXT = re.compile(r"(?i:licen[cs]e|copying|notice|eula|copyright)(-[\w.+-]+|\.(?i:txt|md|rst)|\.[A-Z][A-Z0-9]*)?")
 _COMPONENT = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -87,7 +89,7 @@ def input_license(folders: Iterable[Path], covers: Sequence[str], given: str) ->
     folder names its source tree in CMakeCache.txt (CMAKE_HOME_DIRECTORY)."""
     for folder in folders:
         folder = Path(folder)
-        texts = sorted(p for p in folder.iterdir() if p.is_file() and p.name.upper().startswith("LICENSE")) \
+        texts = sorted(p for p in folder.iterdir() if p.is_file() and is_text(p.name)) \
             if folder.is_dir() else []
         if texts:
             return LicenseSource(LLAMA, tuple(texts), spdx_for(LLAMA), f"{given}: {folder.name}/", tuple(covers))

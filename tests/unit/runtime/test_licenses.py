@@ -252,3 +252,25 @@ def test_the_cpu_runtime_carries_llama_cpps_licence_and_each_vendor_librarys(cpu
         if Path(f.path).name.startswith("libgomp"):
             assert rec.spdx == GCC_EXCEPTION
             assert "GCC RUNTIME LIBRARY EXCEPTION" in (cpu_runtime / rec.texts[0]).read_text()
+
+
+@pytest.mark.parametrize("name, text", [
+    ("LICENSE", True), ("LICENSE-jsonhpp", True), ("License.txt", True), ("COPYING.LIB", True),
+    ("copyright", True), ("LICENSE.md", True), ("EULA.txt", True),
+    ("license.cpp", False), ("licence.h", False), ("license.o", False), ("copyright.py", False)])
+def test_a_licence_text_is_told_by_its_name_and_a_source_file_is_not_one(name, text):
+    assert licenses.is_text(name) is text
+
+
+def test_a_build_folder_gives_its_source_trees_license_not_its_generated_license_cpp(tmp_path):
+    """llama.cpp's build folder holds a generated license.cpp: the LICENSE comes from the tree that
+    CMakeCache.txt names (found by the cold CI run: the repaired build folder carried license.cpp)."""
+    tree, build = tmp_path / "src", tmp_path / "build"
+    tree.mkdir()
+    build.mkdir()
+    (tree / "LICENSE").write_text("MIT License\n")
+    (build / "license.cpp").write_text("const char * LICENSES[] = {};\n")
+    (build / "CMakeCache.txt").write_text(f"CMAKE_HOME_DIRECTORY:INTERNAL={tree}\n")
+    found = licenses.input_license([build / "bin", build], ["bin/llama-server"], "build")
+    assert found is not None and [p.name for p in found.texts] == ["LICENSE"]
+    assert found.texts[0].parent == tree
