@@ -490,6 +490,9 @@ def rocm_runtime(cpu_runtime, tmp_path_factory) -> Path:
     data["symlinks"] += [dataclasses.asdict(s) for s in result.symlinks]
     data["system_libs"] += [dataclasses.asdict(s) for s in result.system_libs]
     data["gpu_targets"] = {"cuda": [], "hip": ["gfx1100"]}
+    # sid's ROCm needs a newer glibc than this host's: like a repair, the graft promises nothing, and the
+    # tests below read it as a runtime for another host (verify --static: this host's glibc is a warning)
+    data.pop("glibc_floor", None)
     write_raw(runtime, {k: v for k, v in data.items() if k not in ("schema", "created_by")})
     return runtime
 
@@ -508,7 +511,7 @@ def rocblas_folder(runtime: Path) -> tuple[Path, str]:
 
 
 def test_rocm_runtime_passes_against_the_real_debian_layout(rocm_runtime):
-    report = verify_runtime(rocm_runtime)
+    report = verify_runtime(rocm_runtime, static=True)
     checks = checks_of(report)
     assert report.passed, [(c.name, c.reason) for c in report.checks if c.status != PASS]
     folder, rel = rocblas_folder(rocm_runtime)
@@ -527,7 +530,7 @@ def test_flattened_rocblas_folder(rocm_copy):
         p.rename(folder.parent / p.name)
     folder.rmdir()
     reseal(rocm_copy)
-    report = verify_runtime(rocm_copy)
+    report = verify_runtime(rocm_copy, static=True)
     assert_only_failures(report, "rocBLAS data")
     reason = checks_of(report)["rocBLAS data"].reason
     assert f"reads lib/{rel}" in reason and f"its files sit in lib/{Path(rel).parent}/ instead: a flattened copy"         in reason
@@ -595,7 +598,7 @@ def test_stray_data_in_lib(rocm_copy, stray):
 def test_missing_hipblaslt_data_is_a_warning(rocm_copy):
     shutil.rmtree(rocm_copy / "lib" / "hipblaslt")
     reseal(rocm_copy)
-    report = verify_runtime(rocm_copy)
+    report = verify_runtime(rocm_copy, static=True)
     check = checks_of(report)["hipBLASLt data"]
     assert check.status == WARN
     assert "lib/hipblaslt/library/ is missing" in check.reason and "falls back to slower kernels" in check.reason

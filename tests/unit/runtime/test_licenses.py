@@ -180,7 +180,14 @@ def cuda_wheels():
 
 def test_nvidia_wheels_carry_their_license_txt_under_nvidias_eula(tmp_path, cuda_wheels):
     lib = cuda_wheels.libdir
-    staged, placed = _bundle(tmp_path, [("", f"-L{lib}"), ("", "-l:libcublasLt.so.13"), ("", "-l:libcudart.so.13")],
+    # each library is used, so the linker records it even where it links --as-needed
+    staged, placed = _bundle(tmp_path, [("", f"-L{lib}"),
+                                        ("unsigned long cublasLtGetVersion(void);\n"
+                                         "unsigned long use_lt(void) { return cublasLtGetVersion(); }\n",
+                                         "-l:libcublasLt.so.13"),
+                                        ("int cudaRuntimeGetVersion(int *);\n"
+                                         "int use_rt(int *v) { return cudaRuntimeGetVersion(v); }\n",
+                                         "-l:libcudart.so.13")],
                              search=[lib])
     carried = {Path(f.path).name for f in placed.files if f.role == "vendor"}
     assert {"libcublasLt.so.13", "libcudart.so.13"} <= carried
