@@ -55,9 +55,13 @@ _DEBIAN_SPDX = {"expat": "MIT", "mit": "MIT", "bsd-2-clause": "BSD-2-Clause", "b
 # any other expression, LicenseRef-... or ... WITH ..., as an expression).
 SPDX_IDS = frozenset(spdx for spdx in (*_DEBIAN_SPDX.values(), *(spdx for _, spdx in KNOWN_SPDX))
                      if " " not in spdx and not spdx.startswith("LicenseRef-"))
-# LICENSE, LICENSE-jsonhpp, License.txt, COPYING.LIB, copyright; never a source file named after one
-# (llama.cpp's build folder holds a generated license.cpp)
-_TEXT = re.compile(r"(?i:licen[cs]e|copying|notice|eula|copyright)(-[\w.+-]+|\.(?i:txt|md|rst)|\.[A-Z][A-Z0-9]*)?")
+# LICENSE, LICENSE-jsonhpp, License.txt, COPYING.LIB, copyright, copyright.<package> (a vendor zip's
+# Debian texts); never a source, object or build file named after one (llama.cpp's build folder
+# holds a generated license.cpp)
+_TEXT = re.compile(r"(?i:licen[cs]e|copying|notice|eula|copyright)([._-][\w.+-]*)?")
+_NOT_TEXT_SUFFIX = frozenset({"c", "cc", "cpp", "cxx", "cu", "cuh", "h", "hh", "hpp", "hxx", "inc", "in", "py", "pyc",
+                              "js", "ts", "rs", "go", "java", "sh", "cmake", "o", "obj", "a", "lib", "so", "dll",
+                              "dylib", "exe", "d", "json", "xml", "yml", "yaml", "toml"})
 _COMPONENT = re.compile(r"[^A-Za-z0-9._+-]")
 
 
@@ -144,7 +148,7 @@ def vendor_licenses(files: Sequence[tuple[str, str]], *, stated: Sequence[tuple[
 
 def _root_texts(root: Path) -> tuple[Path, ...]:
     """A toolkit's own texts: EULA.txt/LICENSE at its top, or licenses/<part>/ (assemble toolchain's layout)."""
-    top = [p for p in root.iterdir() if p.is_file() and _TEXT.fullmatch(p.name)]
+    top = [p for p in root.iterdir() if p.is_file() and is_text(p.name)]
     below = [p for p in (root / LICENSES_DIR).rglob("*") if p.is_file()] if (root / LICENSES_DIR).is_dir() else []
     return tuple(sorted(top) + sorted(below))
 
@@ -155,7 +159,7 @@ def _owner_texts(owner: Owner) -> tuple[Path, ...]:
         return ()
     if owner.kind == "deb":
         return (doc / "copyright",) if (doc / "copyright").is_file() else ()
-    return tuple(sorted(p for p in doc.rglob("*") if p.is_file() and _TEXT.fullmatch(p.name)))
+    return tuple(sorted(p for p in doc.rglob("*") if p.is_file() and is_text(p.name)))
 
 
 def _owner_spdx(owner: Owner, texts: tuple[Path, ...]) -> str | None:
@@ -194,7 +198,7 @@ def debian_spdx(copyright_file: Path) -> str | None:
 
 def is_text(name: str) -> bool:
     """A licence text by its name: LICENSE, LICENSE.txt, License.txt, COPYING, NOTICE, EULA.txt, copyright."""
-    return _TEXT.fullmatch(name) is not None
+    return _TEXT.fullmatch(name) is not None and name.rpartition(".")[2] not in _NOT_TEXT_SUFFIX  # COPYING.LIB is a text
 
 
 def component_name(name: str) -> str:
