@@ -202,12 +202,16 @@ def render(report: Report, as_json: bool = False) -> None:
         return
     if ui.level() < ui.NORMAL and report.passed:
         return
-    width = max(len(c.name) for c in report.checks) if report.checks else 10
+    width = _width(report)
     for c in report.checks:
         print(_line(c, width), file=sys.stderr)
     verdict = ui.ok("all checks passed") if report.passed else ui.bad("verification FAILED")
     print(f"  {verdict} ({sum(c.status == FAIL for c in report.checks)} failed, "
           f"{sum(c.status == SKIP for c in report.checks)} not run)", file=sys.stderr)
+
+
+def _width(report: Report) -> int:
+    return max(len(c.name) for c in report.checks) if report.checks else 10
 
 
 def _line(c: Check, width: int) -> str:
@@ -219,7 +223,5 @@ def _line(c: Check, width: int) -> str:
 
 
 def failed_lines(report: Report) -> str:
-    """The failed checks only, each as verify prints it: what a caller that refuses the runtime shows."""
-    failed = [c for c in report.checks if c.status == FAIL]
-    width = max((len(c.name) for c in failed), default=10)
-    return "\n".join(_line(c, width) for c in failed)
+    """The failed checks only, each line as `verify` prints it: what a caller that refuses the runtime shows."""
+    return "\n".join(_line(c, _width(report)) for c in report.checks if c.status == FAIL)
