@@ -10,6 +10,7 @@ so an interrupted run leaves either the old files or the new ones.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import gzip
 import hashlib
@@ -245,18 +246,20 @@ class _Temps:
     Temporaries: each recorded before it is made, made with O_EXCL under a name of its own, and
     removed unless renamed into place. A killed run's temporaries are removed by the next run only
     as recorded (the same path and inode): a user's file is never taken for one by its name.
-    Outputs: each recorded as put in place, with its inode and sha256; a later run replaces a file
-    of an output's name only while it still is that very file with those bytes (ours())."""
+    Outputs: each recorded with its inode and sha256 before it is renamed into place (the rename
+    keeps the inode); a later run replaces a file of an output's name only while it still is that
+    very file with those bytes (ours()). Until the rename is done both the old output and the new
+    are recorded, so a run killed there leaves nothing of its own unproven."""
 
     def __init__(self, dest: Path):
         self.dest = dest
         self.record = paths.cache_dir() / "packages" / f"{locks.place_key(dest)}.json"
         self.open: dict[Path, locks.Entry] = {}
-        self.written: dict[Path, locks.Entry] = {}
+        self.written: dict[Path, list[locks.Entry]] = {}
 
     def _save(self) -> None:
         with contextlib.suppress(OSError):   # no record (a read-only cache): only a killed run's files stay
-            entries = tuple(self.open.values()) + tuple(self.written.values())
+            entries = tuple(self.open.values()) + tuple(e for es in self.written.values() for e in es)
             locks.save(self.record, locks.Ledger(str(self.dest), entries))
 
     def clear_recorded(self) -> None:
@@ -268,15 +271,16 @@ class _Temps:
                 if p.parent != self.dest:
                     continue
                 if e.kind == WRITTEN:
-                    self.written[p] = e
+                    if e.holds():            # an output since deleted or replaced is forgotten
+                        self.written.setdefault(p, []).append(e)
                 elif e.holds() or (e.ino is None and _fresh_file(p, e.time)):
                     p.unlink()
         self._save()
 
     def ours(self, path: Path) -> bool:
         """`path` is an output an earlier run put there, untouched since: the recorded inode, the recorded bytes."""
-        e = self.written.get(path)
-        return e is not None and e.sha256 is not None and e.holds() and sha256_file(path) == e.sha256
+        return any(e.sha256 is not None and e.holds() and sha256_file(path) == e.sha256
+                   for e in self.written.get(path, ()))
 
     def refuse_foreign(self, finals: list[Path]) -> None:
         """Before anything is written: a file of an output's name that no run of ours left is the user's."""
@@ -304,10 +308,13 @@ class _Temps:
         return tmp
 
     def put(self, tmp: Path, final: Path, sha256: str) -> None:
+        new = dataclasses.replace(locks.made(WRITTEN, tmp, sha256=sha256), path=str(final))
+        self.written[final] = [*self.written.get(final, ()), new]
+        self._save()
         os.replace(tmp, final)
         del self.open[tmp]
         locks.unmark(final)
-        self.written[final] = locks.made(WRITTEN, final, sha256=sha256)
+        self.written[final] = [new]
         self._save()
 
     def remove_left(self) -> None:

@@ -200,3 +200,30 @@ def test_a_repaired_runtime_without_a_date_gets_a_hint_for_prebuilt_binaries(tmp
                           ["repaired from prebuilt binaries", "SOURCE_DATE_EPOCH", "upstream release"])
     assert "git" not in line and "build from" not in line
     assert not (tmp_path / "dist").exists()
+
+
+class _Killed(BaseException):
+    """A kill at one instant of a run (only the run's own `finally` clean-up still happens)."""
+
+
+@pytest.mark.parametrize("instant", ["before the archive's rename", "after the archive's rename"])
+def test_a_run_killed_at_the_rename_leaves_its_outputs_replaceable(tmp_path, isolated_cache, monkeypatch, instant):
+    rt = make_runtime(tmp_path)
+    dist = tmp_path / "dist"
+    first = package.package(rt, dist)
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if Path(dst) == first.archive and instant == "before the archive's rename":
+            raise _Killed
+        real_replace(src, dst)
+        if Path(dst) == first.archive:      # renamed, the ledger not yet told
+            raise _Killed
+
+    monkeypatch.setattr(package.os, "replace", replace)
+    with pytest.raises(_Killed):
+        package.package(rt, dist)
+    monkeypatch.setattr(package.os, "replace", real_replace)
+    again = assemble("package", str(rt), "--out-dir", str(dist))    # whichever file is there is provably ours
+    assert again.returncode == 0, again.stderr
+    assert sorted(os.listdir(dist)) == sorted(_outputs(rt).values())
