@@ -68,8 +68,8 @@ def epoch_for(m: Manifest) -> int:
         return t
     env = os.environ.get("SOURCE_DATE_EPOCH")
     if env is None and _repaired(m):
-        raise AssembleError("the runtime was repaired from prebuilt binaries, which record no llama.cpp commit date, "
-                            "so the archive has no fixed time", where="manifest.json: llama_cpp.commit_time",
+        raise AssembleError("the runtime was repaired from prebuilt binaries, which record no llama.cpp commit "
+                            "date, so the archive has no fixed time", where="manifest.json: llama_cpp.commit_time",
                             fix="set SOURCE_DATE_EPOCH=<seconds>, e.g. the date of the upstream release the "
                                 "binaries came from")
     if env is None:
@@ -432,10 +432,11 @@ def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
             sums[prov_path.name] = hashlib.sha256(prov_bytes).hexdigest()
             sums_bytes = "".join(f"{h}  {n}\n" for n, h in sorted(sums.items())).encode()
             # Every byte is on disk before the first rename: the renames are the only window.
-            for src, dst, sha in [(tmp, archive, digest), (temps.write(bom_path, bom_bytes), bom_path, sums[bom_path.name]),
+            sums_sha = hashlib.sha256(sums_bytes).hexdigest()
+            for src, dst, sha in [(tmp, archive, digest),
+                                  (temps.write(bom_path, bom_bytes), bom_path, sums[bom_path.name]),
                                   (temps.write(prov_path, prov_bytes), prov_path, sums[prov_path.name]),
-                                  (temps.write(dest / SUMS, sums_bytes), dest / SUMS,
-                                   hashlib.sha256(sums_bytes).hexdigest())]:
+                                  (temps.write(dest / SUMS, sums_bytes), dest / SUMS, sums_sha)]:
                 temps.put(src, dst, sha)
     except OSError as exc:
         raise _io_error(exc, dest) from None
@@ -488,4 +489,5 @@ def _require_verified(runtime: Path, m: Manifest) -> None:
     failed = sum(c.status == FAIL for c in report.checks)
     remake = "repair it again from its inputs" if _repaired(m) else "rebuild it with assemble build"
     raise BuildFailed(f"the runtime fails verify --static ({failed} check(s), below): it is not packaged",
-                      where=str(runtime), fix=f"{remake}; never edit a runtime by hand", details=failed_lines(report))
+                      where=str(runtime), fix=f"{remake}; never edit a runtime by hand",
+                      details=failed_lines(report))
