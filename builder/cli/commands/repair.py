@@ -44,6 +44,10 @@ def register(sub, common) -> None:
                    help="also take vendor libraries from DIR (e.g. cuBLAS from NVIDIA's wheel); repeatable")
     p.add_argument("--target", action="append", default=[], metavar="NAME",
                    help="carry only this executable (default: every llama-* found); repeatable")
+    p.add_argument("--without", action="append", default=[], metavar="NAME",
+                   help="leave out this executable or backend module (file name, e.g. libggml-cpu-x64.so) on "
+                        "purpose: a damaged, foreign or missing one is otherwise refused; listed as left out; "
+                        "repeatable")
     p.add_argument("--hip-target", action="append", default=[], metavar="GFX",
                    help="also check rocBLAS/hipBLASLt data and HIP code for this card's arch; repeatable")
     p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
@@ -83,7 +87,7 @@ def run(args) -> int:
     out = Path(args.out) if args.out else Path.cwd() / (runtime_dir_name(name)
                                                         + (FOLDER_SUFFIX if platform == PLATFORM else ""))
     result = repair(RepairRequest(inputs=tuple(args.inputs), name=name, out=out, lib_paths=tuple(args.lib_path),
-                                  targets=tuple(args.target), hip_targets=targets, check_env=env_pairs(args.check_env),
+                                  targets=tuple(args.target), without=tuple(args.without), hip_targets=targets, check_env=env_pairs(args.check_env),
                                   verify_static=args.verify_static, accept_loader_risk=args.accept_loader_risk,
                                   dry_run=args.dry_run, keep=args.keep, wait=not args.no_wait))
     if result is None:
