@@ -124,10 +124,10 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict, list[tuple[Part, Lef
     later input without a base of its own is proved by its modules' imports alone."""
     first = parts[0]
     for other in parts[1:]:
-        why = other.base and identity.same_base(first.base, other.base)
+        why = identity.same_base(first.base, other.base) if other.base else _declared_base_differs(first, other)
         if why:
-            raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: {why} "
-                                f"({first.base.describe()} vs {other.base.describe()})",
+            versus = f" ({first.base.describe()} vs {other.base.describe()})" if other.base else ""
+            raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: {why}{versus}",
                                 where=other.input.given,
                                 fix="merge inputs of one build (the same upstream build number, or the same "
                                     "package version); backends of two ggml versions cannot share a process")
@@ -158,6 +158,29 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict, list[tuple[Part, Lef
             if backend not in contributed[part.input.given]:
                 contributed[part.input.given].append(backend)
     return files + list(modules.values()), contributed, skipped
+
+
+def _upstream_version(debian: str) -> str:
+    """1:0.7.0+dfsg-2 -> 0.7.0: the upstream part of a Debian version."""
+    return re.split(r"[+~-]", debian.split(":", 1)[-1], maxsplit=1)[0]
+
+
+def _declared_base_differs(first: Part, other: Part) -> str | None:
+    """A later input of modules only has no base to compare: what it declares is compared instead --
+    the build tag of its name, or the version of the ggml package each module came from (Debian
+    versions libggml0-backend-* as ggml itself: 0.27.0-1 is ggml 0.27.0). Its modules' imports are
+    checked against the first base afterwards either way."""
+    if first.build and other.build and first.build != other.build:
+        return f"their build tags differ ({first.build} vs {other.build})"
+    if other.input.kind != "debs" or not first.base.version:
+        return None
+    owners = deb_owners(other.input, other.found.root)
+    for m in other.found.modules:
+        owner = owners.get(str(m.source.resolve()))
+        if owner and owner.version and _upstream_version(owner.version) != first.base.version:
+            return (f"{m.source.name} is of ggml {_upstream_version(owner.version)} (package {owner.name} "
+                    f"{owner.version}), the first input's base is ggml {first.base.version}")
+    return None
 
 
 def _without_known(req: RepairRequest, parts: list[Part]) -> None:

@@ -220,10 +220,10 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
         elif kind == "library" and not info.is_program:
             _library(libs, info.soname or p.name, p, info)
         elif (own := _needs_own(info)) is not None:
-            left.append(LeftOut(p, f"not a llama-* executable or a backend module (it needs {own})"))
+            left.append(LeftOut(p, f"not a llama-* executable or a backend module; it needs {own}"))
     if refused:
         path, why = refused[0]
-        raise AssembleError(f"{path.name}: {why}", where=shown(path),
+        raise AssembleError(why, where=shown(path),
                             fix=f"restore it from the same build, or leave it out on purpose with {WITHOUT} {path.name}")
     if targets:
         missing = [t for t in targets if t not in exes]
@@ -283,7 +283,7 @@ def _damaged_needed(damaged: dict[Path, str], wanted: set[str], resolved: set[st
     for path, why in damaged.items():
         aliases = {path.name, *links.get(os.path.realpath(path), [])}
         if any(n in wanted and n not in resolved for n in aliases):
-            raise AssembleError(f"{path.name}: {why}", where=shown(path),
+            raise AssembleError(why, where=shown(path),
                                 fix="restore it from the same build (a library the executables or modules need "
                                     "cannot be left out)")
 

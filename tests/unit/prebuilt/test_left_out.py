@@ -150,8 +150,8 @@ def test_programs_that_need_llama_and_unneeded_libraries_are_listed(tmp_path, bu
     assert proc.returncode == 0, proc.stderr
     reasons = {x.path: x.reason for x in Manifest.load(out).left_out}
     assert reasons == {f"{build}/bin/libggml-extra.so": "nothing carried needs it",
-                       f"{build}/bin/test-tokenizer": "not a llama-* executable or a backend module "
-                                                      "(it needs libllama.so.0)"}
+                       f"{build}/bin/test-tokenizer": "not a llama-* executable or a backend module; "
+                                                      "it needs libllama.so.0"}
 
 
 def test_manifests_without_left_out_still_load_and_bad_records_are_refused(tmp_path, build):
@@ -232,3 +232,32 @@ def test_a_library_in_a_subfolder_of_a_given_deb_resolves(tmp_path, build):
     m = Manifest.load(out)
     assert "bin/libggml-blas.so" in m.paths() and any(p.endswith("/libblas.so.3") for p in m.paths()), m.paths()
     assert "libblas.so.3" not in m.host_sonames()
+
+
+# --- Debian's real packages (cached; the fixture's name marks these slow: a cold cache downloads) ----
+
+@pytest.fixture(scope="module")
+def sid_debs() -> dict[str, Path]:
+    from tests.support.debianllama import debian_llama_debs
+    return debian_llama_debs()
+
+
+def test_debians_vulkan_package_given_as_a_second_input_merges(tmp_path, sid_debs):
+    from tests.support.vendorlibs import extract_deb
+    first = tmp_path / "debian-cpu"
+    for name in ("libggml0", "libllama0", "llama.cpp-tools"):
+        extract_deb(sid_debs[name], first, lambda _: True)
+    vulkan = str(sid_debs["libggml0-backend-vulkan"])
+    dry = assemble("repair", str(first), vulkan, "--dry-run", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    for words in (f"input {vulkan} (debs): backend modules only", "contributes  vulkan", "bin/libggml-vulkan.so",
+                  f"{first}/usr/libexec/x86_64-linux-gnu/ggml/test-gguf  (not a llama-* executable"):
+        assert words in dry.stdout, words
+
+
+def test_debians_vulkan_package_with_another_ggml_names_the_versions(tmp_path, build, sid_debs):
+    (build / "bin" / "libggml-vulkan.so").unlink()
+    vulkan = str(sid_debs["libggml0-backend-vulkan"])
+    proc, _ = _repair(tmp_path, str(build), vulkan)
+    one_error_line(proc, 2, [vulkan, "different ggml bases", "libggml-vulkan.so is of ggml 0.27.0",
+                             "libggml0-backend-vulkan 0.27.0-1", "base is ggml 0.9.4"])
