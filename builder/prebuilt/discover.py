@@ -161,6 +161,18 @@ def _problem(path: Path, kind: str, info: ElfInfo | None, damage: str | None) ->
     return None
 
 
+def _library_problem(info: ElfInfo | None, damage: str | None) -> str | None:
+    """Why a library named as llama.cpp's is not one (None for whole libraries and non-ELF files:
+    a libggml.so linker script or a .so.debug text is not a library)."""
+    if damage or info is None:
+        return damage
+    if info.is_program or info.etype != "ET_DYN":
+        return "not a shared library"
+    if info.soname and not OWN_LIBRARY.match(info.soname):
+        return f"not llama.cpp's: its SONAME is {info.soname}"
+    return None
+
+
 def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] = (), *,
              executables_required: bool = True, shown: Callable[[Path], str] = str) -> Found:
     """targets: executable names to carry (default: every llama-* executable found); without: executable
@@ -213,8 +225,8 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
                 refused.append((p, why))
             else:
                 _once(exes if kind == "executable" else mods, p.name, p)
-        elif kind == "library" and damage:
-            damaged_libs[p] = damage
+        elif kind == "library" and (why := _library_problem(info, damage)):
+            damaged_libs[p] = why
         elif info is None or info.etype not in ("ET_DYN", "ET_EXEC"):
             continue
         elif kind == "library" and not info.is_program:
@@ -233,16 +245,23 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
         left += [LeftOut(p, "not named by --target") for n, p in exes.items() if n not in targets]
         exes = {t: exes[t] for t in targets}
     if not exes and (executables_required or not mods):
-        raise AssembleError("no llama.cpp executable (llama-*) found" if executables_required
-                            else "no llama.cpp executable (llama-*) or backend module found", where=shown(root),
+        aside = sorted(x.path.name for x in left if named_kind(x.path.name) == "executable")
+        raise AssembleError(("no llama.cpp executable (llama-*) found" if executables_required
+                             else "no llama.cpp executable (llama-*) or backend module found")
+                            + (f" (left out: {', '.join(aside)})" if aside else ""), where=shown(root),
                             fix="give a build folder, a release archive or the packages that hold llama-server"
                             if executables_required else "a later input adds backend modules (libggml-<backend>.so)")
     _cpu_levels_complete(mods, without, shown(root))
     starts = [read_elf(p) for p in [*exes.values(), *mods.values()]]
     needed = _closure(starts, libs)
-    if damaged_libs:
-        wanted = {n for info in [*starts, *(libs[x][1] for x in needed)] if info for n in info.needed}
-        _damaged_needed(damaged_libs, wanted, set(libs) | {p.name for p, _ in libs.values()}, links, shown)
+    wanted = {n: info.path for info in [*starts, *(libs[x][1] for x in needed)] if info for n in info.needed}
+    resolved = set(libs) | {p.name for p, _ in libs.values()}
+    _damaged_needed(damaged_libs, set(wanted), resolved, links, shown)
+    absent = sorted(n for n in wanted if OWN_LIBRARY.match(n) and n not in resolved)
+    if absent and executables_required:       # a later input's modules take the first input's libraries
+        raise AssembleError(f"{absent[0]} (needed by {wanted[absent[0]].name}) is not in this input", where=shown(root),
+                            fix="give the whole build (or every package of it): llama.cpp's own libraries come "
+                                "from the input, never from the host")
     own_libs = []
     for name in needed:
         path, info = libs[name]

@@ -15,7 +15,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from builder.prebuilt.discover import cpu_level_files
 from builder.runtime.manifest import Manifest, ManifestInvalid
 from tests.support.common import assemble, one_error_line
 from tests.unit.prebuilt.test_discover import _cc, make_build
@@ -261,3 +264,66 @@ def test_debians_vulkan_package_with_another_ggml_names_the_versions(tmp_path, b
     proc, _ = _repair(tmp_path, str(build), vulkan)
     one_error_line(proc, 2, [vulkan, "different ggml bases", "libggml-vulkan.so is of ggml 0.27.0",
                              "libggml0-backend-vulkan 0.27.0-1", "base is ggml 0.9.4"])
+
+
+# --- the property: damage any files, and repair refuses naming one or lists every one it dropped ----
+
+_LIBS = ("libggml-base.so.0.9.4", "libggml.so.0.9.4", "libllama.so.0.0.1", "libggml-extra.so")
+_FILES = ("llama-server", "libggml-vulkan.so", *_LIBS, *cpu_level_files())
+_DAMAGE = ("truncate", "cut in the header", "another ELF", "remove")
+
+
+def _damage(path: Path, how: str) -> None:
+    if how == "remove":
+        path.unlink()
+    elif how == "truncate":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
+    elif how == "cut in the header":
+        path.write_bytes(path.read_bytes()[:40])
+    else:
+        path.unlink()
+        shutil.copyfile(LS if path.name.startswith("llama-") else os.path.realpath(LIBM), path)
+
+
+def _aliases(name: str) -> set[str]:
+    """A file is named by itself or, a library, by its SONAME (libggml-base.so.0.9.4: libggml-base.so.0)."""
+    stem, _, version = name.partition(".so")
+    return {name, f"{stem}.so{version[:2]}"}
+
+
+@settings(max_examples=int(os.environ.get("LEFT_OUT_EXAMPLES", "20")), deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(damaged=st.dictionaries(st.sampled_from(_FILES), st.sampled_from(_DAMAGE), min_size=1, max_size=4),
+       leave_out=st.booleans())
+def test_any_damage_is_refused_by_name_or_listed(pristine, tmp_path_factory, damaged, leave_out):
+    """leave_out: the user names every damaged executable and module with --without (a removed one only
+    when it is a CPU level, the one kind of absence the build's declared set reveals)."""
+    from builder.check import verify
+    from builder.errors import AssembleError
+    from builder.prebuilt.request import RepairRequest
+    from builder.repair import repair
+    work = tmp_path_factory.mktemp("damage")
+    root = work / "build"
+    shutil.copytree(pristine, root, symlinks=True)
+    for name, how in damaged.items():
+        _damage(root / "bin" / name, how)
+    before = tree_state(root)
+    out = work / "runtime-p"
+    without = tuple(n for n, how in damaged.items() if leave_out and n not in _LIBS
+                    and (how != "remove" or n in cpu_level_files()))
+    try:
+        repair(RepairRequest(inputs=(str(root),), name="p", out=out, without=without, verify_static=True,
+                             accept_loader_risk="a test: no ggml installed here"))
+    except AssembleError as exc:
+        said = f"{exc.where or ''} {exc.what}"
+        names = {a for n in damaged for a in _aliases(n)}
+        if damaged.get("llama-server") == "remove":
+            names.add("no llama.cpp executable (llama-*)")      # a file that is gone cannot be named
+        assert exc.code == 2 and any(n in said for n in names), (damaged, exc.line())
+        assert not out.exists()
+    else:
+        assert verify.verify_runtime(out, static=True).passed
+        listed = {x.path for x in Manifest.load(out).left_out}
+        dropped = {n for n, how in damaged.items() if how != "remove"}
+        assert {f"{root}/bin/{n}" for n in dropped} <= listed, (damaged, listed)
+    assert tree_state(root) == before
