@@ -50,6 +50,12 @@ def pristine(tmp_path_factory) -> Path:
     return make_build(tmp_path_factory.mktemp("pristine") / "build")
 
 
+@pytest.fixture(scope="module")
+def pristine_flat(tmp_path_factory) -> Path:
+    """Upstream's archive layout: one flat folder, each library and its SONAME as two copies."""
+    return make_build(tmp_path_factory.mktemp("pristine-flat") / "build", flat=True)
+
+
 @pytest.fixture
 def build(pristine, tmp_path) -> Path:
     dest = tmp_path / "build"
@@ -294,8 +300,8 @@ def _aliases(name: str) -> set[str]:
 @settings(max_examples=int(os.environ.get("LEFT_OUT_EXAMPLES", "20")), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(damaged=st.dictionaries(st.sampled_from(_FILES), st.sampled_from(_DAMAGE), min_size=1, max_size=4),
-       leave_out=st.booleans())
-def test_any_damage_is_refused_by_name_or_listed(pristine, tmp_path_factory, damaged, leave_out):
+       leave_out=st.booleans(), flat=st.booleans())
+def test_any_damage_is_refused_by_name_or_listed(pristine, pristine_flat, tmp_path_factory, damaged, leave_out, flat):
     """leave_out: the user names every damaged executable and module with --without (a removed one only
     when it is a CPU level, the one kind of absence the build's declared set reveals)."""
     from builder.check import verify
@@ -304,7 +310,7 @@ def test_any_damage_is_refused_by_name_or_listed(pristine, tmp_path_factory, dam
     from builder.repair import repair
     work = tmp_path_factory.mktemp("damage")
     root = work / "build"
-    shutil.copytree(pristine, root, symlinks=True)
+    shutil.copytree(pristine_flat if flat else pristine, root, symlinks=True)
     for name, how in damaged.items():
         _damage(root / "bin" / name, how)
     before = tree_state(root)
