@@ -145,7 +145,8 @@ def _problem(path: Path, kind: str, info: ElfInfo | None, damage: str | None) ->
     if damage:
         return damage
     if info is None:
-        return "not an ELF file"
+        return "a script, not a program" if kind == "executable" and _text_head(path).startswith(b"#!") \
+            else "not an ELF file"
     if kind == "module" and (info.etype != "ET_DYN" or info.is_program):
         return "not a shared library"
     if kind == "executable" and not info.is_program:
@@ -161,11 +162,22 @@ def _problem(path: Path, kind: str, info: ElfInfo | None, damage: str | None) ->
     return None
 
 
-def _library_problem(info: ElfInfo | None, damage: str | None) -> str | None:
-    """Why a library named as llama.cpp's is not one (None for whole libraries and non-ELF files:
-    a libggml.so linker script or a .so.debug text is not a library)."""
-    if damage or info is None:
+def _text_head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(256)
+    except OSError:
+        return b""
+
+
+def _library_problem(path: Path, info: ElfInfo | None, damage: str | None) -> str | None:
+    """Why a library named as llama.cpp's is not one (None for a whole library, and for a linker
+    script, which names the real one)."""
+    if damage:
         return damage
+    if info is None:
+        head = _text_head(path)
+        return None if b"GNU ld script" in head or b"GROUP" in head or b"INPUT" in head else "not an ELF file"
     if info.is_program or info.etype != "ET_DYN":
         return "not a shared library"
     if info.soname and not OWN_LIBRARY.match(info.soname):
@@ -219,13 +231,13 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
             if not p.is_file():
                 continue
             why = _problem(p, kind, info, damage)
-            if why and kind == "executable" and targets and p.name not in targets:
+            if why and kind == "executable" and ((targets and p.name not in targets) or why.startswith("a script")):
                 left.append(LeftOut(p, why))
             elif why:
                 refused.append((p, why))
             else:
                 _once(exes if kind == "executable" else mods, p.name, p)
-        elif kind == "library" and (why := _library_problem(info, damage)):
+        elif kind == "library" and (why := _library_problem(p, info, damage)):
             damaged_libs[p] = why
         elif info is None or info.etype not in ("ET_DYN", "ET_EXEC"):
             continue

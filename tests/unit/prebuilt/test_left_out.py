@@ -153,12 +153,16 @@ def test_an_archive_member_is_named_as_the_user_knows_it(tmp_path, build):
 
 
 def test_programs_that_need_llama_and_unneeded_libraries_are_listed(tmp_path, build):
+    (build / "bin" / "llama-env").write_text("#!/bin/sh\nexec ./llama-server \"$@\"\n")
+    (build / "bin" / "libggml-old.so.1").write_bytes(b"")
     _cc(build / "bin" / "test-tokenizer", "int llama_init(void);\nint main(void) { return llama_init(); }\n",
         f"-L{build / 'bin'}", "-l:libllama.so.0.0.1", f"-Wl,-rpath-link,{build / 'bin'}")
     proc, out = _repair(tmp_path, str(build))
     assert proc.returncode == 0, proc.stderr
     reasons = {x.path: x.reason for x in Manifest.load(out).left_out}
     assert reasons == {f"{build}/bin/libggml-extra.so": "nothing carried needs it",
+                       f"{build}/bin/llama-env": "a script, not a program",
+                       f"{build}/bin/libggml-old.so.1": "not an ELF file; nothing carried needs it",
                        f"{build}/bin/test-tokenizer": "not a llama-* executable or a backend module; "
                                                       "it needs libllama.so.0"}
 
@@ -276,7 +280,7 @@ def test_debians_vulkan_package_with_another_ggml_names_the_versions(tmp_path, b
 
 _LIBS = ("libggml-base.so.0.9.4", "libggml.so.0.9.4", "libllama.so.0.0.1", "libggml-extra.so")
 _FILES = ("llama-server", "libggml-vulkan.so", *_LIBS, *cpu_level_files())
-_DAMAGE = ("truncate", "cut in the header", "another ELF", "remove")
+_DAMAGE = ("truncate", "cut in the header", "emptied", "another ELF", "remove")
 
 
 def _damage(path: Path, how: str) -> None:
@@ -286,6 +290,8 @@ def _damage(path: Path, how: str) -> None:
         path.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
     elif how == "cut in the header":
         path.write_bytes(path.read_bytes()[:40])
+    elif how == "emptied":
+        path.write_bytes(b"")
     else:
         path.unlink()
         shutil.copyfile(LS if path.name.startswith("llama-") else os.path.realpath(LIBM), path)
