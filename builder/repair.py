@@ -13,6 +13,7 @@ and not carried is listed as left out, with why, in --dry-run, the log and the m
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,10 +99,21 @@ def _build_tag(inp: Input, root: Path) -> str | None:
 
 
 def _shown(inp: Input, unpacked: Path, path: Path) -> str:
-    """A file as the user knows it: under the folder given, or the archive (or packages) and its member."""
+    """A file as the user knows it: under the folder given, or the archive (or the .deb that holds it)
+    and its member path."""
+    member = path.relative_to(unpacked)
     if inp.kind == "folder":
-        return str(Path(inp.given) / path.relative_to(unpacked))
-    return f"{inp.given}:{path.relative_to(unpacked).as_posix()}"
+        return str(Path(inp.given) / member)
+    if inp.kind == "debs":
+        return f"{_deb_holding(inp, unpacked).get(str(path.resolve()), inp.given)}:{member.as_posix()}"
+    return f"{inp.given}:{member.as_posix()}"
+
+
+@functools.lru_cache(maxsize=8)
+def _deb_holding(inp: Input, unpacked: Path) -> dict[str, str]:
+    """Resolved path in the unpacked packages -> the file name of the .deb that shipped it."""
+    by_package = {f.name.split("_", 1)[0]: f.name for f in inp.files}
+    return {path: by_package[o.name] for path, o in deb_owners(inp, unpacked).items() if o.name in by_package}
 
 
 def _read(inp: Input, work: Path, index: int, req: RepairRequest) -> Part:

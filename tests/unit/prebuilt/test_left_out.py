@@ -220,7 +220,11 @@ def test_an_input_with_nothing_of_llama_is_refused(tmp_path, build):
 
 
 def _deb(folder: Path, package: str, out: Path) -> Path:
+    """A package as Debian's tools write one: control and md5sums (which say what file is whose)."""
+    sums = "".join(f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.relative_to(folder).as_posix()}\n"
+                   for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink())
     (folder / "DEBIAN").mkdir(parents=True, exist_ok=True)
+    (folder / "DEBIAN" / "md5sums").write_text(sums)
     (folder / "DEBIAN" / "control").write_text(f"Package: {package}\nVersion: 1.0-1\nArchitecture: amd64\n"
                                                f"Maintainer: t <t@example.org>\nDescription: test\n")
     subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(folder), str(out)],
@@ -245,6 +249,9 @@ def test_a_library_in_a_subfolder_of_a_given_deb_resolves(tmp_path, build):
     m = Manifest.load(out)
     assert "bin/libggml-blas.so" in m.paths() and any(p.endswith("/libblas.so.3") for p in m.paths()), m.paths()
     assert "libblas.so.3" not in m.host_sonames()
+    # a member is named by the .deb that holds it, never by the scratch folder it was unpacked into
+    assert {(x.path, x.reason) for x in m.left_out} == {
+        ("llama-test_1.0-1_amd64.deb:usr/lib/x86_64-linux-gnu/libggml-extra.so", "nothing carried needs it")}
 
 
 # --- Debian's real packages (cached; the fixture's name marks these slow: a cold cache downloads) ----
