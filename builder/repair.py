@@ -139,7 +139,8 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict, list[tuple[Part, Lef
         why = identity.same_base(first.base, other.base) if other.base else _declared_base_differs(first, other)
         if why:
             versus = f" ({first.base.describe()} vs {other.base.describe()})" if other.base else ""
-            raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: {why}{versus}",
+            raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: "
+                                f"{why}{versus}",
                                 where=other.input.given,
                                 fix="merge inputs of one build (the same upstream build number, or the same "
                                     "package version); backends of two ggml versions cannot share a process")
@@ -200,7 +201,8 @@ def _without_known(req: RepairRequest, parts: list[Part]) -> None:
     known = {n for p in parts for n in p.found.names} | set(cpu_level_files())
     for name in req.without:
         if name not in known:
-            raise AssembleError(f"no executable or backend module named {name} in the inputs", where=f"{WITHOUT} {name}",
+            raise AssembleError(f"no executable or backend module named {name} in the inputs",
+                                where=f"{WITHOUT} {name}",
                                 fix=f"name a file, e.g. {WITHOUT} libggml-cpu-x64.so or {WITHOUT} llama-server")
 
 
@@ -293,7 +295,8 @@ def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Man
         # built elsewhere: no build host vouches for a floor, so none is promised; verify says what it needs
         glibc_floor=manifest.GlibcFloor(None, None, (need := folder_need(staged)) and need.file),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], {}),
-        inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256, x.base and x.base.version, x.build,
+        inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256,
+                                          x.base.version if x.base else None, x.build,
                                           x.describe(), tuple(p.contributed.get(x.input.given, ())))
                      for x in p.parts),
         left_out=tuple(manifest.LeftOutRecord(path, why) for path, why in p.left_out),

@@ -185,6 +185,69 @@ def _library_problem(path: Path, info: ElfInfo | None, damage: str | None) -> st
     return None
 
 
+class _Sorted:
+    """Each file of an input put in its place: carried (executables, libraries by SONAME, modules),
+    left out with why, or refused unless --without names it."""
+
+    def __init__(self, root: Path, targets: Sequence[str], without: Collection[str]):
+        self.real_root = os.path.realpath(root)
+        self.targets, self.without = targets, without
+        self.links: dict[str, list[str]] = {}           # real file -> names linking to it inside the input
+        self.exes: dict[str, Path] = {}
+        self.libs: dict[str, tuple[Path, ElfInfo]] = {}  # soname (or file name) -> the real file
+        self.mods: dict[str, Path] = {}
+        self.left: list[LeftOut] = []
+        self.refused: list[tuple[Path, str]] = []       # (file, why)
+        self.damaged_libs: dict[Path, str] = {}
+        self.names: set[str] = set()                    # executable and module names seen
+
+    def take(self, p: Path) -> None:
+        kind = named_kind(p.name)
+        if kind in ("executable", "module"):
+            self.names.add(p.name)
+            if p.name in self.without:
+                self.left.append(LeftOut(p, WITHOUT))
+                return
+        if p.is_symlink():
+            self._link(p, kind)
+            return
+        info, damage = _elf(p)
+        if kind in ("executable", "module"):
+            if p.is_file():
+                self._own(p, kind, _problem(p, kind, info, damage))
+        elif kind == "library" and (why := _library_problem(p, info, damage)):
+            self.damaged_libs[p] = why
+        elif info is None or info.etype not in ("ET_DYN", "ET_EXEC"):
+            return
+        elif kind == "library" and not info.is_program:
+            _library(self.libs, info.soname or p.name, p, info)
+        elif (own := _needs_own(info)) is not None:
+            self.left.append(LeftOut(p, f"not a llama-* executable or a backend module; it needs {own}"))
+
+    def _link(self, p: Path, kind: str | None) -> None:
+        real = os.path.realpath(p)
+        inside = real.startswith(self.real_root + os.sep)
+        if inside:
+            self.links.setdefault(real, []).append(p.name)
+        if kind and not inside:
+            why = f"a symlink leaving the input (to {real})"
+            (self.left.append(LeftOut(p, why)) if kind == "library" else self.refused.append((p, why)))
+        elif kind == "module":
+            self.refused.append((p, f"a symlink (to {os.path.relpath(real, os.path.dirname(p))}): a backend module "
+                                    "is carried as its own file"))
+        elif kind == "executable":
+            self.left.append(LeftOut(p, f"a symlink to {os.path.relpath(real, os.path.dirname(p))}"))
+
+    def _own(self, p: Path, kind: str, why: str | None) -> None:
+        if why and kind == "executable" and ((self.targets and p.name not in self.targets)
+                                             or why.startswith("a script")):
+            self.left.append(LeftOut(p, why))           # not wanted (or not a program at all): listed
+        elif why:
+            self.refused.append((p, why))
+        else:
+            _once(self.exes if kind == "executable" else self.mods, p.name, p)
+
+
 def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] = (), *,
              executables_required: bool = True, shown: Callable[[Path], str] = str) -> Found:
     """targets: executable names to carry (default: every llama-* executable found); without: executable
@@ -195,60 +258,15 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
     damaged, foreign or escaping module or wanted executable, and an incomplete set of CPU variants,
     are refused (naming the file) unless the user leaves them out with --without."""
     root = Path(root)
-    real_root = os.path.realpath(root)
-    files = _walk(root)
-    links: dict[str, list[str]] = {}
-    exes: dict[str, Path] = {}
-    libs: dict[str, tuple[Path, ElfInfo]] = {}      # soname (or file name) -> the real file
-    mods: dict[str, Path] = {}
-    left: list[LeftOut] = []
-    refused: list[tuple[Path, str]] = []            # (file, why): refused unless --without names it
-    damaged_libs: dict[Path, str] = {}
-    names: set[str] = set()
-    for p in files:
-        kind = named_kind(p.name)
-        if kind in ("executable", "module"):
-            names.add(p.name)
-            if p.name in without:
-                left.append(LeftOut(p, WITHOUT))
-                continue
-        if p.is_symlink():
-            real = os.path.realpath(p)
-            inside = real.startswith(real_root + os.sep)
-            if inside:
-                links.setdefault(real, []).append(p.name)
-            if kind and not inside:
-                why = f"a symlink leaving the input (to {real})"
-                (left.append(LeftOut(p, why)) if kind == "library" else refused.append((p, why)))
-            elif kind == "module":
-                refused.append((p, f"a symlink (to {os.path.relpath(real, os.path.dirname(p))}): a backend module "
-                                   "is carried as its own file"))
-            elif kind == "executable":
-                left.append(LeftOut(p, f"a symlink to {os.path.relpath(real, os.path.dirname(p))}"))
-            continue
-        info, damage = _elf(p)
-        if kind in ("executable", "module"):
-            if not p.is_file():
-                continue
-            why = _problem(p, kind, info, damage)
-            if why and kind == "executable" and ((targets and p.name not in targets) or why.startswith("a script")):
-                left.append(LeftOut(p, why))
-            elif why:
-                refused.append((p, why))
-            else:
-                _once(exes if kind == "executable" else mods, p.name, p)
-        elif kind == "library" and (why := _library_problem(p, info, damage)):
-            damaged_libs[p] = why
-        elif info is None or info.etype not in ("ET_DYN", "ET_EXEC"):
-            continue
-        elif kind == "library" and not info.is_program:
-            _library(libs, info.soname or p.name, p, info)
-        elif (own := _needs_own(info)) is not None:
-            left.append(LeftOut(p, f"not a llama-* executable or a backend module; it needs {own}"))
+    got = _Sorted(root, targets, without)
+    for p in _walk(root):
+        got.take(p)
+    exes, libs, mods, left, links = got.exes, got.libs, got.mods, got.left, got.links
+    refused, damaged_libs = got.refused, got.damaged_libs
     if refused:
         path, why = refused[0]
-        raise AssembleError(why, where=shown(path),
-                            fix=f"restore it from the same build, or leave it out on purpose with {WITHOUT} {path.name}")
+        raise AssembleError(why, where=shown(path), fix="restore it from the same build, or leave it out on "
+                                                        f"purpose with {WITHOUT} {path.name}")
     if targets:
         missing = [t for t in targets if t not in exes]
         if missing:
@@ -283,7 +301,7 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
     left += [LeftOut(p, f"{why}; nothing carried needs it") for p, why in damaged_libs.items()]
     left = sorted(left, key=lambda x: str(x.path))
     return Found(root, tuple(own_file(p, "executable") for p in exes.values()), tuple(own_libs),
-                 tuple(own_file(p, "module") for p in mods.values()), tuple(left), frozenset(names))
+                 tuple(own_file(p, "module") for p in mods.values()), tuple(left), frozenset(got.names))
 
 
 def cpu_level_files() -> tuple[str, ...]:
