@@ -11,6 +11,7 @@ backend modules the first lacks (upstream's CUDA archive + its Vulkan archive: o
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from builder.config.recipe import NAME_RE
 from builder.config.upstream import BUILD_RE
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
-from builder.prebuilt import identity
+from builder.prebuilt import identity, origins
 from builder.prebuilt.discover import Found, discover
 from builder.prebuilt.inputs import Input, classify, deb_owners, unpack
 from builder.prebuilt.loader import LoaderFacts, loader_facts
@@ -55,6 +56,7 @@ class Part:
     found: Found
     base: identity.BaseIdentity
     build: str | None
+    unpacked: origins.Unpacked             # how its files are named in the manifest and messages
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,10 @@ class Plan:
     contributed: dict                           # input given -> backends taken from it
     loader: LoaderFacts | None
     bundle: BundlePlan
+
+    @property
+    def inputs(self) -> tuple[origins.Unpacked, ...]:
+        return tuple(p.unpacked for p in self.parts)
 
 
 def _build_tag(inp: Input, root: Path) -> str | None:
@@ -87,15 +93,23 @@ def _build_tag(inp: Input, root: Path) -> str | None:
     return None
 
 
-def _read(inp: Input, work: Path, index: int, targets: tuple[str, ...]) -> Part:
-    root = unpack(inp, work / f"input-{index}")
+def _unpacked(inp: Input, work: Path, index: int) -> tuple[Path, origins.Unpacked]:
+    """Where the input's content is, and how its files are named."""
+    members: dict[str, str] = {}
+    dest = work / f"input-{index}"
+    root = unpack(inp, dest, members=members)
+    return root, origins.Unpacked(inp.given, inp.path if inp.kind == "folder" else dest.resolve(),
+                                  inp.kind == "folder", members)
+
+
+def _read(inp: Input, root: Path, unpacked: origins.Unpacked, targets: tuple[str, ...]) -> Part:
     found = discover(root, targets)
     if found.base is None:
         raise AssembleError("no ggml base library (libggml-base.so*) among what its executables need",
                             where=inp.given, fix="give the input that holds libggml-base (the packages or archive "
                                                   "with the libraries, not only the executables)")
     build = _build_tag(inp, root)
-    return Part(inp, found, identity.base_identity(found.base.source, build), build)
+    return Part(inp, found, identity.base_identity(found.base.source, build), build, unpacked)
 
 
 def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict]:
@@ -136,8 +150,20 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict]:
 
 
 def plan(req: RepairRequest, work: Path) -> Plan:
-    inputs = classify(req.inputs)
-    parts = [_read(inp, work, i, req.targets if i == 0 else ()) for i, inp in enumerate(inputs)]
+    """What to carry; a refusal names the user's files, never the folders they were unpacked into."""
+    seen: list[origins.Unpacked] = []
+    try:
+        return _plan(req, work, seen)
+    except AssembleError as exc:
+        raise origins.renamed(seen, exc) from None
+
+
+def _plan(req: RepairRequest, work: Path, seen: list[origins.Unpacked]) -> Plan:
+    parts = []
+    for i, inp in enumerate(classify(req.inputs)):
+        root, unpacked = _unpacked(inp, work, i)
+        seen.append(unpacked)
+        parts.append(_read(inp, root, unpacked, req.targets if i == 0 else ()))
     own, contributed = _merge(parts)
     ggml = parts[0].found.ggml
     installed = tuple(dict.fromkeys("/" + m.source.parent.relative_to(p.found.root).as_posix()
@@ -169,11 +195,11 @@ def show(p: Plan) -> None:
             print(f"  contributes  {', '.join(p.contributed[part.input.given])}")
     print("would carry")
     for o in p.bundle.own:
-        print(f"  {o.dest:<44} ours, from {o.source}")
+        print(f"  {o.dest:<44} ours, from {origins.origin(p.inputs, o.source)}")
     for v in p.bundle.vendor:
-        print(f"  {v.dest:<44} vendor, from {v.source}")
+        print(f"  {v.dest:<44} vendor, from {origins.origin(p.inputs, v.source)}")
     for d in p.bundle.data:
-        print(f"  {d.dest + '/':<44} data, from {d.source}")
+        print(f"  {d.dest + '/':<44} data, from {origins.origin(p.inputs, d.source)}")
     print("left to the host")
     for s in p.bundle.system:
         print(f"  {s.soname:<44} {s.reason}")
@@ -226,6 +252,15 @@ def _licensed(p: Plan, result: BundleResult, staged: Path) -> BundleResult:
     return licenses.add_licenses(result, staged, own, known=known)
 
 
+def _named(p: Plan, result: BundleResult) -> BundleResult:
+    """The manifest's origins in the user's words (the input and the path inside it), so that the same
+    inputs give the same manifest; read after licensing, which reads the files where they lie."""
+    files = tuple(dataclasses.replace(f, origin=origins.origin(p.inputs, f.origin)) for f in result.files)
+    records = tuple(dataclasses.replace(r, source=origins.named(p.inputs, r.source) or r.source)
+                    for r in result.licenses)
+    return dataclasses.replace(result, files=files, licenses=records)
+
+
 def _lib_dirs(req: RepairRequest) -> list[Path]:
     dirs = [Path(d).expanduser() for d in req.lib_paths]
     for d in dirs:
@@ -252,8 +287,10 @@ def repair(req: RepairRequest) -> Path | None:
         def fill(staged: Path) -> None:
             p = plan(req, work)
             ui.step(f"repair into {staged.name}")
-            result = place_bundle(p.bundle, staged)
-            result = _licensed(p, result, staged)
+            try:
+                result = _named(p, _licensed(p, place_bundle(p.bundle, staged), staged))
+            except AssembleError as exc:
+                raise origins.renamed(p.inputs, exc) from None
             _manifest(req, p, result, staged).write(staged)
             verify.require_passed(verify.verify_runtime(staged, extra_env=dict(req.check_env), static=req.verify_static,
                                                         hip_targets=req.hip_targets),

@@ -70,6 +70,7 @@ class Input:
     files: tuple[Path, ...]    # the archive, or the .deb files (in the order given); () for a folder
     sha256: str | None         # archive: its sha256; debs: sha256 of the sorted "name sha256\n" lines; folder: None
     build: str | None          # an upstream build tag read from the name when present ("b7416")
+    names: tuple[str, ...] = ()   # the file name of each of files as given (a symlink's own name)
 
 
 def _archive_suffix(name: str) -> str | None:
@@ -118,7 +119,7 @@ def classify(args: Sequence[str]) -> tuple[Input, ...]:
             debs.append((given, path))
         elif _archive_suffix(p.name) or _archive_suffix(path.name):
             slots.append(Input(given, path, "archive", (path,), _sha(path, given),
-                               build_in_name(p.name) or build_in_name(path.name)))
+                               build_in_name(p.name) or build_in_name(path.name), (p.name,)))
         else:
             raise AssembleError("unknown file type: not a release archive or a Debian package", where=given,
                                 fix=f"give {_ACCEPTED}; a renamed archive keeps its real suffix")
@@ -139,7 +140,7 @@ def _debs(debs: list[tuple[str, Path]]) -> Input:
     digest = hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
     tags = {t for _, path in debs if (t := build_in_name(path.name))}
     return Input(" ".join(g for g, _ in debs), debs[0][1], "debs", tuple(p for _, p in debs), digest,
-                 tags.pop() if len(tags) == 1 else None)
+                 tags.pop() if len(tags) == 1 else None, tuple(Path(g).name for g, _ in debs))
 
 
 # --- unpacking ------------------------------------------------------------------------------
@@ -200,7 +201,7 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
     if members is not None:
-        names = [f.name for f in inp.files]
+        names = inp.names or tuple(f.name for f in inp.files)
         members.update((rel, names[g]) for rel, g in held.items())
     for line in said:
         if notes is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bz2
 import contextlib
+import fcntl
 import gzip
 import io
 import lzma
@@ -25,7 +26,7 @@ from typing import BinaryIO
 from builder.source.archive import ArchiveRefused
 
 # codec -> (program, its arguments to write the decompressed stream of stdin to stdout)
-PROGRAMS = {"xz": ("xz", "-dc"), "zst": ("zstd", "-dcq"), "gz": ("gzip", "-dc"), "bz2": ("bzip2", "-dc")}
+PROGRAMS = {"xz": ("xz", "-dc", "-T0"), "zst": ("zstd", "-dcq"), "gz": ("gzip", "-dc"), "bz2": ("bzip2", "-dc")}
 NAMES = {"xz": "xz", "zst": "zstd", "gz": "gzip", "bz2": "bzip2"}
 USE_PROGRAMS = True            # tests turn it off to prove the in-process readers
 _CHUNK = 1 << 20
@@ -96,6 +97,9 @@ def _piped(program: str, fd: int, offset: int, length: int, codec: str) -> Itera
     proc = subprocess.Popen([program, *PROGRAMS[codec][1:]], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, bufsize=_CHUNK)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    for end in (proc.stdin, proc.stdout):        # 1 MiB pipes: fewer switches between the programs
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(end.fileno(), fcntl.F_SETPIPE_SZ, _CHUNK)
 
     def feed() -> None:
         pos, end = offset, offset + length

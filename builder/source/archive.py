@@ -400,7 +400,7 @@ def _read_stream(source: TarStream, g: int, limits: Limits, spool: Path) -> list
     only once its header passed); each file's data written to spool/<g>.<index>."""
     members: list[tarfile.TarInfo] = []
     total = 0
-    with source.open() as raw, tarfile.open(fileobj=raw, mode="r|", errorlevel=2) as tar:
+    with source.open() as raw, tarfile.open(fileobj=raw, mode="r|", errorlevel=2, bufsize=1 << 20) as tar:
         while (m := tar.next()) is not None:
             members.append(m)
             if len(members) > limits.members:
