@@ -125,7 +125,7 @@ def _piped(program: str, fd: int, offset: int, length: int, codec: str) -> Itera
         except Exception:
             # a read error: when the program ends on its own (the stream is damaged), its own
             # complaint says it better; a program with much more to say is stopped
-            if len(proc.stdout.read(_DRAIN)) == _DRAIN:
+            if not _drained(proc.stdout):
                 proc.kill()
             proc.wait()
             if proc.returncode > 0:
@@ -146,7 +146,14 @@ def _piped(program: str, fd: int, offset: int, length: int, codec: str) -> Itera
         proc.stderr.close()
 
 
-_DRAIN = 64 << 20
+def _drained(stream: BinaryIO, most: int = 64 << 20) -> bool:
+    """Read and drop what is left, up to `most` bytes; whether the end was reached."""
+    while most > 0:
+        chunk = stream.read(min(most, _CHUNK))
+        if not chunk:
+            return True
+        most -= len(chunk)
+    return False
 
 
 def _said(proc: subprocess.Popen) -> str:

@@ -24,8 +24,8 @@ the tree's root.
 
 from __future__ import annotations
 
-import contextlib
 import copy
+import io
 import os
 import re
 import shutil
@@ -395,33 +395,80 @@ def extract_trees(tars: Sequence[TarStream], dest: Path, limits: Limits = Limits
     return notes
 
 
+class _Forward(io.RawIOBase):
+    """A stream read once, as tarfile's random-access reader asks for it: tell(), and seek() only
+    forwards (what is skipped is read and dropped), so headers are parsed by tarfile while each file's
+    data is read here straight into our buffer (tarfile's stream mode copies every byte four times)."""
+
+    def __init__(self, stream: BinaryIO):
+        self._f, self.pos = stream, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, b) -> int:
+        n = self._f.readinto(b)
+        self.pos += n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read(size)
+        self.pos += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        target = offset if whence == 0 else self.pos + offset if whence == 1 else -1
+        if target < self.pos:
+            raise tarfile.ReadError(f"the archive asks to go back in a stream read once (to {offset}, whence {whence})")
+        while self.pos < target and self.read(min(target - self.pos, _CHUNK)):
+            pass
+        return self.pos
+
+
+_CHUNK = 1 << 20
+
+
 def _read_stream(source: TarStream, g: int, limits: Limits, spool: Path) -> list[tarfile.TarInfo]:
     """Every header of one archive, each checked against the limits as it is read (the data is read
     only once its header passed); each file's data written to spool/<g>.<index>."""
     members: list[tarfile.TarInfo] = []
     total = 0
-    with source.open() as raw, tarfile.open(fileobj=raw, mode="r|", errorlevel=2, bufsize=1 << 20) as tar:
-        while (m := tar.next()) is not None:
-            members.append(m)
-            if len(members) > limits.members:
-                raise ArchiveRefused(f"more than {limits.members} members (member {m.name!r})")
-            if not m.isreg():
-                continue
-            total += m.size
-            limits.check(total, source.packed, f"member {m.name!r}")
-            fd = os.open(spool / f"{g}.{len(members) - 1}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                data = tar.extractfile(m)
-                left = m.size
-                while left and (chunk := data.read(min(left, 1 << 20))):
-                    out.write(chunk)
-                    left -= len(chunk)
-            if left:
-                raise ArchiveRefused(f"member {m.name!r} is truncated")
+    buf = memoryview(bytearray(_CHUNK))
+    with source.open() as raw:
+        stream = _Forward(raw)
+        with tarfile.open(fileobj=stream, mode="r:", errorlevel=2) as tar:
+            while (m := tar.next()) is not None:
+                members.append(m)
+                if len(members) > limits.members:
+                    raise ArchiveRefused(f"more than {limits.members} members (member {m.name!r})")
+                if not m.isreg():
+                    continue
+                total += m.size
+                limits.check(total, source.packed, f"member {m.name!r}")
+                fd = os.open(spool / f"{g}.{len(members) - 1}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             0o600)
+                with os.fdopen(fd, "wb") as out:
+                    if m.issparse():
+                        shutil.copyfileobj(tar.extractfile(m), out, _CHUNK)
+                        continue
+                    stream.seek(m.offset_data)
+                    left = m.size
+                    while left:
+                        n = stream.readinto(buf[:min(left, _CHUNK)])
+                        if not n:
+                            raise ArchiveRefused(f"member {m.name!r} is truncated")
+                        out.write(buf[:n])
+                        left -= n
         # what follows the end-of-archive blocks is read too: a decompressor must run to its end
         rest = 0
-        while chunk := raw.read(1 << 20):
-            rest += len(chunk)
+        while n := stream.readinto(buf):
+            rest += n
             limits.check(total + rest, source.packed, "the data after its last member")
     return members
 
