@@ -70,7 +70,7 @@ class Input:
     files: tuple[Path, ...]    # the archive, or the .deb files (in the order given); () for a folder
     sha256: str | None         # archive: its sha256; debs: sha256 of the sorted "name sha256\n" lines; folder: None
     build: str | None          # an upstream build tag read from the name when present ("b7416")
-    names: tuple[str, ...] = ()   # the file name of each of files as given (a symlink's own name)
+    givens: tuple[str, ...] = ()  # each of files as the user typed it (a symlink by its own name)
 
 
 def _archive_suffix(name: str) -> str | None:
@@ -119,7 +119,7 @@ def classify(args: Sequence[str]) -> tuple[Input, ...]:
             debs.append((given, path))
         elif _archive_suffix(p.name) or _archive_suffix(path.name):
             slots.append(Input(given, path, "archive", (path,), _sha(path, given),
-                               build_in_name(p.name) or build_in_name(path.name), (p.name,)))
+                               build_in_name(p.name) or build_in_name(path.name), (given,)))
         else:
             raise AssembleError("unknown file type: not a release archive or a Debian package", where=given,
                                 fix=f"give {_ACCEPTED}; a renamed archive keeps its real suffix")
@@ -140,7 +140,7 @@ def _debs(debs: list[tuple[str, Path]]) -> Input:
     digest = hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
     tags = {t for _, path in debs if (t := build_in_name(path.name))}
     return Input(" ".join(g for g, _ in debs), debs[0][1], "debs", tuple(p for _, p in debs), digest,
-                 tags.pop() if len(tags) == 1 else None, tuple(Path(g).name for g, _ in debs))
+                 tags.pop() if len(tags) == 1 else None, tuple(g for g, _ in debs))
 
 
 # --- unpacking ------------------------------------------------------------------------------
@@ -178,8 +178,8 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
                 said += extract_trees([_tar_of(inp.path, how)], tree, limits, spool=spool, owners=held)
         elif inp.kind == "debs":
             tars = []
-            for deb in inp.files:
-                current = str(deb)
+            for deb, given in zip(inp.files, inp.givens or map(str, inp.files)):
+                current = given
                 tars.append(_deb_data(deb))
             current = inp.given
             said += extract_trees(tars, tree, limits, spool=spool, owners=held)
@@ -189,6 +189,8 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
         tree.chmod(0o755)
         os.replace(tree, dest)                      # onto an empty folder too: rename(2) allows it
     except ArchiveRefused as exc:
+        if inp.kind == "debs" and exc.archive is not None:
+            current = (inp.givens or tuple(map(str, inp.files)))[exc.archive]     # the package at fault
         too_big = bool(re.search(r"unpacked size|limit of|more than \d+ members", str(exc)))
         raise AssembleError(f"refused: {exc}", where=current,
                             fix="if it really holds that much, unpack it yourself, check it, and give the folder"
@@ -201,7 +203,7 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
     if members is not None:
-        names = inp.names or tuple(f.name for f in inp.files)
+        names = tuple(Path(g).name for g in inp.givens) or tuple(f.name for f in inp.files)
         members.update((rel, names[g]) for rel, g in held.items())
     for line in said:
         if notes is not None:

@@ -46,9 +46,10 @@ _READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, KeyError, Value
 class ArchiveRefused(Exception):
     """The archive is unreadable, or extracting it could write outside the destination."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, archive: int | None = None):
         # member names may hold a newline: the reason stays one line
         super().__init__(re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], reason))
+        self.archive = archive          # extract_trees: the index of the archive at fault, when one is
 
 
 def extract(archive: Path, dest: Path, wanted: Sequence[str]) -> int:
@@ -373,7 +374,15 @@ def extract_trees(tars: Sequence[TarStream], dest: Path, limits: Limits = Limits
     """
     notes: list[str] = []
     try:
-        groups = [_read_stream(t, g, limits, spool) for g, t in enumerate(tars)]
+        groups = []
+        for g, t in enumerate(tars):
+            try:
+                groups.append(_read_stream(t, g, limits, spool))
+            except ArchiveRefused as exc:
+                exc.archive = g
+                raise
+            except _READ_ERRORS as exc:
+                raise ArchiveRefused(_reason(exc), g) from None
         total = sum(m.size for group in groups for m in group if m.isreg())
         if total > limits.total:
             raise ArchiveRefused(f"together they unpack to {_size(total)}, past the limit of {_size(limits.total)}")

@@ -179,7 +179,7 @@ def test_classify_kinds_order_and_the_debs_grouped_where_the_first_was(place, tm
     got = classify([str(z), str(d2), str(build), str(d1), str(t)])
     assert [i.kind for i in got] == ["archive", "debs", "folder", "archive"]
     a, debs, folder, tgz = got
-    assert a == Input(str(z), z.resolve(), "archive", (z.resolve(),), sha256_file(z), "b7416", (z.name,))
+    assert a == Input(str(z), z.resolve(), "archive", (z.resolve(),), sha256_file(z), "b7416", (str(z),))
     assert tgz.build is None and tgz.files == (t.resolve(),) and tgz.sha256 == sha256_file(t)
     assert folder == Input(str(build), build.resolve(), "folder", (), None, None)
     assert debs.files == (d2.resolve(), d1.resolve()) and debs.path == d2.resolve()
@@ -525,6 +525,14 @@ def test_broken_debs(place, decompressor, data, expect):
     text = place.refused(inp, expect)
     assert inp.files[0].name in text.split(": refused:")[0], text      # where: the package at fault
     assert "fix: it is damaged or unsafe" in text
+
+
+def test_a_refusal_names_the_package_at_fault(place, decompressor):
+    good = place.write("libggml0_0.27.0-1_amd64.deb", deb_bytes(LIBGGML0))
+    bad = place.write("cut_1_amd64.deb", ar_bytes([("debian-binary", b"2.0\n"), ("data.tar.xz", b"not xz")]))
+    (inp,) = classify([str(good), str(bad)])
+    text = place.refused(inp, "unreadable", "xz")
+    assert text.startswith(f"{bad}: refused:"), text
 
 
 def test_a_deb_size_bomb(place, decompressor):
