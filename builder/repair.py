@@ -13,7 +13,7 @@ and not carried is listed as left out, with why, in --dry-run, the log and the m
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +24,7 @@ from builder.config.recipe import NAME_RE
 from builder.config.upstream import BUILD_RE
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
-from builder.prebuilt import identity
+from builder.prebuilt import identity, origins
 from builder.prebuilt.discover import WITHOUT, Found, LeftOut, cpu_level_files, discover
 from builder.prebuilt.inputs import Input, classify, deb_owners, unpack
 from builder.prebuilt.loader import LoaderFacts, loader_facts
@@ -58,10 +58,10 @@ class Part:
     found: Found
     base: identity.BaseIdentity | None       # None: a later input of backend modules only
     build: str | None
-    unpacked: Path                           # what member paths are relative to (the folder itself)
+    unpacked: origins.Unpacked               # how its files are named in the manifest and messages
 
     def shown(self, path: Path) -> str:
-        return _shown(self.input, self.unpacked, path)
+        return origins.origin([self.unpacked], path)
 
     def describe(self) -> str:
         return self.base.describe() if self.base else "backend modules only (no ggml base of its own)"
@@ -75,6 +75,10 @@ class Plan:
     left_out: tuple[tuple[str, str], ...]       # (file as the user knows it, why), every input's
     loader: LoaderFacts | None
     bundle: BundlePlan
+
+    @property
+    def inputs(self) -> tuple[origins.Unpacked, ...]:
+        return tuple(p.unpacked for p in self.parts)
 
 
 def _build_tag(inp: Input, root: Path) -> str | None:
@@ -98,30 +102,18 @@ def _build_tag(inp: Input, root: Path) -> str | None:
     return None
 
 
-def _shown(inp: Input, unpacked: Path, path: Path) -> str:
-    """A file as the user knows it: under the folder given, or the archive (or the .deb that holds it)
-    and its member path."""
-    member = path.relative_to(unpacked)
-    if inp.kind == "folder":
-        return str(Path(inp.given) / member)
-    if inp.kind == "debs":
-        return f"{_deb_holding(inp, unpacked).get(str(path.resolve()), inp.given)}:{member.as_posix()}"
-    return f"{inp.given}:{member.as_posix()}"
-
-
-@functools.lru_cache(maxsize=8)
-def _deb_holding(inp: Input, unpacked: Path) -> dict[str, str]:
-    """Resolved path in the unpacked packages -> the file name of the .deb that shipped it."""
-    by_package = {f.name.split("_", 1)[0]: f.name for f in inp.files}
-    return {path: by_package[o.name] for path, o in deb_owners(inp, unpacked).items() if o.name in by_package}
-
-
-def _read(inp: Input, work: Path, index: int, req: RepairRequest) -> Part:
+def _unpacked(inp: Input, work: Path, index: int) -> tuple[Path, origins.Unpacked]:
+    """Where the input's content is, and how its files are named."""
+    members: dict[str, str] = {}
     dest = work / f"input-{index}"
-    root = unpack(inp, dest)
-    unpacked = inp.path if inp.kind == "folder" else dest
+    root = unpack(inp, dest, members=members)
+    return root, origins.Unpacked(inp.given, inp.path if inp.kind == "folder" else dest.resolve(),
+                                  inp.kind == "folder", members)
+
+
+def _read(inp: Input, root: Path, unpacked: origins.Unpacked, index: int, req: RepairRequest) -> Part:
     found = discover(root, req.targets if index == 0 else (), req.without, executables_required=index == 0,
-                     shown=lambda path: _shown(inp, unpacked, path))
+                     shown=lambda path: origins.origin([unpacked], path))
     if found.base is None and index == 0:
         raise AssembleError("no ggml base library (libggml-base.so*) among what its executables need",
                             where=inp.given, fix="give the input that holds libggml-base (the packages or archive "
@@ -213,8 +205,20 @@ def _left_out(parts: list[Part], skipped: list[tuple[Part, LeftOut]]) -> tuple[t
 
 
 def plan(req: RepairRequest, work: Path) -> Plan:
-    inputs = classify(req.inputs)
-    parts = [_read(inp, work, i, req) for i, inp in enumerate(inputs)]
+    """What to carry; a refusal names the user's files, never the folders they were unpacked into."""
+    seen: list[origins.Unpacked] = []
+    try:
+        return _plan(req, work, seen)
+    except AssembleError as exc:
+        raise origins.renamed(seen, exc) from None
+
+
+def _plan(req: RepairRequest, work: Path, seen: list[origins.Unpacked]) -> Plan:
+    parts = []
+    for i, inp in enumerate(classify(req.inputs)):
+        root, unpacked = _unpacked(inp, work, i)
+        seen.append(unpacked)
+        parts.append(_read(inp, root, unpacked, i, req))
     _without_known(req, parts)
     own, contributed, skipped = _merge(parts)
     ggml = parts[0].found.ggml
@@ -260,11 +264,11 @@ def show(p: Plan) -> None:
             print(f"  contributes  {', '.join(p.contributed[part.input.given])}")
     print("would carry")
     for o in p.bundle.own:
-        print(f"  {o.dest:<44} ours, from {o.source}")
+        print(f"  {o.dest:<44} ours, from {origins.origin(p.inputs, o.source)}")
     for v in p.bundle.vendor:
-        print(f"  {v.dest:<44} vendor, from {v.source}")
+        print(f"  {v.dest:<44} vendor, from {origins.origin(p.inputs, v.source)}")
     for d in p.bundle.data:
-        print(f"  {d.dest + '/':<44} data, from {d.source}")
+        print(f"  {d.dest + '/':<44} data, from {origins.origin(p.inputs, d.source)}")
     print("left to the host")
     for s in p.bundle.system:
         print(f"  {s.soname:<44} {s.reason}")
@@ -323,6 +327,15 @@ def _licensed(p: Plan, result: BundleResult, staged: Path) -> BundleResult:
     return licenses.add_licenses(result, staged, own, known=known)
 
 
+def _named(p: Plan, result: BundleResult) -> BundleResult:
+    """The manifest's origins in the user's words (the input and the path inside it), so that the same
+    inputs give the same manifest; read after licensing, which reads the files where they lie."""
+    files = tuple(dataclasses.replace(f, origin=origins.origin(p.inputs, f.origin)) for f in result.files)
+    records = tuple(dataclasses.replace(r, source=origins.named(p.inputs, r.source) or r.source)
+                    for r in result.licenses)
+    return dataclasses.replace(result, files=files, licenses=records)
+
+
 def _lib_dirs(req: RepairRequest) -> list[Path]:
     dirs = [Path(d).expanduser() for d in req.lib_paths]
     for d in dirs:
@@ -354,8 +367,10 @@ def repair(req: RepairRequest) -> Path | None:
             ui.step(f"repair into {staged.name}")
             for path, why in p.left_out:
                 (ui.warn if _worth_a_warning(why) else ui.info)(f"left out {path} ({why})")
-            result = place_bundle(p.bundle, staged)
-            result = _licensed(p, result, staged)
+            try:
+                result = _named(p, _licensed(p, place_bundle(p.bundle, staged), staged))
+            except AssembleError as exc:
+                raise origins.renamed(p.inputs, exc) from None
             _manifest(req, p, result, staged).write(staged)
             verify.require_passed(verify.verify_runtime(staged, extra_env=dict(req.check_env), static=req.verify_static,
                                                         hip_targets=req.hip_targets),

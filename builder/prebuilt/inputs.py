@@ -27,6 +27,7 @@ a refused or interrupted unpack leaves no dest and no temporary folder behind.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import itertools
@@ -47,13 +48,13 @@ from builder.config.upstream import build_in_name
 from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.runtime.owners import DEB_DOC, Owner
-from builder.source.archive import ArchiveRefused, Limits, extract_trees, plan_tree
+from builder.prebuilt import streams
+from builder.source.archive import ArchiveRefused, Limits, TarStream, extract_trees, plan_tree
 
-# suffix -> how its tar is read ("zip" for zip); matched on the lower-cased name
-ARCHIVES = {".tar.gz": "r:gz", ".tgz": "r:gz", ".tar.xz": "r:xz", ".tar.zst": "zst", ".zip": "zip"}
+# suffix -> its compression (builder.prebuilt.streams; "zip" for zip); matched on the lower-cased name
+ARCHIVES = {".tar.gz": "gz", ".tgz": "gz", ".tar.xz": "xz", ".tar.zst": "zst", ".zip": "zip"}
 # data.tar.<ext> inside a .deb (dpkg-deb writes xz, zstd or gzip; old packages bzip2 or none)
-DEB_DATA = {"data.tar.xz": "r:xz", "data.tar.zst": "zst", "data.tar.gz": "r:gz", "data.tar.bz2": "r:bz2",
-            "data.tar": "r:"}
+DEB_DATA = {"data.tar.xz": "xz", "data.tar.zst": "zst", "data.tar.gz": "gz", "data.tar.bz2": "bz2", "data.tar": ""}
 LIMITS = Limits()
 MAX_LINK_TARGET = 4096            # a zip symlink's content is its target: PATH_MAX at most
 _ACCEPTED = "a build folder, a release archive (.tar.gz, .tgz, .tar.xz, .tar.zst, .zip) or .deb files"
@@ -69,6 +70,7 @@ class Input:
     files: tuple[Path, ...]    # the archive, or the .deb files (in the order given); () for a folder
     sha256: str | None         # archive: its sha256; debs: sha256 of the sorted "name sha256\n" lines; folder: None
     build: str | None          # an upstream build tag read from the name when present ("b7416")
+    givens: tuple[str, ...] = ()  # each of files as the user typed it (a symlink by its own name)
 
 
 def _archive_suffix(name: str) -> str | None:
@@ -117,7 +119,7 @@ def classify(args: Sequence[str]) -> tuple[Input, ...]:
             debs.append((given, path))
         elif _archive_suffix(p.name) or _archive_suffix(path.name):
             slots.append(Input(given, path, "archive", (path,), _sha(path, given),
-                               build_in_name(p.name) or build_in_name(path.name)))
+                               build_in_name(p.name) or build_in_name(path.name), (given,)))
         else:
             raise AssembleError("unknown file type: not a release archive or a Debian package", where=given,
                                 fix=f"give {_ACCEPTED}; a renamed archive keeps its real suffix")
@@ -138,17 +140,19 @@ def _debs(debs: list[tuple[str, Path]]) -> Input:
     digest = hashlib.sha256("".join(sorted(lines)).encode()).hexdigest()
     tags = {t for _, path in debs if (t := build_in_name(path.name))}
     return Input(" ".join(g for g, _ in debs), debs[0][1], "debs", tuple(p for _, p in debs), digest,
-                 tags.pop() if len(tags) == 1 else None)
+                 tags.pop() if len(tags) == 1 else None, tuple(g for g, _ in debs))
 
 
 # --- unpacking ------------------------------------------------------------------------------
 
-def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] | None = None) -> Path:
+def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] | None = None,
+           members: dict[str, str] | None = None) -> Path:
     """Where the input's content is: a folder is read in place (dest untouched); an archive or the
     packages are extracted into dest (created; if it exists it must be an empty folder), and the
     root holding the content returned: an archive's one top-level folder when it has exactly one,
     else dest; the packages' root (dest, which holds usr/). Notes (symlinks left out) go to
-    `notes` when given, else are printed."""
+    `notes` when given, else are printed. `members` (when given) gets each extracted path,
+    relative to dest, -> the name of the file that held it (the archive's, or that .deb's)."""
     if inp.kind == "folder":
         return inp.path
     dest = Path(dest)
@@ -158,32 +162,35 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
     said: list[str] = []
     current = inp.given
     work: Path | None = None
+    held: dict[str, int] = {}
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(prefix=f".{dest.name}.unpack-", dir=dest.parent))
-        tree, scratch = work / "tree", work / "scratch"
+        tree, spool = work / "tree", work / "spool"
         tree.mkdir()
-        scratch.mkdir()
+        spool.mkdir()
         if inp.kind == "archive":
             suffix = _archive_suffix(inp.path.name) or _archive_suffix(Path(inp.given).name) or ""
             how = ARCHIVES.get(suffix, "")
             if how == "zip":
-                said += _unpack_zip(inp.path, tree, limits)
+                said += _unpack_zip(inp.path, tree, limits, held)
             else:
-                said += extract_trees([_tar_of(inp.path, how, inp.path.stat().st_size, scratch, limits)], tree, limits)
+                said += extract_trees([_tar_of(inp.path, how)], tree, limits, spool=spool, owners=held)
         elif inp.kind == "debs":
             tars = []
-            for i, deb in enumerate(inp.files):
-                current = str(deb)
-                tars.append(_deb_data(deb, scratch / str(i), limits))
+            for deb, given in zip(inp.files, inp.givens or map(str, inp.files)):
+                current = given
+                tars.append(_deb_data(deb))
             current = inp.given
-            said += extract_trees(tars, tree, limits)
+            said += extract_trees(tars, tree, limits, spool=spool, owners=held)
         else:
             raise AssembleError(f"unknown input kind {inp.kind!r}", where=inp.given)
-        shutil.rmtree(scratch)
+        shutil.rmtree(spool)
         tree.chmod(0o755)
         os.replace(tree, dest)                      # onto an empty folder too: rename(2) allows it
     except ArchiveRefused as exc:
+        if inp.kind == "debs" and exc.archive is not None:
+            current = (inp.givens or tuple(map(str, inp.files)))[exc.archive]     # the package at fault
         too_big = bool(re.search(r"unpacked size|limit of|more than \d+ members", str(exc)))
         raise AssembleError(f"refused: {exc}", where=current,
                             fix="if it really holds that much, unpack it yourself, check it, and give the folder"
@@ -195,6 +202,9 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)
+    if members is not None:
+        names = tuple(Path(g).name for g in inp.givens) or tuple(f.name for f in inp.files)
+        members.update((rel, names[g]) for rel, g in held.items())
     for line in said:
         if notes is not None:
             notes.append(f"{inp.given}: {line}")
@@ -207,28 +217,10 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
     return dest
 
 
-def _tar_of(path: Path, how: str, packed: int, scratch: Path, limits: Limits) -> tuple[Path, str, int]:
-    """(tar file, tarfile mode, packed size) for extract_trees; zstd is decompressed into scratch
-    first (Python 3.11's tarfile cannot read it), bounded by the limits."""
-    if how != "zst":
-        return path, how, packed
-    import zstandard
-
-    out = scratch / (path.name + ".tar")
-    bound = limits.total + 1024 * limits.members + (1 << 20)   # content, plus headers and padding
-    n = 0
-    try:
-        with open(path, "rb") as src, open(out, "wb") as dst:
-            reader = zstandard.ZstdDecompressor().stream_reader(src, read_across_frames=True)
-            while chunk := reader.read(1 << 20):
-                n += len(chunk)
-                if n > bound:
-                    raise ArchiveRefused(f"its zstd stream unpacks to more than the limit of {bound} bytes")
-                limits.check(n, packed, "its zstd stream")
-                dst.write(chunk)
-    except zstandard.ZstdError as exc:
-        raise ArchiveRefused(f"unreadable zstd stream ({exc})") from None
-    return out, "r:", packed
+def _tar_of(path: Path, how: str, offset: int = 0, length: int | None = None) -> TarStream:
+    """The tar at path[offset:offset+length] (the whole file by default), compressed with `how`."""
+    size = path.stat().st_size - offset if length is None else length
+    return TarStream(path.name, functools.partial(streams.opened, path, offset, size, how), size)
 
 
 # --- .deb: an ar archive of debian-binary, control.tar.*, data.tar.* -------------------------------
@@ -260,8 +252,8 @@ def _ar_members(deb: Path) -> list[tuple[str, int, int]]:
     return out
 
 
-def _deb_data(deb: Path, scratch: Path, limits: Limits) -> tuple[Path, str, int]:
-    """The package's data.tar, copied out of the ar container (and decompressed when zstd)."""
+def _deb_data(deb: Path) -> TarStream:
+    """The package's data.tar, read where it lies in the ar container."""
     members = _ar_members(deb)
     names = [n for n, _, _ in members]
     if not members or names[0] != "debian-binary":
@@ -278,17 +270,7 @@ def _deb_data(deb: Path, scratch: Path, limits: Limits) -> tuple[Path, str, int]
     how = DEB_DATA.get(name)
     if how is None:
         raise ArchiveRefused(f"{name}: unsupported compression (xz, zstd, gzip, bzip2 or none are read)")
-    scratch.mkdir()
-    out = scratch / name
-    with open(deb, "rb") as src, open(out, "wb") as dst:
-        src.seek(offset)
-        left = length
-        while left and (chunk := src.read(min(left, 4 << 20))):
-            dst.write(chunk)
-            left -= len(chunk)
-    if left:
-        raise ArchiveRefused(f"{name} is truncated")
-    return _tar_of(out, how, length, scratch, limits)
+    return _tar_of(deb, how, offset, length)
 
 
 _CONTROL_MAX = 16 << 20       # a control.tar (control, md5sums, scripts) is kilobytes
@@ -383,7 +365,7 @@ def _no_overlap(zf: zipfile.ZipFile, infos: list[zipfile.ZipInfo]) -> None:
         raise ArchiveRefused(f"member {spans[-1][2]!r} runs into the central directory")
 
 
-def _unpack_zip(path: Path, tree: Path, limits: Limits) -> list[str]:
+def _unpack_zip(path: Path, tree: Path, limits: Limits, owners: dict[str, int]) -> list[str]:
     notes: list[str] = []
     packed = path.stat().st_size
     try:
@@ -404,6 +386,7 @@ def _unpack_zip(path: Path, tree: Path, limits: Limits) -> list[str]:
             root = os.path.realpath(tree)
             for i, ti in chosen:
                 _write(zf, infos[i], ti, tree, root)
+                owners[ti.name] = 0
     except ArchiveRefused:
         raise
     except _ZIP_ERRORS as exc:

@@ -24,16 +24,17 @@ the tree's root.
 
 from __future__ import annotations
 
-import contextlib
 import copy
+import io
 import os
 import re
 import shutil
 import tarfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, ContextManager
 
 MAX_LINK_HOPS = 40  # what Linux allows before ELOOP
 
@@ -45,9 +46,10 @@ _READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, KeyError, Value
 class ArchiveRefused(Exception):
     """The archive is unreadable, or extracting it could write outside the destination."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, archive: int | None = None):
         # member names may hold a newline: the reason stays one line
         super().__init__(re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], reason))
+        self.archive = archive          # extract_trees: the index of the archive at fault, when one is
 
 
 def extract(archive: Path, dest: Path, wanted: Sequence[str]) -> int:
@@ -292,21 +294,6 @@ def _size(n: int) -> str:
     return f"{n} bytes"
 
 
-def read_members(tar: tarfile.TarFile, limits: Limits, packed: int) -> list[tarfile.TarInfo]:
-    """Every header of an open tar archive, each checked against the limits as it is read (the
-    next header is only sought, through the data, once this one passed)."""
-    members: list[tarfile.TarInfo] = []
-    total = 0
-    while (m := tar.next()) is not None:
-        members.append(m)
-        if len(members) > limits.members:
-            raise ArchiveRefused(f"more than {limits.members} members (member {m.name!r})")
-        if m.isreg():
-            total += m.size
-            limits.check(total, packed, f"member {m.name!r}")
-    return members
-
-
 def plan_tree(groups: Sequence[Sequence[tarfile.TarInfo]], notes: list[str]
               ) -> list[list[tuple[int, tarfile.TarInfo]]]:
     """The members to write of several archives unpacked into one tree: for each group, (index of
@@ -365,26 +352,155 @@ def _from_root(link: tuple[str, ...], target: str) -> str:
     return "/".join([".."] * (len(here) - common) + parts[common:]) or "."
 
 
-def extract_trees(tars: Sequence[tuple[Path, str, int]], dest: Path, limits: Limits = Limits()) -> list[str]:
-    """Extract whole tar archives, one after the other, into dest (an existing, empty folder):
-    (path, tarfile mode such as "r:gz", packed size for the ratio limit) each. Everything is
-    read and checked before the first member is written. Returns the notes (links left out).
+@dataclass(frozen=True)
+class TarStream:
+    """One tar archive for extract_trees, read once from its start to its end (a pipe will do)."""
+    name: str                                        # what refusals call it
+    open: Callable[[], ContextManager[BinaryIO]]     # the uncompressed tar as a stream
+    packed: int                                      # its packed size, for the ratio limit
 
-    Raises ArchiveRefused and nothing else; the caller removes dest on a refusal (members of
-    the first archive may have been written when a later one fails to read its data).
+
+def extract_trees(tars: Sequence[TarStream], dest: Path, limits: Limits = Limits(), *, spool: Path,
+                  owners: dict[str, int] | None = None) -> list[str]:
+    """Extract whole tar archives, one after the other, into dest (an existing, empty folder).
+    Each archive is read once, as dpkg-deb reads a data.tar: every header is checked against the
+    limits before its data is read, and each file's data goes to spool (a folder of ours on dest's
+    filesystem, under names of ours). Only when every archive is read and the whole plan checked is
+    anything written into dest: each file by a hard link from the spool (no data is copied twice),
+    then links and folder modes, each member passing the data filter first. `owners` (when given)
+    gets each written path -> the index of the archive that held it. Returns the notes (links left out).
+
+    Raises ArchiveRefused and nothing else; the caller removes dest and spool on a refusal.
     """
     notes: list[str] = []
     try:
-        with contextlib.ExitStack() as stack:
-            opened = [stack.enter_context(tarfile.open(path, mode, errorlevel=2)) for path, mode, _ in tars]
-            groups = [read_members(tar, limits, packed) for tar, (_, _, packed) in zip(opened, tars)]
-            total = sum(m.size for group in groups for m in group if m.isreg())
-            if total > limits.total:
-                raise ArchiveRefused(f"together they unpack to {_size(total)}, past the limit of {_size(limits.total)}")
-            if sum(len(group) for group in groups) > limits.members:
-                raise ArchiveRefused(f"together they hold more than {limits.members} members")
-            for tar, chosen in zip(opened, plan_tree(groups, notes)):
-                extract_members(tar, dest, [m for _, m in chosen])
+        groups = []
+        for g, t in enumerate(tars):
+            try:
+                groups.append(_read_stream(t, g, limits, spool))
+            except ArchiveRefused as exc:
+                exc.archive = g
+                raise
+            except _READ_ERRORS as exc:
+                raise ArchiveRefused(_reason(exc), g) from None
+        total = sum(m.size for group in groups for m in group if m.isreg())
+        if total > limits.total:
+            raise ArchiveRefused(f"together they unpack to {_size(total)}, past the limit of {_size(limits.total)}")
+        if sum(len(group) for group in groups) > limits.members:
+            raise ArchiveRefused(f"together they hold more than {limits.members} members")
+        folders: list[tarfile.TarInfo] = []
+        for g, chosen in enumerate(plan_tree(groups, notes)):
+            for i, member in chosen:
+                folders += _place(member, dest, spool / f"{g}.{i}")
+                if owners is not None:
+                    owners[member.name] = g
+        for folder in sorted(folders, key=lambda m: m.name, reverse=True):  # innermost first, as extractall
+            where = os.path.join(dest, folder.name)
+            if folder.mode is not None:
+                os.chmod(where, folder.mode)
+            os.utime(where, (folder.mtime, folder.mtime))
     except _READ_ERRORS as exc:
         raise ArchiveRefused(_reason(exc)) from None
     return notes
+
+
+class _Forward(io.RawIOBase):
+    """A stream read once, as tarfile's random-access reader asks for it: tell(), and seek() only
+    forwards (what is skipped is read and dropped), so headers are parsed by tarfile while each file's
+    data is read here straight into our buffer (tarfile's stream mode copies every byte four times)."""
+
+    def __init__(self, stream: BinaryIO):
+        self._f, self.pos = stream, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, b) -> int:
+        n = self._f.readinto(b)
+        self.pos += n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read(size)
+        self.pos += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        target = offset if whence == 0 else self.pos + offset if whence == 1 else -1
+        if target < self.pos:
+            raise tarfile.ReadError(f"the archive asks to go back in a stream read once (to {offset}, whence {whence})")
+        while self.pos < target and self.read(min(target - self.pos, _CHUNK)):
+            pass
+        return self.pos
+
+
+_CHUNK = 1 << 20
+
+
+def _read_stream(source: TarStream, g: int, limits: Limits, spool: Path) -> list[tarfile.TarInfo]:
+    """Every header of one archive, each checked against the limits as it is read (the data is read
+    only once its header passed); each file's data written to spool/<g>.<index>."""
+    members: list[tarfile.TarInfo] = []
+    total = 0
+    buf = memoryview(bytearray(_CHUNK))
+    with source.open() as raw:
+        stream = _Forward(raw)
+        with tarfile.open(fileobj=stream, mode="r:", errorlevel=2) as tar:
+            while (m := tar.next()) is not None:
+                members.append(m)
+                if len(members) > limits.members:
+                    raise ArchiveRefused(f"more than {limits.members} members (member {m.name!r})")
+                if not m.isreg():
+                    continue
+                total += m.size
+                limits.check(total, source.packed, f"member {m.name!r}")
+                fd = os.open(spool / f"{g}.{len(members) - 1}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                             0o600)
+                with os.fdopen(fd, "wb") as out:
+                    if m.issparse():
+                        shutil.copyfileobj(tar.extractfile(m), out, _CHUNK)
+                        continue
+                    stream.seek(m.offset_data)
+                    left = m.size
+                    while left:
+                        n = stream.readinto(buf[:min(left, _CHUNK)])
+                        if not n:
+                            raise ArchiveRefused(f"member {m.name!r} is truncated")
+                        out.write(buf[:n])
+                        left -= n
+        # what follows the end-of-archive blocks is read too: a decompressor must run to its end
+        rest = 0
+        while n := stream.readinto(buf):
+            rest += n
+            limits.check(total + rest, source.packed, "the data after its last member")
+    return members
+
+
+def _place(member: tarfile.TarInfo, dest: Path, blob: Path) -> list[tarfile.TarInfo]:
+    """Write one planned member into dest, after the data filter (tarfile's, or ours where the
+    interpreter lacks it) passed it; a file is the spooled blob, hard-linked. Returns the member
+    when it is a folder (its mode and time are set once everything under it is written)."""
+    safe = tarfile.data_filter(member, str(dest)) if STDLIB_FILTER else _own_data_filter(member, str(dest))
+    target = os.path.join(dest, safe.name)
+    if safe.isdir():
+        os.makedirs(target, exist_ok=True)
+        return [safe]
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if safe.issym():
+        os.symlink(safe.linkname, target)
+        return []
+    if safe.islnk():
+        os.link(os.path.join(dest, safe.linkname), target, follow_symlinks=False)
+    else:
+        os.link(blob, target, follow_symlinks=False)      # never replaces: a name twice was refused
+        os.unlink(blob)
+    if safe.mode is not None:
+        os.chmod(target, safe.mode)
+    os.utime(target, (safe.mtime, safe.mtime))
+    return []

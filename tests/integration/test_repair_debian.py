@@ -83,6 +83,32 @@ def test_debians_packages_become_a_runtime_that_serves_in_sid(debs, sid_chroot, 
     assert checks["smoke CPU"]["status"] == "pass" and checks["working-directory modules"]["status"] == "warn"
 
 
+def test_two_repairs_of_debians_packages_give_the_same_manifest_and_archive(debs, tmp_path):
+    """Reproducible: each file is named by the .deb that held it and its path inside, never the folder
+    it was unpacked into, so the manifest, and the package made of it, are the same bytes."""
+    import hashlib
+    made = []
+    for run in ("one", "two"):
+        rt = tmp_path / run / "runtime-debian"
+        proc = assemble("repair", *_base_debs(debs), "--name", "debian", "--out", str(rt), "--verify-static")
+        assert proc.returncode == 0, proc.stderr
+        done = assemble("package", str(rt), "--out-dir", str(tmp_path / run / "dist"),
+                        env={"SOURCE_DATE_EPOCH": "1764547200"})
+        assert done.returncode == 0, done.stderr
+        made.append({p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / run / "dist").iterdir()})
+    text = (tmp_path / "one/runtime-debian/manifest.json").read_text()
+    assert text == (tmp_path / "two/runtime-debian/manifest.json").read_text()
+    assert made[0] == made[1] and any(n.endswith(".tar.zst") for n in made[0])
+    assert not [m for m in ("/tmp/", "input-0", ".unpack-", "repair-") if m in text]
+    origins = {f["path"]: f["origin"] for f in json.loads(text)["files"]}
+    tools = debs["llama.cpp-tools"].name
+    assert origins["bin/llama-server"] == f"{tools}:usr/bin/llama-server"
+    assert origins["lib/libllama-server-impl.so"] == f"{tools}:usr/lib/x86_64-linux-gnu/llama/libllama-server-impl.so"
+    assert origins["bin/libggml-cpu-x64.so"] == \
+        f"{debs['libggml0'].name}:usr/lib/x86_64-linux-gnu/ggml/backends0/libggml-cpu-x64.so"
+    assert origins["licenses/libllama0/copyright"] == f"{debs['libllama0'].name}:usr/share/doc/libllama0/copyright"
+
+
 def test_a_host_with_debians_backend_folder_populated_fails(debs, sid_chroot, tmp_path):
     """The host has libggml0's modules in the compiled-in folder (an overlay over the chroot's /usr in a
     private mount namespace: the cached chroot itself is never changed): the runtime would load them,

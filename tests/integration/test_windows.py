@@ -110,7 +110,9 @@ def test_repair_merges_the_zips_into_one_flat_verified_folder(win, tmp_path):
     assert m["platform"] == "windows" and m["recipe"]["backends"] == ["cpu", "rpc"]
     assert m["llama_cpp"]["build"] == BUILD
     origins = {f["path"]: f["origin"] for f in m["files"]}
-    assert origins["ggml-rpc.dll"].startswith(str(win.rpc_zip)) and origins["ggml.dll"].startswith(str(win.patched_zip))
+    # named by the zip as given and the member inside it, never the folder it was unpacked into
+    assert origins["ggml-rpc.dll"].startswith(f"{win.rpc_zip.name}:") and origins["ggml-rpc.dll"].endswith("ggml-rpc.dll")
+    assert origins["ggml.dll"].startswith(f"{win.patched_zip.name}:") and origins["ggml.dll"].endswith("ggml.dll")
     assert {f["path"] for f in m["files"] if f["role"] == "vendor"} == {"libstdc++-6.dll", "libgcc_s_seh-1.dll",
                                                                         "libwinpthread-1.dll", "libgomp-1.dll"}
     system = {s["soname"].lower(): s for s in m["system_libs"]}

@@ -142,6 +142,18 @@ def place(tmp_path) -> Place:
     return Place(tmp_path)
 
 
+@pytest.fixture(params=["programs", "in-process"])
+def decompressor(request, monkeypatch) -> str:
+    """Each compressed stream read by the xz/zstd/gzip program in a pipe, then by Python's own readers:
+    the same files and the same refusals either way."""
+    from builder.prebuilt import streams
+    if request.param == "programs":
+        missing = [p for p, *_ in streams.PROGRAMS.values() if shutil.which(p) is None]
+        assert not missing, f"not installed: {missing} (scripts/ci-setup.sh installs them)"
+    monkeypatch.setattr(streams, "USE_PROGRAMS", request.param == "programs")
+    return request.param
+
+
 def listing(root: Path) -> dict[str, object]:
     out: dict[str, object] = {}
     for p in sorted(root.rglob("*")):
@@ -167,7 +179,7 @@ def test_classify_kinds_order_and_the_debs_grouped_where_the_first_was(place, tm
     got = classify([str(z), str(d2), str(build), str(d1), str(t)])
     assert [i.kind for i in got] == ["archive", "debs", "folder", "archive"]
     a, debs, folder, tgz = got
-    assert a == Input(str(z), z.resolve(), "archive", (z.resolve(),), sha256_file(z), "b7416")
+    assert a == Input(str(z), z.resolve(), "archive", (z.resolve(),), sha256_file(z), "b7416", (str(z),))
     assert tgz.build is None and tgz.files == (t.resolve(),) and tgz.sha256 == sha256_file(t)
     assert folder == Input(str(build), build.resolve(), "folder", (), None, None)
     assert debs.files == (d2.resolve(), d1.resolve()) and debs.path == d2.resolve()
@@ -308,14 +320,19 @@ TOOLS = [("./", "dir", ""), ("./usr/bin/llama-server", "file", "server", 0o755),
 
 
 @pytest.mark.parametrize("comp", ["xz", "zst", "gz", ""])
-def test_debs_unpack_into_one_root_with_absolute_links_rebased(place, comp):
+def test_debs_unpack_into_one_root_with_absolute_links_rebased(place, decompressor, comp):
     debs = [place.write("libggml0_0.27.0-1_amd64.deb", deb_bytes(LIBGGML0, comp)),
             place.write("llama.cpp-tools_0.7.0_amd64.deb", deb_bytes(TOOLS, comp)),
             place.write("libggml-dev_0.27.0-1_amd64.deb", deb_bytes(DEV, comp))]
     (inp,) = classify([str(d) for d in debs])
     notes: list[str] = []
-    root = unpack(inp, place.dest, notes=notes)
+    members: dict[str, str] = {}
+    root = unpack(inp, place.dest, notes=notes, members=members)
     assert root == place.dest                        # the packages' root (it holds usr/), not usr/
+    # which package held each path: what the manifest's origins name (llama.cpp-tools_0.7.0_amd64.deb:usr/bin/...)
+    assert members["usr/bin/llama-server"] == "llama.cpp-tools_0.7.0_amd64.deb"
+    assert members[f"{TRIPLET}/libggml.so"] == "libggml-dev_0.27.0-1_amd64.deb"
+    assert members[f"{TRIPLET}/ggml/backends0/libggml-cpu-haswell.so"] == "libggml0_0.27.0-1_amd64.deb"
     lib = root / TRIPLET
     # the -dev package's absolute link, to a file of another package: now relative, inside
     assert os.readlink(lib / "libggml.so") == "libggml.so.0" and (lib / "libggml.so").read_text() == "ggml"
@@ -388,12 +405,12 @@ def test_a_package_built_by_dpkg_deb(place, tmp_path, comp):
     ([("top/f", "file", "a"), ("top/f", "file", "b")], ["'top/f'", "twice"]),
     ([("top/ok", "file", "ok"), ("top/huge", "huge", 100 << 30)], ["'top/huge'", "limit of 16.0 GiB"]),
 ])
-def test_hostile_tar(place, members, expect):
+def test_hostile_tar(place, decompressor, members, expect):
     # the hostile member comes last: nothing is written before the whole list is checked
     place.refused(place.one("a.tar.gz", tar_bytes(members)), *expect)
 
 
-def test_tar_size_limits(place):
+def test_tar_size_limits(place, decompressor):
     many = [(f"top/f{i}", "file", "x") for i in range(60)]
     text = place.refused(place.one("many.tar.gz", tar_bytes(many)), "more than 50 members", "'top/f50'", limits=SMALL)
     assert "fix: if it really holds that much, unpack it yourself" in text
@@ -404,7 +421,7 @@ def test_tar_size_limits(place):
     place.refused(place.one("bomb.tar.zst", tar_zst(zeros)), "compression bomb", limits=SMALL)
 
 
-def test_broken_tar(place):
+def test_broken_tar(place, decompressor):
     good = tar_bytes([("top/a", "file", os.urandom(4000)), ("top/b", "file", os.urandom(4000))])
     place.refused(place.one("cut.tar.gz", good[: len(good) // 2]), "refused:", "cut.tar.gz")
     place.refused(place.one("junk.tar.xz", b"not an archive"), "refused:", "unreadable")
@@ -476,7 +493,7 @@ def test_broken_zip(place):
 
 # --- hostile and broken packages ------------------------------------------------------------------
 
-def test_hostile_deb_members(place):
+def test_hostile_deb_members(place, decompressor):
     hostile = LIBGGML0 + [("./usr/lib/../../../evil", "file", "x")]
     place.refused(place.one("a.deb", deb_bytes(hostile)), "'./usr/lib/../../../evil'", "escapes")
     place.refused(place.one("b.deb", deb_bytes(LIBGGML0 + [("./usr/x", "symlink", "../../../etc")])),
@@ -503,13 +520,43 @@ def test_the_same_file_in_two_packages_is_refused(place):
     (b"!<arch>\n" + b"debian-binary   0           0     0     100644  -4        `\n2.0\n", "bad size field"),
     (ar_bytes([("debian-binary", b"2.0\n"), ("data.tar.xz", b"not xz")]), "unreadable"),
 ])
-def test_broken_debs(place, data, expect):
+def test_broken_debs(place, decompressor, data, expect):
     inp = place.one("broken_1_amd64.deb", data)
     text = place.refused(inp, expect)
     assert inp.files[0].name in text.split(": refused:")[0], text      # where: the package at fault
     assert "fix: it is damaged or unsafe" in text
 
 
-def test_a_deb_size_bomb(place):
+def test_a_refusal_names_the_package_at_fault(place, decompressor):
+    good = place.write("libggml0_0.27.0-1_amd64.deb", deb_bytes(LIBGGML0))
+    bad = place.write("cut_1_amd64.deb", ar_bytes([("debian-binary", b"2.0\n"), ("data.tar.xz", b"not xz")]))
+    (inp,) = classify([str(good), str(bad)])
+    text = place.refused(inp, "unreadable", "xz")
+    assert text.startswith(f"{bad}: refused:"), text
+
+
+def test_a_deb_size_bomb(place, decompressor):
     bomb = deb_bytes([("./", "dir", ""), ("./usr/zeros", "file", bytes(300_000))], "zst")
     place.refused(place.one("bomb.deb", bomb), "compression bomb", limits=SMALL)
+
+
+def test_a_deb_unpacks_to_what_dpkg_deb_writes(place, tmp_path, decompressor):
+    """The streamed unpack against dpkg-deb -x of the same package: the same files, bytes, modes and links."""
+    if shutil.which("dpkg-deb") is None:
+        pytest.fail("dpkg-deb is not installed (scripts/ci-setup.sh installs it)")
+    deb = place.write("libggml0_0.27.0-1_amd64.deb", deb_bytes(LIBGGML0 + [
+        ("./usr/lib/big", "file", os.urandom(3 << 20)), ("./usr/lib/hard", "hardlink", "./usr/lib/big")]))
+    (inp,) = classify([str(deb)])
+    root = unpack(inp, place.dest)
+    ref = tmp_path / "dpkg"
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(ref)], check=True)
+    assert listing(root) == listing(ref)
+    assert (root / "usr/lib/hard").stat().st_ino == (root / "usr/lib/big").stat().st_ino
+    assert sorted(os.listdir(place.work)) == ["beside.txt", "input-0"]      # no spool left behind
+
+
+def test_an_archives_members_are_named_by_the_archive(place):
+    inp = place.one("llama-b7416-bin-ubuntu-x64.tar.gz", tar_bytes([("build/bin/llama-server", "file", "s")]))
+    members: dict[str, str] = {}
+    unpack(inp, place.dest, members=members)
+    assert members == {"build/bin/llama-server": "llama-b7416-bin-ubuntu-x64.tar.gz"}
