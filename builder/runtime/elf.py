@@ -570,3 +570,48 @@ def _dynamic_symbols_slow(f) -> tuple[set[str], set[str]]:
         elif sym["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED"):
             defined.add(sym.name)
     return defined, undefined
+
+
+# --- code of exported functions (read, never run) -------------------------------------
+
+
+class ElfCode:
+    """The bytes of a shared object's exported functions, by symbol and by address: what a few
+    tiny functions compile to is a fact about the file that holds for any host (nothing is run)."""
+
+    def __init__(self, f):
+        self._f = f
+        elf = ELFFile(f)
+        self._loads = [(s["p_vaddr"], s["p_filesz"], s["p_offset"]) for s in elf.iter_segments()
+                       if s["p_type"] == "PT_LOAD"]
+        sec = elf.get_section_by_name(".dynsym")
+        self._symbols = {s.name: s["st_value"] for s in (sec.iter_symbols() if sec is not None else ())
+                         if s.name and s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["type"] == "STT_FUNC"}
+
+    def address(self, name: str) -> int | None:
+        """Where the exported function `name` starts (None: not exported here)."""
+        return self._symbols.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._symbols)
+
+    def read(self, address: int, length: int) -> bytes:
+        """Up to `length` bytes of the file image at `address` (b"" when no segment holds it)."""
+        for vaddr, size, offset in self._loads:
+            if vaddr <= address < vaddr + size:
+                self._f.seek(offset + address - vaddr)
+                return self._f.read(min(length, vaddr + size - address))
+        return b""
+
+
+def read_code(path: Path | str, use):
+    """use(ElfCode) of the file; None for a file that is not a readable ELF file (the ELF checks
+    name a damaged one)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != ELF_MAGIC:
+                return None
+            f.seek(0)
+            return use(ElfCode(f))
+    except Exception:  # pyelftools/construct raise many types on a corrupt file
+        return None
