@@ -8,7 +8,8 @@ the same one its backend's get_features reports. Compiled, each is one of
     [endbr64] b8 01 00 00 00 c3     movl $1, %eax; ret
     [endbr64] 31 c0 c3              xorl %eax, %eax; ret
 
-(read in the 14 modules of assemble's cpu build and of Debian's libggml0 0.27.0). A module that
+(read in the 14 modules of assemble's cpu build and of Debian's libggml0 0.27.0; at -O0 the
+same between pushq %rbp; movq %rsp,%rbp and popq %rbp, with movl $0 for 0). A module that
 reports other features than its level's (the x64 build copied over libggml-cpu-zen4.so) is
 loaded by ggml as zen4 would be, scores as zen4 on a CPU that has zen4's features, and runs
 x64 code: full speed lost in silence. One that does not report at all is not a ggml CPU module.
@@ -26,7 +27,9 @@ from builder.runtime.elf import ElfCode, read_code
 
 NAME = "CPU levels"
 PREFIX = "ggml_cpu_has_"
-_RETURNS = re.compile(rb"(?:\xf3\x0f\x1e\xfa)?(?:(\xb8\x01\x00\x00\x00)|\x31\xc0)\xc3", re.S)
+# [endbr64] [pushq %rbp; movq %rsp,%rbp (-O0)] movl $1|$0, %eax or xorl %eax,%eax [popq %rbp] ret
+_RETURNS = re.compile(rb"(?:\xf3\x0f\x1e\xfa)?(\x55\x48\x89\xe5)?(?:\xb8([\x00\x01])\x00\x00\x00|\x31\xc0)"
+                      rb"(?(1)\x5d)\xc3", re.S)
 
 
 def _report(code: ElfCode) -> frozenset[str] | str:
@@ -35,10 +38,10 @@ def _report(code: ElfCode) -> frozenset[str] | str:
         start = code.address(PREFIX + name)
         if start is None:
             return f"it does not export {PREFIX}{name}(): not a ggml CPU module"
-        m = _RETURNS.match(code.read(start, 12))
+        m = _RETURNS.match(code.read(start, 24))
         if m is None:
             return f"its {PREFIX}{name}() is not a constant return"
-        if m.group(1):
+        if m.group(2) == b"\x01":
             on.add(feature)
     return frozenset(on)
 

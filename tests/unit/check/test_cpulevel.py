@@ -30,15 +30,18 @@ FLAGS = {"x64": (), "sse42": ("-msse4.2",), "haswell": _HASWELL,
                              "-mavx512vnni", "-mavx512bf16")}
 
 
-@pytest.fixture(scope="module")
-def modules(tmp_path_factory) -> dict[str, Path]:
+def compile_levels(d: Path, *opts: str) -> dict[str, Path]:
     """One module per level, compiled as ggml compiles its variants (with CET's endbr64 for one)."""
-    d = tmp_path_factory.mktemp("levels")
     out = {}
     for level, flags in FLAGS.items():
         cet = ("-fcf-protection=full",) if level == "haswell" else ()
-        out[level] = compile_c(SOURCE, d / f"{level}.so", "-O2", "-shared", *flags, *cet)
+        out[level] = compile_c(SOURCE, d / f"{level}.so", *opts, "-shared", *flags, *cet)
     return out
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory) -> dict[str, Path]:
+    return compile_levels(tmp_path_factory.mktemp("levels"), "-O2")
 
 
 def runtime_with(tmp_path: Path, files: dict[str, Path]) -> Path:
@@ -48,9 +51,11 @@ def runtime_with(tmp_path: Path, files: dict[str, Path]) -> Path:
     return tmp_path / "rt"
 
 
-def test_each_compiled_level_reports_its_own_features(modules):
-    for level, path in modules.items():
-        assert compiled_features(path) == cpulevels.level(level).reported(), level
+def test_each_compiled_level_reports_its_own_features(modules, tmp_path):
+    debug = compile_levels(tmp_path, "-O0")                # a Debug build: the same, in a stack frame
+    for level in FLAGS:
+        assert compiled_features(modules[level]) == compiled_features(debug[level]) == \
+            cpulevels.level(level).reported(), level
 
 
 def test_modules_named_for_their_level_pass(modules, tmp_path):

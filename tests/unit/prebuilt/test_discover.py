@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.config.cpulevels import SELF_REPORT
 from builder.errors import AssembleError
 from builder.prebuilt import identity
 from builder.prebuilt.discover import discover
@@ -52,8 +53,10 @@ def make_build(folder: Path, *, extra_base_symbol: str = "", module_needs: str =
     _cc(b / "llama-server", "int llama_init(void);\nint main(void) { return llama_init(); }\n",
         f"-L{b}", "-l:libllama.so.0.0.1", "-l:libggml.so.0.9.4", "-l:libggml-base.so.0.9.4")
     for name in ("libggml-cpu-x64.so", "libggml-vulkan.so"):
-        _cc(b / name, f"int {module_needs}(void);\nint ggml_backend_score(void) {{ return {module_needs}(); }}\n",
-            "-shared", f"-L{b}", "-l:libggml-base.so.0.9.4")
+        # the x64 level says what it was compiled with as ggml's does (builder.check.cpulevel): nothing beyond SSE2
+        has = "".join(f"int ggml_cpu_has_{n}(void) {{ return 0; }}\n" for n in SELF_REPORT) if "cpu" in name else ""
+        _cc(b / name, f"int {module_needs}(void);\nint ggml_backend_score(void) {{ return {module_needs}(); }}\n"
+            + has, "-shared", f"-L{b}", "-l:libggml-base.so.0.9.4")
     (folder / "CMakeFiles").mkdir()
     (folder / "CMakeFiles" / "junk.o").write_bytes(b"\x7fELF not really")
     return folder
