@@ -77,4 +77,5 @@ def cpu_level_check(runtime: Path) -> Check | None:
         more = f" (+{len(wrong) - 2} more)" if len(wrong) > 2 else ""
         return Check(NAME, FAIL, "; ".join(wrong[:2]) + more,
                      "each libggml-cpu-<level>.so must be that level's build: take bin/ whole from one build")
-    return Check(NAME, PASS, f"each of the {len(named)} libggml-cpu-<level>.so reports its level's instruction sets")
+    which = f"each of the {len(named)} libggml-cpu-<level>.so" if len(named) > 1 else named[0][0]
+    return Check(NAME, PASS, f"{which} reports its level's instruction sets (its ggml_cpu_has_*())")
