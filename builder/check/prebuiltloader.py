@@ -10,11 +10,10 @@ from pathlib import Path
 
 from builder.check.report import FAIL, PASS, WARN, Check
 from builder.errors import AssembleError
-from builder.prebuilt.loader import cwd_readers, host_modules_in, loader_facts
+from builder.prebuilt.loader import LOADER_PATCH, cwd_readers, host_modules_in, loader_facts
 
 NAME = "compiled-in module folder"
 CWD_NAME = "working-directory modules"      # the planted-module check's name: one fact, proven two ways
-LOADER_PATCH = "backend-loader-no-cwd"
 
 
 def _libggml(runtime: Path) -> Path | None:

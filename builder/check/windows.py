@@ -11,14 +11,12 @@ from pathlib import Path
 
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
 from builder.errors import AssembleError
-from builder.prebuilt.loader import READS_CWD
+from builder.prebuilt.loader import LOADER_PATCH, READS_CWD
 from builder.runtime.manifest import Manifest, ManifestInvalid, check_files
 from builder.windows import ARCH
 from builder.windows.assemble import LOADER, module_backend
 from builder.windows.pe import PeFile, is_pe, read_pe
 from builder.windows.policy import host_rule
-
-LOADER_PATCH = "backend-loader-no-cwd"    # patches/backend-loader-no-cwd.toml: the search is shared code
 
 
 def _binaries(runtime: Path) -> tuple[list[PeFile], list[str]]:

@@ -36,6 +36,7 @@ from builder.errors import FAILED, AssembleError
 from builder.runtime.elf import dynamic_symbols, section_strings
 
 _ABSOLUTE = rb"/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)+"
+LOADER_PATCH = "backend-loader-no-cwd"    # patches/backend-loader-no-cwd.toml: the search is shared code
 # What reads the working directory: libstdc++'s std::filesystem::current_path (mangled; on Windows
 # exported by libstdc++-6.dll), MSVC's STL (__std_fs_get_current_path), libc and Win32.
 READS_CWD = re.compile(r"current_path|^__std_fs_get_current_path\Z|^GetCurrentDirectory[AW]\Z|^getcwd\Z|"
@@ -72,7 +73,7 @@ def cwd_readers(libggml: Path) -> tuple[str, ...]:
     except (ELFError, OSError) as exc:
         raise AssembleError(f"not a readable ELF file ({exc})", where=str(libggml),
                             fix="the file is truncated or corrupt", code=FAILED) from None
-    return tuple(sorted(readable(n) for n in undefined if READS_CWD.search(n)))
+    return tuple(sorted({readable(n) for n in undefined if READS_CWD.search(n)}))
 
 
 def readable(symbol: str) -> str:
