@@ -40,7 +40,7 @@ def _report(code: ElfCode) -> frozenset[str] | str:
             return f"it does not export {PREFIX}{name}(): not a ggml CPU module"
         m = _RETURNS.match(code.read(start, 24))
         if m is None:
-            return f"its {PREFIX}{name}() is not a constant return"
+            return f"its {PREFIX}{name}() is not a constant return: what it was compiled with cannot be read"
         if m.group(2) == b"\x01":
             on.add(feature)
     return frozenset(on)

@@ -621,9 +621,6 @@ class ElfCode:
         """Where the exported function `name` starts (None: not exported here)."""
         return self._symbols.get(name)
 
-    def names(self) -> tuple[str, ...]:
-        return tuple(self._symbols)
-
     def read(self, address: int, length: int) -> bytes:
         """Up to `length` bytes of the file image at `address` (b"" when no segment holds it)."""
         for vaddr, size, offset in self._loads:
