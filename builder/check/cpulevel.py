@@ -27,6 +27,7 @@ from builder.runtime.elf import ElfCode, read_code
 
 NAME = "CPU levels"
 PREFIX = "ggml_cpu_has_"
+HINT = "each libggml-cpu-<level>.so must be that level's build: take bin/ whole from one build"
 # [endbr64] [pushq %rbp; movq %rsp,%rbp (-O0)] movl $1|$0, %eax or xorl %eax,%eax [popq %rbp] ret
 _RETURNS = re.compile(rb"(?:\xf3\x0f\x1e\xfa)?(\x55\x48\x89\xe5)?(?:\xb8([\x00\x01])\x00\x00\x00|\x31\xc0)"
                       rb"(?(1)\x5d)\xc3", re.S)
@@ -53,7 +54,7 @@ def compiled_features(module: Path) -> frozenset[str] | str:
     return "not a readable ELF file" if features is None else features
 
 
-def _describe(features: frozenset[str]) -> str:
+def describe(features: frozenset[str]) -> str:
     level = next((lv.name for lv in cpulevels.LEVELS if lv.reported() == features), None)
     names = " ".join(f for f in cpulevels.FEATURES if f in features) or "nothing beyond SSE2"
     return f"{names} (the {level} level)" if level else names
@@ -71,11 +72,10 @@ def cpu_level_check(runtime: Path) -> Check | None:
         if isinstance(features, str):
             wrong.append(f"{name}: {features}")
         elif features != level.reported():
-            wrong.append(f"{name} was compiled with {_describe(features)}, not {level.name}'s "
-                         f"{_describe(level.reported())}")
+            wrong.append(f"{name} was compiled with {describe(features)}, not {level.name}'s "
+                         f"{describe(level.reported())}")
     if wrong:
         more = f" (+{len(wrong) - 2} more)" if len(wrong) > 2 else ""
-        return Check(NAME, FAIL, "; ".join(wrong[:2]) + more,
-                     "each libggml-cpu-<level>.so must be that level's build: take bin/ whole from one build")
+        return Check(NAME, FAIL, "; ".join(wrong[:2]) + more, HINT)
     which = f"each of the {len(named)} libggml-cpu-<level>.so" if len(named) > 1 else named[0][0]
     return Check(NAME, PASS, f"{which} reports its level's instruction sets (its ggml_cpu_has_*())")

@@ -132,3 +132,24 @@ def test_every_module_replaced_by_the_x64_build_fails_verify_static(cpu_runtime,
     failed = [c for c in report.checks if c.status == FAIL]
     assert [c.name for c in failed] == [NAME] and not report.passed
     assert "(the x64 level), not " in failed[0].reason and f"(+{len(swapped) - 2} more)" in failed[0].reason
+
+
+def test_the_best_name_over_x64_code_is_no_pass_for_the_loaded_variant(cpu_runtime, tmp_path):
+    """The dynamic verify of the issue's case: every module holds x64 code, so each scores as x64 and
+    ggml keeps one of them (a tie); whichever it is, the cpu variant check reads what it holds."""
+    from builder.check.verify import verify_runtime
+    from tests.unit.check.test_verify import copy_runtime, reseal
+    rt = copy_runtime(cpu_runtime, tmp_path / "rt")
+    best = cpulevels.best_level(cpulevels.host_cpu_flags())
+    assert best is not None and best.name != "x64"          # every x86-64 CPU with SSE4.2 has a better level
+    x64 = rt / "bin" / "libggml-cpu-x64.so"
+    swapped = [p for p in (rt / "bin").glob("libggml-cpu-*.so") if p != x64]
+    for p in swapped:
+        shutil.copyfile(x64, p)
+    reseal(rt, changed=tuple(f"bin/{p.name}" for p in swapped))
+    checks = {c.name: c for c in verify_runtime(rt).checks}
+    assert checks[NAME].status == FAIL and checks["load CPU variants"].status == PASS
+    variant = checks["cpu variant"]
+    assert variant.status == FAIL, variant.reason
+    if not variant.reason.startswith("libggml-cpu-x64.so loads"):     # the tie went to a better name
+        assert "loads, but it was compiled with nothing beyond SSE2 (the x64 level)" in variant.reason
