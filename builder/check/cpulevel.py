@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from builder.check.cpuvariant import shipped_modules
 from builder.check.report import FAIL, PASS, Check
 from builder.config import cpulevels
 from builder.runtime.elf import ElfCode, read_code
@@ -63,7 +62,9 @@ def describe(features: frozenset[str]) -> str:
 def cpu_level_check(runtime: Path) -> Check | None:
     """None when the runtime has no named CPU levels (the CPU backend linked in, or one module)."""
     runtime = Path(runtime)
-    named = [(n, lv) for n in shipped_modules(runtime) if (v := cpulevels.variant_of(n)) and (lv := cpulevels.level(v))]
+    folder = runtime / "bin"
+    found = sorted(p.name for p in folder.glob("libggml-cpu-*.so")) if folder.is_dir() else []
+    named = [(n, lv) for n in found if (v := cpulevels.variant_of(n)) and (lv := cpulevels.level(v))]
     if not named:
         return None
     wrong = []

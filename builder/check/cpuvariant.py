@@ -29,6 +29,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.check.cpulevel import HINT, NAME as LEVELS_CHECK, compiled_features, describe
 from builder.check.dynamic import RUN_TIMEOUT, probe_module
 from builder.check.report import FAIL, PASS, SKIP, Check
 from builder.config import cpulevels
@@ -273,7 +274,6 @@ def cpu_variant_check(runtime: Path, env: dict, flags: frozenset[str] | None = N
 
 def _compiled_as_named(runtime: Path, module: str | None, verdict: Check) -> Check:
     """A pass only if the module loaded holds its level's code: the best name over x64 code loses speed too."""
-    from builder.check.cpulevel import HINT, NAME as LEVELS_CHECK, compiled_features, describe
     level = cpulevels.level(cpulevels.variant_of(module) or "") if module else None
     if level is None:
         return verdict
