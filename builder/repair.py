@@ -252,7 +252,7 @@ def _library_folders(root: Path) -> list[Path]:
     return sorted(d for d in found if not d.is_symlink())
 
 
-def show(p: Plan) -> None:
+def show(p: Plan, accepted: str | None = None) -> None:
     """--dry-run: what was found, what would be carried, what is left to the host and why."""
     for part in p.parts:
         f = part.found
@@ -279,6 +279,10 @@ def show(p: Plan) -> None:
     if p.loader and p.loader.backend_dirs:
         print(f"loader: {p.loader.library} also searches {', '.join(p.loader.backend_dirs)} (compiled in) before "
               "the executable's folder: a module installed there on a host is loaded first; verify reports it")
+    if p.loader and p.loader.reads_cwd:
+        print(f"loader: {p.loader.library} also searches the working directory (it imports "
+              f"{p.loader.reads_cwd[0]}): a module planted where llama-server starts runs in it; "
+              + (f"accepted: {accepted}" if accepted else "verify fails until --accept-loader-risk REASON"))
 
 
 def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Manifest:
@@ -359,7 +363,7 @@ def repair(req: RepairRequest) -> Path | None:
         req.out, cache=paths.cache_dir(), inputs=inputs + [("a --lib-path folder", d) for d in lib_dirs])
     with paths.scratch("repair-") as work:
         if req.dry_run:
-            show(plan(req, work))
+            show(plan(req, work), req.accept_loader_risk)
             return None
 
         def fill(staged: Path) -> None:

@@ -29,6 +29,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.check.cpulevel import HINT, NAME as LEVELS_CHECK, compiled_features, describe
 from builder.check.dynamic import RUN_TIMEOUT, probe_module
 from builder.check.report import FAIL, PASS, SKIP, Check
 from builder.config import cpulevels
@@ -267,4 +268,17 @@ def cpu_variant_check(runtime: Path, env: dict, flags: frozenset[str] | None = N
     if best is not None and seen.started and seen.module != _file(best.name):
         # The loader says nothing about a variant it skipped: load the best one alone to hear why.
         why_not = why_not_loaded(runtime, runtime / "bin" / _file(best.name), env)
-    return judge(shipped, seen, flags, None if levels else _cpu_unit_defines(runtime), why_not)
+    verdict = judge(shipped, seen, flags, None if levels else _cpu_unit_defines(runtime), why_not)
+    return _compiled_as_named(runtime, seen.module, verdict) if verdict.status == PASS else verdict
+
+
+def _compiled_as_named(runtime: Path, module: str | None, verdict: Check) -> Check:
+    """A pass only if the module loaded holds its level's code: the best name over x64 code loses speed too."""
+    level = cpulevels.level(cpulevels.variant_of(module) or "") if module else None
+    if level is None:
+        return verdict
+    features = compiled_features(runtime / "bin" / module)
+    if isinstance(features, str) or features == level.reported():
+        return verdict                # unreadable: the CPU levels check names it
+    return Check(NAME, FAIL, f"{module} loads, but it was compiled with {describe(features)}, not {level.name}'s: "
+                 f"full speed silently lost (see '{LEVELS_CHECK}')", HINT)

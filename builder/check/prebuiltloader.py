@@ -1,17 +1,19 @@
 """The loader truth of a runtime whose ggml cannot be patched (assemble repair of a prebuilt):
 a compiled-in GGML_BACKEND_DIR is searched before the executable's folder, so modules installed
 there on this host are loaded first (on a tie the first found wins). The working-directory
-risk is proven dynamically by the planted-module check (builder.check.dynamic)."""
+risk is proven dynamically by the planted-module check (builder.check.dynamic) and, for
+verify --static, read from libggml's imports (builder.prebuilt.loader.cwd_readers)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from builder.check.report import FAIL, WARN, Check
+from builder.check.report import FAIL, PASS, WARN, Check
 from builder.errors import AssembleError
-from builder.prebuilt.loader import host_modules_in, loader_facts
+from builder.prebuilt.loader import LOADER_PATCH, cwd_readers, host_modules_in, loader_facts
 
 NAME = "compiled-in module folder"
+CWD_NAME = "working-directory modules"      # the planted-module check's name: one fact, proven two ways
 
 
 def _libggml(runtime: Path) -> Path | None:
@@ -50,3 +52,25 @@ def backend_dir_check(runtime: Path, accepted: str | None, recorded: tuple[str, 
     return Check(NAME, WARN, f"{risk}; {where}",
                  "a host that installs ggml's backend packages later changes what this runtime loads; repair "
                  "with --accept-loader-risk REASON to record that you accept it")
+
+
+def cwd_search_check(runtime: Path, accepted: str | None) -> Check | None:
+    """Whether the runtime's ggml loader searches the working directory, read from the imports of
+    lib/libggml.so* (verify --static; the dynamic verify plants a module instead). None: no libggml."""
+    libggml = _libggml(runtime)
+    if libggml is None:
+        return None
+    try:
+        readers = cwd_readers(libggml)
+    except AssembleError:             # a damaged libggml: the ELF and hash checks name it
+        return None
+    if not readers:
+        return Check(CWD_NAME, PASS, f"{libggml.name} imports no way to read the working directory, so its loader "
+                     f"cannot search it (assemble's {LOADER_PATCH} patch)")
+    risk = (f"{libggml.name} imports {readers[0]}: its loader also loads every libggml-*.so in the working "
+            "directory, so anyone who can write where llama-server starts runs code in it")
+    if accepted:
+        return Check(CWD_NAME, WARN, f"{risk}; accepted when repaired: {accepted}")
+    return Check(CWD_NAME, FAIL, risk, "start llama-server only from a folder nobody else writes and repair with "
+                 "--accept-loader-risk REASON to record that, or build with assemble (its loader patch removes "
+                 "the search)")

@@ -39,6 +39,7 @@ from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.runtime.policy import BUNDLE, NEVER, DataRule, classify
 from builder.toolchain.detect import version_tuple
+from builder.check.cpulevel import cpu_level_check
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check
 
 # A directory that never exists: lookups see LD_LIBRARY_PATH's place in the search order
@@ -69,6 +70,8 @@ def run(runtime: Path, manifest: Manifest | None, backends: tuple[str, ...], rec
     hip_targets += tuple(t for t in extra_hip_targets if t not in hip_targets)
     checks += data_checks(runtime, hip_targets)
     checks += hip_code_checks(runtime, hip_targets)
+    if levels := cpu_level_check(runtime):
+        checks.append(levels)
     need = highest_need(files.items())       # from the files themselves: a manifest can be edited
     recorded = [v for v in (need.version if need else None, manifest.glibc_min if manifest else None) if v]
     checks.append(glibc_check(max(recorded, key=version_tuple) if recorded else None, host_glibc(), here))

@@ -168,6 +168,8 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     if loader_dir := prebuiltloader.backend_dir_check(runtime, accepted, recorded, here=not static):
         checks.append(loader_dir)
     if static:
+        if cwd := prebuiltloader.cwd_search_check(runtime, accepted):
+            checks.append(cwd)
         checks.append(Check("devices, loader and smoke", SKIP, "not run: --static reads files only"))
     elif (runtime / "bin" / "llama-server").is_file():
         if driver := gpufit.cuda_driver_check(host.cuda, host.nvidia):

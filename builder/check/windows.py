@@ -7,18 +7,16 @@ each backend the manifest names has its module; what ggml's loader searches besi
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
 from builder.errors import AssembleError
+from builder.prebuilt.loader import LOADER_PATCH, READS_CWD
 from builder.runtime.manifest import Manifest, ManifestInvalid, check_files
 from builder.windows import ARCH
 from builder.windows.assemble import LOADER, module_backend
 from builder.windows.pe import PeFile, is_pe, read_pe
 from builder.windows.policy import host_rule
-
-LOADER_PATCH = "backend-loader-no-cwd"    # patches/backend-loader-no-cwd.toml: the search is shared code
 
 
 def _binaries(runtime: Path) -> tuple[list[PeFile], list[str]]:
@@ -42,15 +40,13 @@ def _check(name: str, problems: list[str], good: str, hint: str) -> Check:
     return Check(name, PASS, good)
 
 
-# What reads the working directory on Windows: the Win32 call, and the C++ runtimes' std::filesystem::
-# current_path (libstdc++-6.dll exports it mangled; MSVC's STL as __std_fs_get_current_path). ggml.dll
-# uses it for one thing only, the loader's search of the working directory (ggml-backend-reg.cpp).
-_READS_CWD = re.compile(r"^GetCurrentDirectory[AW]\Z|current_path|^__std_fs_get_current_path\Z")
+# ggml.dll reads the working directory for one thing only, the loader's search of it
+# (ggml-backend-reg.cpp); what reads it: builder.prebuilt.loader.READS_CWD.
 
 
 def reads_working_directory(ggml: PeFile) -> list[str]:
     """The imports by which this ggml.dll can learn the working directory (none: it cannot search it)."""
-    return sorted({f"{dll}!{name}" for dll, name in ggml.symbols if _READS_CWD.search(name)})
+    return sorted({f"{dll}!{name}" for dll, name in ggml.symbols if READS_CWD.search(name)})
 
 
 def loader_check(pes: list[PeFile], accepted: str | None) -> Check:

@@ -35,6 +35,16 @@ FEATURES: dict[str, tuple[int | None, tuple[str, ...]]] = {
     "AMX_BF16": (None, ("amx_bf16",)),
 }
 
+# What each CPU module says it was compiled with: ggml's exported ggml_cpu_has_<name>() return 1
+# or 0 by the compiler's own macros (__AVX2__, ...; ggml-cpu.c), and the backend's
+# get_features reports exactly these. SSE4.2 has none: ssse3 stands for it (the x64 level is
+# plain SSE2; SSE4.2 implies SSSE3). AMX_TILE and AMX_BF16 report nothing.
+SELF_REPORT: dict[str, str] = {
+    "ssse3": "SSE42", "avx": "AVX", "f16c": "F16C", "fma": "FMA", "avx2": "AVX2", "bmi2": "BMI2",
+    "avx_vnni": "AVX_VNNI", "avx512": "AVX512", "avx512_vbmi": "AVX512_VBMI", "avx512_vnni": "AVX512_VNNI",
+    "avx512_bf16": "AVX512_BF16", "amx_int8": "AMX_INT8",
+}
+
 
 @dataclass(frozen=True)
 class CpuLevel:
@@ -54,6 +64,10 @@ class CpuLevel:
 
     def runs_on(self, flags: frozenset[str] | set[str]) -> bool:
         return self.cpu_flags() <= set(flags)
+
+    def reported(self) -> frozenset[str]:
+        """The features a module of this level says it was compiled with (SELF_REPORT's names)."""
+        return frozenset(f for f in self.features if f in SELF_REPORT.values())
 
 
 _BASE = ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2")

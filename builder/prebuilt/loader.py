@@ -15,6 +15,13 @@ instruction's immediate. So a folder the input installs its modules in (Debian:
 /usr/lib/x86_64-linux-gnu/ggml/backends0) counts as compiled in when a run of libggml's
 .rodata is a long prefix of it; verified by running Debian's llama-server in a sid chroot with
 the same module in both folders: the compiled-in one was loaded.
+
+Whether it searches the working directory: ggml's loader learns it from
+std::filesystem::current_path(), its only use in libggml (ggml-backend-reg.cpp); assemble's
+backend-loader-no-cwd patch removes that search, and with it the import. So a libggml that
+imports no way to read the working directory cannot search it (Debian's libggml.so.0.27.0 and
+an unpatched build import current_path; the patched build imports none: read from the files,
+and the planted-module check of verify proves the same by running).
 """
 
 from __future__ import annotations
@@ -23,9 +30,17 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.runtime.elf import section_strings
+from elftools.common.exceptions import ELFError
+
+from builder.errors import FAILED, AssembleError
+from builder.runtime.elf import dynamic_symbols, section_strings
 
 _ABSOLUTE = rb"/[A-Za-z0-9_.+-]+(?:/[A-Za-z0-9_.+-]+)+"
+LOADER_PATCH = "backend-loader-no-cwd"    # patches/backend-loader-no-cwd.toml: the search is shared code
+# What reads the working directory: libstdc++'s std::filesystem::current_path (mangled; on Windows
+# exported by libstdc++-6.dll), MSVC's STL (__std_fs_get_current_path), libc and Win32.
+READS_CWD = re.compile(r"current_path|^__std_fs_get_current_path\Z|^GetCurrentDirectory[AW]\Z|^getcwd\Z|"
+                       r"^get_current_dir_name\Z")
 _NOT_A_FOLDER = re.compile(r"\.(c|cc|cpp|cxx|h|hpp|cu|cuh|m|mm|comp|glsl|metal|inc)\Z|^/(proc|sys|dev)/")
 
 
@@ -33,9 +48,10 @@ _NOT_A_FOLDER = re.compile(r"\.(c|cc|cpp|cxx|h|hpp|cu|cuh|m|mm|comp|glsl|metal|i
 class LoaderFacts:
     library: str                      # the file the loader is in (libggml.so.0.9.4)
     backend_dirs: tuple[str, ...]     # compiled-in GGML_BACKEND_DIR (normally zero or one)
+    reads_cwd: tuple[str, ...] = ()   # what it imports to read the working directory (none: cannot search it)
 
     def as_dict(self) -> dict:
-        return {"library": self.library, "backend_dirs": list(self.backend_dirs)}
+        return {"library": self.library, "backend_dirs": list(self.backend_dirs), "reads_cwd": list(self.reads_cwd)}
 
 
 PREFIX_MIN = 16          # a shorter common prefix ("/usr/lib/") proves nothing
@@ -46,7 +62,24 @@ def loader_facts(libggml: Path, install_dirs: tuple[str, ...] = ()) -> LoaderFac
     whole = [s for s in section_strings(libggml, _ABSOLUTE + rb"(?=\x00)") if not _NOT_A_FOLDER.search(s)]
     runs = section_strings(libggml, _ABSOLUTE) if install_dirs else ()
     inline = [d for d in install_dirs if any(len(r) >= PREFIX_MIN and d.startswith(r) for r in runs)]
-    return LoaderFacts(libggml.name, tuple(dict.fromkeys(whole + inline)))
+    return LoaderFacts(libggml.name, tuple(dict.fromkeys(whole + inline)), cwd_readers(libggml))
+
+
+def cwd_readers(libggml: Path) -> tuple[str, ...]:
+    """The imports by which this libggml can learn the working directory, readable (none: its loader
+    cannot search it). AssembleError on a damaged file, as section_strings."""
+    try:
+        _, undefined = dynamic_symbols(libggml)
+    except (ELFError, OSError) as exc:
+        raise AssembleError(f"not a readable ELF file ({exc})", where=str(libggml),
+                            fix="the file is truncated or corrupt", code=FAILED) from None
+    return tuple(sorted({readable(n) for n in undefined if READS_CWD.search(n)}))
+
+
+def readable(symbol: str) -> str:
+    """std::filesystem::current_path for libstdc++'s mangled names; others as they are."""
+    return "std::filesystem::current_path" if symbol.startswith("_ZNSt10filesystem") and "current_path" in symbol \
+        else symbol
 
 
 def host_modules_in(folder: str) -> tuple[str, ...]:

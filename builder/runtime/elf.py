@@ -570,3 +570,79 @@ def _dynamic_symbols_slow(f) -> tuple[set[str], set[str]]:
         elif sym["st_other"]["visibility"] in ("STV_DEFAULT", "STV_PROTECTED"):
             defined.add(sym.name)
     return defined, undefined
+
+
+# --- code of exported functions (read, never run) -------------------------------------
+
+
+class ElfCode:
+    """The bytes of a shared object's exported functions, by symbol and by address: what a few
+    tiny functions compile to is a fact about the file that holds for any host (nothing is run).
+    Little-endian ELF64 only (ELFError otherwise); headers and .dynsym read with struct, as
+    dynamic_symbols does (pyelftools takes ~70 ms per CPU module)."""
+
+    def __init__(self, f):
+        self._f = f
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != ELF_MAGIC or head[4] != 2 or head[5] != 1:
+            raise ELFError("not a little-endian ELF64 file")
+        e_phoff, e_shoff = struct.unpack_from("<QQ", head, 0x20)
+        e_phentsize, e_phnum, e_shentsize, e_shnum = struct.unpack_from("<HHHH", head, 0x36)
+        if e_phentsize != _PHDR64.size or e_shentsize != _SHDR64.size:
+            raise ELFError("unexpected header sizes")
+        f.seek(e_phoff)
+        table = f.read(e_phnum * _PHDR64.size)
+        if len(table) < e_phnum * _PHDR64.size:
+            raise ELFError("program header table truncated")
+        phdrs = [_PHDR64.unpack_from(table, i * _PHDR64.size) for i in range(e_phnum)]
+        self._loads = [(p[3], p[5], p[2]) for p in phdrs if p[0] == _PT_LOAD]      # vaddr, filesz, offset
+        f.seek(e_shoff)
+        table = f.read(e_shnum * _SHDR64.size)
+        if len(table) < e_shnum * _SHDR64.size:
+            raise ELFError("section header table truncated")
+        headers = [_SHDR64.unpack_from(table, i * _SHDR64.size) for i in range(e_shnum)]
+        self._symbols: dict[str, int] = {}
+        dynsym = next((h for h in headers if h[1] == _SHT_DYNSYM), None)
+        if dynsym is None or dynsym[6] >= len(headers):
+            return
+        strtab = headers[dynsym[6]]
+        f.seek(dynsym[4])
+        syms = f.read(dynsym[5])
+        f.seek(strtab[4])
+        names = f.read(strtab[5])
+        if len(syms) < dynsym[5] or len(names) < strtab[5]:
+            raise ELFError("dynamic symbol table truncated")
+        for st_name, st_info, _, st_shndx, st_value, _ in _SYM64.iter_unpack(syms[:len(syms) // _SYM64.size * _SYM64.size]):
+            if st_name and st_shndx != 0 and (st_info & 0xF) == _STT_FUNC:
+                end = names.find(b"\0", st_name)
+                self._symbols[names[st_name:end if end >= 0 else len(names)].decode("utf-8", "replace")] = st_value
+
+    def address(self, name: str) -> int | None:
+        """Where the exported function `name` starts (None: not exported here)."""
+        return self._symbols.get(name)
+
+    def read(self, address: int, length: int) -> bytes:
+        """Up to `length` bytes of the file image at `address` (b"" when no segment holds it)."""
+        for vaddr, size, offset in self._loads:
+            if vaddr <= address < vaddr + size:
+                self._f.seek(offset + address - vaddr)
+                return self._f.read(min(length, vaddr + size - address))
+        return b""
+
+
+_PHDR64 = struct.Struct("<IIQQQQQQ")
+_PT_LOAD = 1
+_STT_FUNC = 2
+
+
+def read_code(path: Path | str, use):
+    """use(ElfCode) of the file; None for a file that is not a readable ELF file (the ELF checks
+    name a damaged one)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != ELF_MAGIC:
+                return None
+            f.seek(0)
+            return use(ElfCode(f))
+    except Exception:  # pyelftools/construct raise many types on a corrupt file
+        return None

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from builder.config.drivers import cuda_driver_floor, rocm_driver_expectation
 from builder.runtime.cudacode import CudaCode, read_cuda_code
+from builder.runtime.cudart import runtime_version
 
 
 @dataclass(frozen=True)
@@ -64,9 +65,19 @@ def _carried(names: Iterable[str], pattern: re.Pattern) -> str | None:
     return None
 
 
+def _cudart_in_code(runtime: Path, paths: Iterable[str]) -> str | None:
+    """The version the carried libcudart's own code states (NVIDIA's wheels name it libcudart.so.12)."""
+    for rel in paths:
+        path = runtime / rel
+        if Path(rel).name.startswith("libcudart.so") and path.is_file() and not path.is_symlink():
+            if version := runtime_version(path):
+                return version
+    return None
+
+
 def describe(runtime: Path, file_paths: Iterable[str], toolkits: dict[str, str]) -> GpuRuntimes:
     """file_paths: the runtime's files (relative); toolkits: {"cuda": version, "rocm": version} the units
-    were built with (used when a carried library's file name does not say its version)."""
+    were built with (used when neither a carried library's code nor its file name says its version)."""
     paths = list(file_paths)
     names = [Path(p).name for p in paths]
     notes: list[str] = []
@@ -77,8 +88,8 @@ def describe(runtime: Path, file_paths: Iterable[str], toolkits: dict[str, str])
             code = read_cuda_code(runtime / rel)
             if code is not None:
                 modules.append(CudaModuleCode(rel, code.sass, code.ptx))
-    cudart = _carried(names, _CUDART) or (_major_minor(toolkits.get("cuda")) if any(
-        n.startswith("libcudart.so") for n in names) else None)
+    cudart = _cudart_in_code(runtime, paths) or _carried(names, _CUDART) or (
+        _major_minor(toolkits.get("cuda")) if any(n.startswith("libcudart.so") for n in names) else None)
     if cudart or modules:
         floor = cuda_driver_floor(cudart) if cudart else None
         if floor is None:

@@ -5,13 +5,17 @@ links) and as a base from another build."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from builder.config import cpulevels
+from builder.config.cpulevels import SELF_REPORT
 from builder.errors import AssembleError
 from builder.prebuilt import identity
 from builder.prebuilt.discover import cpu_level_files, discover
@@ -27,6 +31,20 @@ def _cc(out: Path, source: str, *args: str) -> Path:
     subprocess.run([CC, "-fPIC", "-O0", "-o", str(out), str(src), *args], check=True, capture_output=True)
     src.unlink()
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_module(needs: str, level: str) -> bytes:
+    """A CPU level module that says what it was compiled with as ggml's do (builder.check.cpulevel reads
+    its ggml_cpu_has_*() constants); compiled once per session: it depends on nothing else."""
+    reported = cpulevels.level(level).reported()
+    has = "".join(f"int ggml_cpu_has_{n}(void) {{ return {int(f in reported)}; }}\n" for n, f in SELF_REPORT.items())
+    with tempfile.TemporaryDirectory() as d:       # linked as make_build's are: NEEDED libggml-base.so.0
+        _cc(Path(d) / "libggml-base.so.0.9.4", f"int {needs}(void) {{ return 1; }}\n", "-shared",
+            "-Wl,-soname,libggml-base.so.0")
+        out = _cc(Path(d) / f"libggml-cpu-{level}.so", f"int {needs}(void);\nint ggml_backend_score(void) "
+                  f"{{ return {needs}(); }}\n" + has, "-shared", f"-L{d}", "-l:libggml-base.so.0.9.4")
+        return out.read_bytes()
 
 
 def make_build(folder: Path, *, extra_base_symbol: str = "", module_needs: str = "ggml_init",
@@ -51,11 +69,11 @@ def make_build(folder: Path, *, extra_base_symbol: str = "", module_needs: str =
             os.symlink(real, b / soname)
     _cc(b / "llama-server", "int llama_init(void);\nint main(void) { return llama_init(); }\n",
         f"-L{b}", "-l:libllama.so.0.0.1", "-l:libggml.so.0.9.4", "-l:libggml-base.so.0.9.4")
-    for name in ("libggml-cpu-x64.so", "libggml-vulkan.so"):
+    for name in ("libggml-vulkan.so",):
         _cc(b / name, f"int {module_needs}(void);\nint ggml_backend_score(void) {{ return {module_needs}(); }}\n",
             "-shared", f"-L{b}", "-l:libggml-base.so.0.9.4")
-    for name in cpu_level_files()[1:]:                  # every level a build declares, as ggml builds them
-        shutil.copyfile(b / "libggml-cpu-x64.so", b / name)
+    for level in cpulevels.LEVELS:                      # every level a build declares, as ggml builds them
+        (b / f"libggml-cpu-{level.name}.so").write_bytes(_cpu_module(module_needs, level.name))
     (folder / "CMakeFiles").mkdir()
     (folder / "CMakeFiles" / "junk.o").write_bytes(b"\x7fELF not really")
     return folder

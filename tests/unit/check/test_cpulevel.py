@@ -1,0 +1,155 @@
+"""Each libggml-cpu-<level>.so is judged by what it says it was compiled with, not by its name.
+
+Fast: modules compiled here with each level's instruction-set flags, exporting ggml_cpu_has_*()
+as ggml-cpu.c writes them. Slow (the warm cpu build, Debian's libggml0): ggml's own modules,
+all 14 levels, the issue's swap (every module replaced by the x64 build, manifest resealed)
+and, for the levels this CPU runs, the static reading against the functions called."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+from pathlib import Path
+
+import pytest
+
+from builder.check.cpulevel import NAME, compiled_features, cpu_level_check
+from builder.check.report import FAIL, PASS
+from builder.config import cpulevels
+from tests.support.vendorlibs import compile_c
+
+# ggml-cpu.c's pattern: the compiler's own macros decide each return value
+HAS = {"ssse3": "__SSSE3__", "avx": "__AVX__", "f16c": "__F16C__", "fma": "__FMA__", "avx2": "__AVX2__",
+       "bmi2": "__BMI2__", "avx_vnni": "__AVXVNNI__", "avx512": "__AVX512F__", "avx512_vbmi": "__AVX512VBMI__",
+       "avx512_vnni": "__AVX512VNNI__", "avx512_bf16": "__AVX512BF16__", "amx_int8": "__AMX_INT8__"}
+SOURCE = "\n".join(f"int ggml_cpu_has_{n}(void) {{\n#if defined({m})\n    return 1;\n#else\n    return 0;\n#endif\n}}"
+                   for n, m in HAS.items()) + "\n"
+_HASWELL = ("-msse4.2", "-mavx", "-mf16c", "-mfma", "-mavx2", "-mbmi2")
+FLAGS = {"x64": (), "sse42": ("-msse4.2",), "haswell": _HASWELL,
+         "zen4": _HASWELL + ("-mavx512f", "-mavx512cd", "-mavx512vl", "-mavx512dq", "-mavx512bw", "-mavx512vbmi",
+                             "-mavx512vnni", "-mavx512bf16")}
+
+
+def compile_levels(d: Path, *opts: str) -> dict[str, Path]:
+    """One module per level, compiled as ggml compiles its variants (with CET's endbr64 for one)."""
+    out = {}
+    for level, flags in FLAGS.items():
+        cet = ("-fcf-protection=full",) if level == "haswell" else ()
+        out[level] = compile_c(SOURCE, d / f"{level}.so", *opts, "-shared", *flags, *cet)
+    return out
+
+
+@pytest.fixture(scope="module")
+def modules(tmp_path_factory) -> dict[str, Path]:
+    return compile_levels(tmp_path_factory.mktemp("levels"), "-O2")
+
+
+def runtime_with(tmp_path: Path, files: dict[str, Path]) -> Path:
+    (tmp_path / "rt" / "bin").mkdir(parents=True)
+    for name, src in files.items():
+        shutil.copyfile(src, tmp_path / "rt" / "bin" / name)
+    return tmp_path / "rt"
+
+
+def test_each_compiled_level_reports_its_own_features(modules, tmp_path):
+    debug = compile_levels(tmp_path, "-O0")                # a Debug build: the same, in a stack frame
+    for level in FLAGS:
+        assert compiled_features(modules[level]) == compiled_features(debug[level]) == \
+            cpulevels.level(level).reported(), level
+
+
+def test_modules_named_for_their_level_pass(modules, tmp_path):
+    rt = runtime_with(tmp_path, {f"libggml-cpu-{lv}.so": p for lv, p in modules.items()})
+    check = cpu_level_check(rt)
+    assert check.status == PASS and "4 libggml-cpu-<level>.so" in check.reason
+
+
+def test_the_x64_build_under_better_names_is_named(modules, tmp_path):
+    rt = runtime_with(tmp_path, {"libggml-cpu-x64.so": modules["x64"], "libggml-cpu-zen4.so": modules["x64"],
+                                 "libggml-cpu-haswell.so": modules["sse42"]})
+    check = cpu_level_check(rt)
+    assert check.status == FAIL and check.name == NAME
+    assert "libggml-cpu-haswell.so was compiled with SSE42 (the sse42 level), not haswell's" in check.reason
+    assert "libggml-cpu-zen4.so was compiled with nothing beyond SSE2 (the x64 level), not zen4's" in check.reason
+    assert "x64.so" not in check.reason.replace("libggml-cpu-zen4.so", "")
+
+
+def test_a_foreign_or_damaged_module_is_named(modules, tmp_path):
+    libm = Path("/lib/x86_64-linux-gnu/libm.so.6")
+    cut = tmp_path / "cut.so"
+    cut.write_bytes(modules["haswell"].read_bytes()[:300])
+    rt = runtime_with(tmp_path, {"libggml-cpu-sse42.so": libm.resolve(), "libggml-cpu-haswell.so": cut})
+    check = cpu_level_check(rt)
+    assert check.status == FAIL
+    assert "libggml-cpu-haswell.so: not a readable ELF file" in check.reason
+    assert "libggml-cpu-sse42.so: it does not export ggml_cpu_has_ssse3(): not a ggml CPU module" in check.reason
+
+
+def test_no_named_levels_no_check(modules, tmp_path):
+    assert cpu_level_check(runtime_with(tmp_path, {"libggml-cpu.so": modules["haswell"]})) is None
+
+
+# --- ggml's own modules (slow: the cpu build, Debian's packages) --------------------------
+
+
+def test_the_cpu_builds_fourteen_levels_each_report_their_own(cpu_runtime):
+    check = cpu_level_check(cpu_runtime)
+    assert check.status == PASS and f"{len(cpulevels.LEVELS)} libggml-cpu-<level>.so" in check.reason
+
+
+def test_what_the_file_says_is_what_the_module_returns_when_called(cpu_runtime):
+    """For the levels this CPU runs: load each module and call its ggml_cpu_has_*()."""
+    flags = cpulevels.host_cpu_flags()
+    ctypes.CDLL(str(cpu_runtime / "lib" / "libggml-base.so"), mode=ctypes.RTLD_GLOBAL)
+    runnable = [lv for lv in cpulevels.LEVELS if lv.runs_on(flags)]
+    assert runnable                       # x64 runs everywhere
+    for lv in runnable:
+        lib = ctypes.CDLL(str(cpu_runtime / "bin" / f"libggml-cpu-{lv.name}.so"))
+        called = {f for n, f in cpulevels.SELF_REPORT.items() if getattr(lib, f"ggml_cpu_has_{n}")()}
+        assert compiled_features(cpu_runtime / "bin" / f"libggml-cpu-{lv.name}.so") == called == lv.reported()
+
+
+@pytest.mark.slow
+def test_debians_fourteen_levels_each_report_their_own(tmp_path):
+    from tests.support.debianllama import FACTS, debian_llama_root
+    backends = debian_llama_root() / FACTS.backend_dir.lstrip("/")
+    rt = runtime_with(tmp_path, {p.name: p for p in backends.glob("libggml-cpu-*.so")})
+    assert cpu_level_check(rt).status == PASS
+
+
+
+def test_every_module_replaced_by_the_x64_build_fails_verify_static(cpu_runtime, tmp_path):
+    """The issue's case: manifest hashes updated, so only what the modules say gives it away."""
+    from builder.check.verify import verify_runtime
+    from tests.unit.check.test_verify import copy_runtime, reseal
+    rt = copy_runtime(cpu_runtime, tmp_path / "rt")
+    x64 = rt / "bin" / "libggml-cpu-x64.so"
+    swapped = [p for p in (rt / "bin").glob("libggml-cpu-*.so") if p != x64]
+    for p in swapped:
+        shutil.copyfile(x64, p)
+    reseal(rt, changed=tuple(f"bin/{p.name}" for p in swapped))
+    report = verify_runtime(rt, static=True)
+    failed = [c for c in report.checks if c.status == FAIL]
+    assert [c.name for c in failed] == [NAME] and not report.passed
+    assert "(the x64 level), not " in failed[0].reason and f"(+{len(swapped) - 2} more)" in failed[0].reason
+
+
+def test_the_best_name_over_x64_code_is_no_pass_for_the_loaded_variant(cpu_runtime, tmp_path):
+    """The dynamic verify of the issue's case: every module holds x64 code, so each scores as x64 and
+    ggml keeps one of them (a tie); whichever it is, the cpu variant check reads what it holds."""
+    from builder.check.verify import verify_runtime
+    from tests.unit.check.test_verify import copy_runtime, reseal
+    rt = copy_runtime(cpu_runtime, tmp_path / "rt")
+    best = cpulevels.best_level(cpulevels.host_cpu_flags())
+    assert best is not None and best.name != "x64"          # every x86-64 CPU with SSE4.2 has a better level
+    x64 = rt / "bin" / "libggml-cpu-x64.so"
+    swapped = [p for p in (rt / "bin").glob("libggml-cpu-*.so") if p != x64]
+    for p in swapped:
+        shutil.copyfile(x64, p)
+    reseal(rt, changed=tuple(f"bin/{p.name}" for p in swapped))
+    checks = {c.name: c for c in verify_runtime(rt).checks}
+    assert checks[NAME].status == FAIL and checks["load CPU variants"].status == PASS
+    variant = checks["cpu variant"]
+    assert variant.status == FAIL, variant.reason
+    if not variant.reason.startswith("libggml-cpu-x64.so loads"):     # the tie went to a better name
+        assert "loads, but it was compiled with nothing beyond SSE2 (the x64 level)" in variant.reason
