@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import shutil
+from pathlib import Path
 
 USAGE = 2   # bad input: recipe, arguments, source tree, patch
 FAILED = 1  # a build or a check failed
@@ -32,3 +36,39 @@ class BuildFailed(AssembleError):
     def __init__(self, what: str, **kw):
         kw.setdefault("code", FAILED)
         super().__init__(what, **kw)
+
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+def full_disk(exc: BaseException, where: str | os.PathLike | None = None, *, fix: str | None = None,
+              untouched: str = "") -> AssembleError | None:
+    """A full disk or quota (ENOSPC, EDQUOT) met anywhere, as one line: where, how much is free
+    there, how to fix it; None for any other error. Never worded as a damaged input: the bytes
+    were fine, the disk was not. `untouched` says what was kept whole (", the previous runtime ...")."""
+    if not isinstance(exc, OSError) or exc.errno not in FULL_DISK:
+        return None
+    place = Path(os.fsdecode(exc.filename or where or "."))
+    folder = next((p for p in (place, *place.parents) if p.is_dir()), Path("."))
+    try:
+        usage = shutil.disk_usage(folder)
+        free = f"{usage.free / 2**20:.1f} MiB free of {usage.total / 2**20:.1f} MiB"
+    except OSError:
+        free = "free space unknown"
+    what = "quota exceeded" if exc.errno == errno.EDQUOT else "no space left on the device"
+    return BuildFailed(f"{what} ({free} in {folder}){untouched}", where=str(place),
+                       fix=fix or "free space there; for the cache, set ASSEMBLE_CACHE to a folder on a larger disk; "
+                                  "for the output, choose --out on another disk")
+
+
+INTERRUPTED = 130   # the shell's 128 + SIGINT
+
+
+def interrupted() -> int:
+    """Ctrl-C, said in one line; the exit status. A second Ctrl-C while saying it is ignored, so it
+    never becomes a traceback."""
+    import signal
+    import sys
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print("error: interrupted", file=sys.stderr, flush=True)
+    return INTERRUPTED

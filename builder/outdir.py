@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import locks, paths, ui
-from builder.errors import AssembleError, BuildFailed
+from builder.errors import AssembleError, BuildFailed, full_disk
 
 STAGING_TAG = ".assembling-"
 OLD_TAG = ".previous-"
@@ -213,9 +213,9 @@ def locked(target: Target, wait: bool = True):
 def _as_error(exc: OSError, out: Path) -> AssembleError | None:
     """The user-fixable OSErrors of writing a runtime, as one line; None for anything else (a bug)."""
     where = exc.filename or str(out)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return BuildFailed("no space left on the device while writing the runtime; the previous runtime "
-                           "is untouched", where=str(where), fix="free space there, or choose --out on another disk")
+    if full := full_disk(exc, where, untouched=" while writing the runtime; the previous runtime is untouched",
+                         fix="free space there, or choose --out on another disk"):
+        return full
     if exc.errno == errno.EROFS:
         return AssembleError("the output folder is on a read-only filesystem", where=str(where),
                              fix="choose an output folder you can write to (--out DIR)")

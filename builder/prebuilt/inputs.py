@@ -45,7 +45,7 @@ from pathlib import Path, PurePosixPath
 from builder import ui
 from builder.config.upstream import build_in_name
 from builder.digest import sha256_file
-from builder.errors import AssembleError
+from builder.errors import FULL_DISK, AssembleError, full_disk
 from builder.runtime.owners import DEB_DOC, Owner
 from builder.source.archive import ArchiveRefused, Limits, extract_trees, plan_tree
 
@@ -189,6 +189,8 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
                             fix="if it really holds that much, unpack it yourself, check it, and give the folder"
                             if too_big else "it is damaged or unsafe: download it again from its publisher") from None
     except OSError as exc:
+        if full := full_disk(exc, dest.parent, untouched=f" while unpacking {inp.given}"):
+            raise full from None
         raise AssembleError(f"cannot unpack it ({exc.strerror or exc}"
                             f"{f': {exc.filename}' if exc.filename else ''})", where=current,
                             fix="check the space and permissions where it is unpacked") from None
@@ -407,6 +409,8 @@ def _unpack_zip(path: Path, tree: Path, limits: Limits) -> list[str]:
     except ArchiveRefused:
         raise
     except _ZIP_ERRORS as exc:
+        if isinstance(exc, OSError) and exc.errno in FULL_DISK:
+            raise                                   # the disk's fault, not the zip's
         if isinstance(exc, OSError) and not isinstance(exc, zipfile.BadZipFile) and exc.strerror:
             raise ArchiveRefused(f"cannot read or extract ({exc.strerror}"
                                  f"{f': {exc.filename!r}' if exc.filename else ''})") from None

@@ -35,10 +35,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.errors import FULL_DISK
+
 MAX_LINK_HOPS = 40  # what Linux allows before ELOOP
 
 # What tarfile and gzip raise on bytes they cannot read or write: a damaged archive,
-# a full disk, a header field that is out of range. All mean "this archive is unusable".
+# a header field that is out of range: "this archive is unusable". A full disk is not (_disk_full).
 _READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, KeyError, ValueError, OverflowError)
 
 
@@ -54,7 +56,7 @@ def extract(archive: Path, dest: Path, wanted: Sequence[str]) -> int:
     """Extract the members under the `wanted` folders (paths without the archive's top
     folder) into dest, which must not exist yet; returns how many members were written.
 
-    Raises ArchiveRefused and nothing else.
+    Raises ArchiveRefused and nothing else, but a full disk (OSError ENOSPC/EDQUOT).
     """
     prefixes = [tuple(p for p in w.split("/") if p) for w in wanted]
     made = False
@@ -67,7 +69,7 @@ def extract(archive: Path, dest: Path, wanted: Sequence[str]) -> int:
     except (*_READ_ERRORS, ArchiveRefused) as exc:
         if made:  # half a tree is never handed on
             shutil.rmtree(dest, ignore_errors=True)
-        if isinstance(exc, ArchiveRefused):
+        if isinstance(exc, ArchiveRefused) or _disk_full(exc):
             raise
         raise ArchiveRefused(_reason(exc)) from None
     return len(chosen)
@@ -143,6 +145,12 @@ def _replace(member: tarfile.TarInfo, changes: dict) -> tarfile.TarInfo:
     for key, value in changes.items():
         setattr(out, key, value)
     return out
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """A full disk or quota while writing: the disk's fault, not the archive's, so it is raised as the
+    OSError it is (callers word it with errors.full_disk), never as ArchiveRefused."""
+    return isinstance(exc, OSError) and exc.errno in FULL_DISK
 
 
 def _reason(exc: BaseException) -> str:
@@ -370,7 +378,8 @@ def extract_trees(tars: Sequence[tuple[Path, str, int]], dest: Path, limits: Lim
     (path, tarfile mode such as "r:gz", packed size for the ratio limit) each. Everything is
     read and checked before the first member is written. Returns the notes (links left out).
 
-    Raises ArchiveRefused and nothing else; the caller removes dest on a refusal (members of
+    Raises ArchiveRefused and nothing else, but a full disk (OSError ENOSPC/EDQUOT); the caller
+    removes dest on a refusal (members of
     the first archive may have been written when a later one fails to read its data).
     """
     notes: list[str] = []
@@ -386,5 +395,7 @@ def extract_trees(tars: Sequence[tuple[Path, str, int]], dest: Path, limits: Lim
             for tar, chosen in zip(opened, plan_tree(groups, notes)):
                 extract_members(tar, dest, [m for _, m in chosen])
     except _READ_ERRORS as exc:
+        if _disk_full(exc):
+            raise
         raise ArchiveRefused(_reason(exc)) from None
     return notes
