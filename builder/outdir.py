@@ -132,15 +132,19 @@ def check_input(given: str, *, cache: Path) -> None:
         return
     path = Path(os.path.realpath(raw))
     fix = "give the build folder, release archive or .deb files themselves"
-    if _is_system(path):
-        raise AssembleError(f"an input is {'/' if path == Path('/') else 'a system folder'} ({path}); assemble "
-                            "reads every file under an input", where=given, fix=fix)
+    if path == Path("/"):
+        raise AssembleError("an input is the root folder; assemble reads every file under an input", where=given,
+                            fix=fix)
     homes = [("your home directory", paths.home())] if paths.home() is not None else []
     for words, folder in [("the assemble cache", cache), *homes]:
         folder = Path(os.path.realpath(folder))
         if path == folder or _inside(folder, path):
-            raise AssembleError(f"an input is {words} ({folder})" if path == folder else
-                                f"an input holds {words} ({folder})", where=given, fix=fix)
+            raise AssembleError(f"an input is {words}" if path == folder else f"an input holds {words} ({folder})",
+                                where=given, fix=fix)
+    if _is_system(path):
+        named = "" if str(path) == given.rstrip("/") else f" ({path})"
+        raise AssembleError(f"an input is a system folder{named}; assemble reads every file under an input",
+                            where=given, fix=fix)
 
 
 def _absolute(out: Path | str) -> Path:

@@ -20,7 +20,7 @@ from builder.check import verify
 from builder.config.recipe import NAME_RE
 from builder.config.upstream import BUILD_RE
 from builder.config.targets import GfxTarget
-from builder.errors import AssembleError
+from builder.errors import USAGE, AssembleError
 from builder.prebuilt import identity, readonly
 from builder.prebuilt.discover import Found, discover
 from builder.prebuilt.inputs import Input, classify, deb_owners, unpack
@@ -29,7 +29,7 @@ from builder.prebuilt.request import RepairRequest
 from builder.runtime.elf import folder_need
 from builder.windows import PLATFORM
 from builder.runtime import gpuruntime, licenses, manifest
-from builder.runtime.bundle import BundlePlan, plan_bundle
+from builder.runtime.bundle import BundlePlan, Refusals, plan_bundle
 from builder.runtime.layout import OwnFile, module_backend
 from builder.runtime.place import BundleResult, place_bundle
 
@@ -46,6 +46,14 @@ class BundleRules:
     bundle_always: tuple = ()
     bundle_never: tuple = ()
     path: str = "assemble repair"
+
+
+# What repair says when the bundler cannot close its inputs: the fault is in what it was given (exit 2).
+REFUSALS = Refusals(
+    unresolved="give the folder that holds them with --lib-path DIR (e.g. the lib folder of NVIDIA's cuBLAS "
+               "wheel, or upstream's cudart archive unpacked), or the .deb that ships them as another input",
+    conflict="give each library once: two inputs or --lib-path folders hold different copies of it",
+    code=USAGE)
 
 
 @dataclass(frozen=True)
@@ -151,7 +159,7 @@ def plan(req: RepairRequest, work: Path) -> Plan:
     rules = BundleRules(hip=_Hip(tuple(GfxTarget.parse(t, "--hip-target") for t in req.hip_targets))
                         if req.hip_targets else None)
     bundle = plan_bundle(own, search_dirs=lib_dirs + list(dict.fromkeys(extra)), recipe=rules,
-                         prune_archs=bool(req.hip_targets))
+                         prune_archs=bool(req.hip_targets), refusals=REFUSALS)
     return Plan(tuple(parts), tuple(own), contributed, loader, bundle)
 
 

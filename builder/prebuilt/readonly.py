@@ -14,8 +14,8 @@ from builder.prebuilt.request import RepairRequest
 def read_paths(req: RepairRequest) -> tuple[tuple[str, Path], ...]:
     """(words, path) of everything the repair reads: each input (folder, archive or .deb) and each
     --lib-path folder."""
-    return (tuple((f"an input ({given})", Path(given).expanduser()) for given in req.inputs)
-            + tuple((f"a --lib-path folder ({d})", Path(d).expanduser()) for d in req.lib_paths))
+    return (tuple(("an input", Path(given).expanduser()) for given in req.inputs)
+            + tuple(("a --lib-path folder", Path(d).expanduser()) for d in req.lib_paths))
 
 
 def check_inputs(inputs: tuple[str, ...]) -> None:
