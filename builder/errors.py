@@ -72,3 +72,15 @@ def interrupted() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     print("error: interrupted", file=sys.stderr, flush=True)
     return INTERRUPTED
+
+
+def from_interrupt(exc: BaseException) -> bool:
+    """Whether exc is a Ctrl-C, or an error Python made of one (a KeyboardInterrupt during a class
+    definition comes out as "RuntimeError: Error calling __set_name__")."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from builder import __version__, paths, ui
 from builder.cli.args import settle_recipe
-from builder.errors import FAILED, AssembleError, full_disk, interrupted
+from builder.errors import FAILED, AssembleError, from_interrupt, full_disk, interrupted
 
 COMMANDS = ["build", "repair", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
 
@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             str(exc.strerror or exc), where=str(exc.filename) if getattr(exc, "filename", None) else None,
             fix="check free space and permissions there (--debug shows where)", code=FAILED), args.json)
     except Exception as exc:  # a bug in assemble: still one line, the traceback on request
+        if from_interrupt(exc):
+            return interrupted()
         if args.debug:
             traceback.print_exc()
         frame = traceback.extract_tb(exc.__traceback__)[-1]
