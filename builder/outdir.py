@@ -244,7 +244,7 @@ def locked(target: Target, wait: bool = True):
 def _as_error(exc: OSError, out: Path) -> AssembleError | None:
     """The user-fixable OSErrors of writing a runtime, as one line; None for anything else (a bug)."""
     where = exc.filename or str(out)
-    if full := full_disk(exc, where, untouched=" while writing the runtime; the previous runtime is untouched",
+    if full := full_disk(exc, out, untouched=" while writing the runtime; the previous runtime is untouched",
                          fix="free space there, or choose --out on another disk"):
         return full
     if exc.errno == errno.EROFS:

@@ -198,9 +198,25 @@ def test_a_full_disk_under_the_cache_is_worded_as_a_full_disk(world, small_disk)
     before = snapshot(world / "work"), archive.read_bytes()
     proc = assemble("repair", str(archive), "--name", "cpu", "--out", str(world / "rt"), *STATIC,
                     cwd=world / "work", env={"HOME": str(world / "home"), "ASSEMBLE_CACHE": str(small_disk)})
-    line = one_error_line(proc, 1, ["no space left on the device", "MiB free", str(small_disk), "ASSEMBLE_CACHE"])
+    line = one_error_line(proc, 1, [f"{small_disk}: no space left on the device in the assemble cache",
+                                    " free of 1.0 MiB", "while unpacking", str(archive), "ASSEMBLE_CACHE"])
     assert "damaged" not in line and "download it again" not in line
     assert (snapshot(world / "work"), archive.read_bytes()) == before and not (world / "rt").exists()
+
+
+def test_a_full_output_disk_is_worded_as_a_full_disk(world, tmp_path):
+    """The same words when the output's disk fills while the runtime is written beside it."""
+    small = tmp_path / "tiny"
+    _mount_tmpfs(small, 48)
+    try:
+        before = snapshot(world / "build")
+        proc = assemble("repair", "-q", str(world / "build"), "--name", "cpu", "--out", str(small / "rt"), *STATIC,
+                        cwd=world / "work", env=_env(world))
+        line = one_error_line(proc, 1, [f"{small / 'rt'}: no space left on the device", "free of 48 KiB",
+                                        "the previous runtime is untouched", "--out on another disk"])
+        assert "damaged" not in line and snapshot(world / "build") == before and os.listdir(small) == []
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
 
 
 def test_ctrl_c_at_any_instant_is_one_line_and_exit_130(world):
