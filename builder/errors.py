@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import errno
-import os
 import re
-import shutil
-from pathlib import Path
 
 USAGE = 2   # bad input: recipe, arguments, source tree, patch
 FAILED = 1  # a build or a check failed
@@ -39,40 +36,6 @@ class BuildFailed(AssembleError):
 
 
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
-
-
-def full_disk(exc: BaseException, where: str | os.PathLike | None = None, *, fix: str | None = None,
-              untouched: str = "") -> AssembleError | None:
-    """A full disk or quota (ENOSPC, EDQUOT) met anywhere, as one line: where (`where`, else the
-    file that failed; the cache when it lies there), how much is free, how to fix it; None for any
-    other error. Never worded as a damaged input: the bytes were fine, the disk was not.
-    `untouched` says what was kept whole (" while writing ...; the previous runtime is untouched")."""
-    if not isinstance(exc, OSError) or exc.errno not in FULL_DISK:
-        return None
-    from builder import paths       # paths imports this module
-    place = Path(os.fsdecode(where or exc.filename or "."))   # the caller's folder over a scratch file in it
-    try:
-        cache = paths.cache_dir()
-    except AssembleError:
-        cache = None
-    if cache is not None and place.is_relative_to(cache):   # a scratch or state file: name the cache itself
-        place, fix = cache, ("free space on that disk, or set ASSEMBLE_CACHE to a folder on a larger one "
-                             "(the cache holds sources, builds and unpacked inputs)")
-    folder = next((p for p in (place, *place.parents) if p.is_dir()), Path("."))
-    try:
-        usage = shutil.disk_usage(folder)
-        free = f"{_size(usage.free)} free of {_size(usage.total)}"
-    except OSError:
-        free = "free space unknown"
-    what = "quota exceeded" if exc.errno == errno.EDQUOT else "no space left on the device"
-    cached = " in the assemble cache" if place == cache else ""
-    return BuildFailed(f"{what}{cached} ({free}){untouched}", where=str(place),
-                       fix=fix or "free space there, or choose a folder on another disk")
-
-
-def _size(n: int) -> str:
-    return (f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20
-            else f"{n / 2**10:.0f} KiB")
 
 
 INTERRUPTED = 130   # the shell's 128 + SIGINT

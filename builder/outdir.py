@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import locks, paths, ui
-from builder.errors import AssembleError, BuildFailed, full_disk
+from builder.errors import AssembleError, BuildFailed
 
 STAGING_TAG = ".assembling-"
 OLD_TAG = ".previous-"
@@ -120,6 +120,14 @@ def check_destination(out: Path | str, *, cache: Path, source: Path | None = Non
                       f"choose a new folder inside it, e.g. --out {path / 'runtime-<recipe>'}")
     existing(path)
     return Target(path, cache / "outputs" / locks.place_key(path))
+
+
+def check_inputs(inputs: Iterable[str]) -> None:
+    """check_input for each folder a run reads everything under (repair's inputs); first of all,
+    before any of them is even listed."""
+    cache = paths.cache_dir()
+    for given in inputs:
+        check_input(given, cache=cache)
 
 
 def check_input(given: str, *, cache: Path) -> None:
@@ -244,7 +252,7 @@ def locked(target: Target, wait: bool = True):
 def _as_error(exc: OSError, out: Path) -> AssembleError | None:
     """The user-fixable OSErrors of writing a runtime, as one line; None for anything else (a bug)."""
     where = exc.filename or str(out)
-    if full := full_disk(exc, out, untouched=" while writing the runtime; the previous runtime is untouched",
+    if full := paths.full_disk(exc, out, untouched=" while writing the runtime; the previous runtime is untouched",
                          fix="free space there, or choose --out on another disk"):
         return full
     if exc.errno == errno.EROFS:

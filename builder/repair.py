@@ -21,7 +21,7 @@ from builder.config.recipe import NAME_RE
 from builder.config.upstream import BUILD_RE
 from builder.config.targets import GfxTarget
 from builder.errors import USAGE, AssembleError
-from builder.prebuilt import identity, readonly
+from builder.prebuilt import identity
 from builder.prebuilt.discover import Found, discover
 from builder.prebuilt.inputs import Input, classify, deb_owners, unpack
 from builder.prebuilt.loader import LoaderFacts, loader_facts
@@ -246,11 +246,12 @@ def repair(req: RepairRequest) -> Path | None:
     if not NAME_RE.fullmatch(req.name):
         raise AssembleError(f"{req.name!r} is not a runtime name", where="--name",
                             fix="lower-case letters, digits, '.', '_' and '-', e.g. --name cuda-vulkan-b7416")
-    readonly.check_inputs(req.inputs)   # before platform_of lists what is in them
+    outdir.check_inputs(req.inputs)     # before platform_of lists what is in them
     if repair_windows.platform_of(req.inputs) == PLATFORM:
         return repair_windows.repair(req)
     _lib_dirs(req)                      # a typo fails at once, before any input is unpacked
-    target = readonly.checked_target(req)
+    target = None if req.dry_run else outdir.check_destination(req.out, cache=paths.cache_dir(),
+                                                               inputs=req.read_paths())
     with paths.scratch("repair-") as work:
         if req.dry_run:
             show(plan(req, work))
@@ -266,6 +267,6 @@ def repair(req: RepairRequest) -> Path | None:
                                                         hip_targets=req.hip_targets),
                                   str(target.path), "the repaired runtime")
 
-        outdir.publish(target, fill, wait=req.wait, keep=req.keep, protect=readonly.read_paths(req))
+        outdir.publish(target, fill, wait=req.wait, keep=req.keep, protect=req.read_paths())
     ui.step(ui.ok(f"runtime ready: {target.path}"))
     return target.path

@@ -20,7 +20,6 @@ from builder.check.windows import verify_windows
 from builder.config.upstream import BUILD_RE
 from builder.digest import sha256_file
 from builder.errors import AssembleError
-from builder.prebuilt import readonly
 from builder.prebuilt.inputs import classify, unpack
 from builder.prebuilt.request import RepairRequest
 from builder.runtime import licenses, manifest
@@ -147,7 +146,8 @@ def _manifest(req: RepairRequest, p: assemble.WinPlan, files: list[manifest.File
 
 
 def repair(req: RepairRequest) -> Path | None:
-    target = readonly.checked_target(req)
+    target = None if req.dry_run else outdir.check_destination(req.out, cache=paths.cache_dir(),
+                                                               inputs=req.read_paths())
     with paths.scratch("repair-") as work:
         if req.dry_run:
             show(plan(req, work))
@@ -162,6 +162,6 @@ def repair(req: RepairRequest) -> Path | None:
             verify.require_passed(verify_windows(staged, accepted=req.accept_loader_risk), str(target.path),
                                   "the repaired runtime")
 
-        outdir.publish(target, fill, wait=req.wait, keep=req.keep, protect=readonly.read_paths(req))
+        outdir.publish(target, fill, wait=req.wait, keep=req.keep, protect=req.read_paths())
     ui.step(ui.ok(f"runtime ready: {target.path}"))
     return target.path

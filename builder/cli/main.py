@@ -14,7 +14,7 @@ from pathlib import Path
 
 from builder import __version__, paths, ui
 from builder.cli.args import settle_recipe
-from builder.errors import FAILED, AssembleError, from_interrupt, full_disk, interrupted
+from builder.errors import FAILED, AssembleError, from_interrupt, interrupted
 
 COMMANDS = ["build", "repair", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # the system refused something we did not foresee: still one line
         if args.debug:
             traceback.print_exc()
-        return refused(full_disk(exc) or AssembleError(
+        return refused(paths.full_disk(exc) or AssembleError(
             str(exc.strerror or exc), where=str(exc.filename) if getattr(exc, "filename", None) else None,
             fix="check free space and permissions there (--debug shows where)", code=FAILED), args.json)
     except Exception as exc:  # a bug in assemble: still one line, the traceback on request

@@ -42,10 +42,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from builder import ui
+from builder import paths, ui
 from builder.config.upstream import build_in_name
 from builder.digest import sha256_file
-from builder.errors import FULL_DISK, AssembleError, full_disk
+from builder.errors import FULL_DISK, AssembleError
 from builder.runtime.owners import DEB_DOC, Owner
 from builder.source.archive import ArchiveRefused, Limits, extract_trees, plan_tree
 
@@ -189,7 +189,7 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
                             fix="if it really holds that much, unpack it yourself, check it, and give the folder"
                             if too_big else "it is damaged or unsafe: download it again from its publisher") from None
     except OSError as exc:
-        if full := full_disk(exc, dest.parent, untouched=f" while unpacking {inp.given}"):
+        if full := paths.full_disk(exc, dest.parent, untouched=f" while unpacking {inp.given}"):
             raise full from None
         raise AssembleError(f"cannot unpack it ({exc.strerror or exc}"
                             f"{f': {exc.filename}' if exc.filename else ''})", where=current,

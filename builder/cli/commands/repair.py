@@ -11,8 +11,7 @@ from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.runtime.layout import runtime_dir_name
 from builder.windows import FOLDER_SUFFIX, PLATFORM
-from builder import repair_windows
-from builder.prebuilt import readonly
+from builder import outdir, repair_windows
 
 
 def register(sub, common) -> None:
@@ -80,7 +79,7 @@ def run(args) -> int:
                             'image without other ggml packages"')
     targets = tuple(str(GfxTarget.parse(g, "--hip-target")) for g in args.hip_target)
     name = args.name or default_name(args.inputs[0])
-    readonly.check_inputs(tuple(args.inputs))   # before platform_of lists what is in them
+    outdir.check_inputs(args.inputs)   # before platform_of lists what is in them
     platform = repair_windows.platform_of(tuple(args.inputs))
     out = Path(args.out) if args.out else Path.cwd() / (runtime_dir_name(name)
                                                         + (FOLDER_SUFFIX if platform == PLATFORM else ""))
