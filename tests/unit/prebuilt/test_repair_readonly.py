@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.common import REPO, TEST_CACHE, assemble, one_error_line
+from tests.support.common import REPO, assemble, one_error_line
 from tests.unit.prebuilt.test_discover import _cc, make_build
 from tests.unit.test_outdir import snapshot
 
