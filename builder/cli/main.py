@@ -23,7 +23,9 @@ EPILOG = """examples:
   assemble show cuda-vulkan             the resolved plan and exact cmake lines
   assemble build --recipe cpu           build, bundle and verify runtime-cpu/
   assemble verify runtime-cpu --smoke   prove a runtime works on this host
-exit status: 0 ok, 1 a build or check failed, 2 bad input (recipe, arguments, source)"""
+exit status: 0 ok, 1 a build or check failed (or the disk is full), 2 bad input (recipe, arguments, source,
+  repair's inputs), 130 interrupted (Ctrl-C); with --json a refusal is also printed on stdout as
+  {"error": {"what", "where", "fix", "exit"}}"""
 
 
 class _OneLineParser(argparse.ArgumentParser):
