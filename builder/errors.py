@@ -38,6 +38,11 @@ class BuildFailed(AssembleError):
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 
 
+def is_full_disk(exc: BaseException) -> bool:
+    """A full disk or quota: the disk's fault, never the input's (worded by paths.full_disk)."""
+    return isinstance(exc, OSError) and exc.errno in FULL_DISK
+
+
 INTERRUPTED = 130   # the shell's 128 + SIGINT
 
 

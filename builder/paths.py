@@ -12,7 +12,7 @@ import socket
 import tempfile
 from pathlib import Path
 
-from builder.errors import FULL_DISK, AssembleError, BuildFailed
+from builder.errors import AssembleError, BuildFailed, is_full_disk
 
 _PKG = Path(__file__).resolve().parent
 PACKAGE_DIR = _PKG             # builder/ itself (a container build context copies it)
@@ -136,7 +136,7 @@ def full_disk(exc: BaseException, where: str | os.PathLike | None = None, *, fix
     file that failed; the cache when it lies there), how much is free, how to fix it; None for any
     other error. Never worded as a damaged input: the bytes were fine, the disk was not.
     `untouched` says what was kept whole (" while writing ...; the previous runtime is untouched")."""
-    if not isinstance(exc, OSError) or exc.errno not in FULL_DISK:
+    if not is_full_disk(exc):
         return None
     place = Path(os.fsdecode(where or exc.filename or "."))   # the caller's folder over a scratch file in it
     try:
@@ -161,4 +161,3 @@ def full_disk(exc: BaseException, where: str | os.PathLike | None = None, *, fix
 def _size(n: int) -> str:
     return (f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20
             else f"{n / 2**10:.0f} KiB")
-

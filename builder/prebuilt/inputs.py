@@ -45,7 +45,7 @@ from pathlib import Path, PurePosixPath
 from builder import paths, ui
 from builder.config.upstream import build_in_name
 from builder.digest import sha256_file
-from builder.errors import FULL_DISK, AssembleError
+from builder.errors import AssembleError, is_full_disk
 from builder.runtime.owners import DEB_DOC, Owner
 from builder.source.archive import ArchiveRefused, Limits, extract_trees, plan_tree
 
@@ -409,7 +409,7 @@ def _unpack_zip(path: Path, tree: Path, limits: Limits) -> list[str]:
     except ArchiveRefused:
         raise
     except _ZIP_ERRORS as exc:
-        if isinstance(exc, OSError) and exc.errno in FULL_DISK:
+        if is_full_disk(exc):
             raise                                   # the disk's fault, not the zip's
         if isinstance(exc, OSError) and not isinstance(exc, zipfile.BadZipFile) and exc.strerror:
             raise ArchiveRefused(f"cannot read or extract ({exc.strerror}"

@@ -35,12 +35,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.errors import FULL_DISK
+from builder.errors import is_full_disk
 
 MAX_LINK_HOPS = 40  # what Linux allows before ELOOP
 
 # What tarfile and gzip raise on bytes they cannot read or write: a damaged archive,
-# a header field that is out of range: "this archive is unusable". A full disk is not (_disk_full).
+# a header field that is out of range: "this archive is unusable". A full disk is not (is_full_disk).
 _READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, KeyError, ValueError, OverflowError)
 
 
@@ -69,7 +69,7 @@ def extract(archive: Path, dest: Path, wanted: Sequence[str]) -> int:
     except (*_READ_ERRORS, ArchiveRefused) as exc:
         if made:  # half a tree is never handed on
             shutil.rmtree(dest, ignore_errors=True)
-        if isinstance(exc, ArchiveRefused) or _disk_full(exc):
+        if isinstance(exc, ArchiveRefused) or is_full_disk(exc):   # the disk's fault: raised as it is
             raise
         raise ArchiveRefused(_reason(exc)) from None
     return len(chosen)
@@ -145,12 +145,6 @@ def _replace(member: tarfile.TarInfo, changes: dict) -> tarfile.TarInfo:
     for key, value in changes.items():
         setattr(out, key, value)
     return out
-
-
-def _disk_full(exc: BaseException) -> bool:
-    """A full disk or quota while writing: the disk's fault, not the archive's, so it is raised as the
-    OSError it is (callers word it with errors.full_disk), never as ArchiveRefused."""
-    return isinstance(exc, OSError) and exc.errno in FULL_DISK
 
 
 def _reason(exc: BaseException) -> str:
@@ -379,8 +373,8 @@ def extract_trees(tars: Sequence[tuple[Path, str, int]], dest: Path, limits: Lim
     read and checked before the first member is written. Returns the notes (links left out).
 
     Raises ArchiveRefused and nothing else, but a full disk (OSError ENOSPC/EDQUOT); the caller
-    removes dest on a refusal (members of
-    the first archive may have been written when a later one fails to read its data).
+    removes dest on a refusal (members of the first archive may have been written when a later one
+    fails to read its data).
     """
     notes: list[str] = []
     try:
@@ -395,7 +389,7 @@ def extract_trees(tars: Sequence[tuple[Path, str, int]], dest: Path, limits: Lim
             for tar, chosen in zip(opened, plan_tree(groups, notes)):
                 extract_members(tar, dest, [m for _, m in chosen])
     except _READ_ERRORS as exc:
-        if _disk_full(exc):
-            raise
+        if is_full_disk(exc):
+            raise                      # the disk's fault, not the archive's
         raise ArchiveRefused(_reason(exc)) from None
     return notes

@@ -188,13 +188,21 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(where)], check=False)
 
 
-def test_a_full_disk_under_the_cache_is_worded_as_a_full_disk(world, small_disk):
+@pytest.mark.parametrize("suffix", [".tar.gz", ".zip"])
+def test_a_full_disk_under_the_cache_is_worded_as_a_full_disk(world, small_disk, suffix):
     """The archive unpacks (in the cache's scratch) past the 1 MiB the cache has: a full disk, where,
     how much is free, how to fix; never "damaged or unsafe: download it again"."""
-    archive = world / "llama-b7416-bin-ubuntu-x64.tar.gz"
-    (world / "build" / "bin" / "ggml-data.bin").write_bytes(os.urandom(3 << 20))   # incompressible
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(world / "build" / "bin", arcname="build/bin")
+    import zipfile
+    flat = make_build(world / "flat", flat=True)        # a zip holds no links
+    (flat / "bin" / "ggml-data.bin").write_bytes(os.urandom(3 << 20))   # incompressible
+    archive = world / f"llama-b7416-bin-ubuntu-x64{suffix}"
+    if suffix == ".zip":
+        with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+            for p in sorted((flat / "bin").iterdir()):
+                zf.write(p, f"build/bin/{p.name}")
+    else:
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(flat / "bin", arcname="build/bin")
     before = snapshot(world / "work"), archive.read_bytes()
     proc = assemble("repair", str(archive), "--name", "cpu", "--out", str(world / "rt"), *STATIC,
                     cwd=world / "work", env={"HOME": str(world / "home"), "ASSEMBLE_CACHE": str(small_disk)})
@@ -223,7 +231,7 @@ def test_ctrl_c_at_any_instant_is_one_line_and_exit_130(world):
     """SIGINT from the moment assemble's own code starts (the `builder` package imported, read from
     -X importtime; before that the interpreter itself is starting) to the end of a dry run."""
     b = world / "build"
-    before = snapshot(world)
+    before = snapshot(b), snapshot(world / "work")     # the cache gets its scratch root: not ours to watch
     delays = [0, 0.002, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0]
     seen = set()
     for delay in delays:
@@ -247,4 +255,4 @@ def test_ctrl_c_at_any_instant_is_one_line_and_exit_130(world):
             assert proc.returncode == 0 and "would carry" in out, f"after {delay}s: {proc.returncode} {said}"
         seen.add(proc.returncode)
     assert 130 in seen
-    assert snapshot(world) == before
+    assert (snapshot(b), snapshot(world / "work")) == before
