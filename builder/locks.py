@@ -113,6 +113,7 @@ class Entry:
     time: float = 0.0
     was: str | None = None      # the path it had before a rename the owner records first (deleting)
     mark: str | None = None     # the token of mark(), where the filesystem keeps it
+    sha256: str | None = None   # the bytes it was made with, where the owner must prove them later (package)
 
     def holds(self, path: str | Path | None = None) -> bool:
         """The path (its own, or the one given) still is the very inode recorded, and still carries

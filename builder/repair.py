@@ -6,11 +6,14 @@ wheels: find what is there, carry what it needs, set the RPATHs, record it, prov
            -> manifest -> verify -> swap in
 
 The first input gives the executables, the ggml base and its libraries; each later one adds the
-backend modules the first lacks (upstream's CUDA archive + its Vulkan archive: one process).
+backend modules the first lacks (upstream's CUDA archive + its Vulkan archive: one process) and
+may hold nothing else (Debian's libggml0-backend-vulkan). Every file of an input that is llama.cpp's
+and not carried is listed as left out, with why, in --dry-run, the log and the manifest.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +25,7 @@ from builder.config.upstream import BUILD_RE
 from builder.config.targets import GfxTarget
 from builder.errors import USAGE, AssembleError
 from builder.prebuilt import identity
-from builder.prebuilt.discover import Found, discover
+from builder.prebuilt.discover import WITHOUT, Found, LeftOut, cpu_level_files, discover
 from builder.prebuilt.inputs import Input, classify, deb_owners, unpack
 from builder.prebuilt.loader import LoaderFacts, loader_facts
 from builder.prebuilt.request import RepairRequest
@@ -61,8 +64,15 @@ class Part:
     """One input, unpacked and read."""
     input: Input
     found: Found
-    base: identity.BaseIdentity
+    base: identity.BaseIdentity | None       # None: a later input of backend modules only
     build: str | None
+    unpacked: Path                           # what member paths are relative to (the folder itself)
+
+    def shown(self, path: Path) -> str:
+        return _shown(self.input, self.unpacked, path)
+
+    def describe(self) -> str:
+        return self.base.describe() if self.base else "backend modules only (no ggml base of its own)"
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,7 @@ class Plan:
     parts: tuple[Part, ...]
     own: tuple[OwnFile, ...]
     contributed: dict                           # input given -> backends taken from it
+    left_out: tuple[tuple[str, str], ...]       # (file as the user knows it, why), every input's
     loader: LoaderFacts | None
     bundle: BundlePlan
 
@@ -95,25 +106,49 @@ def _build_tag(inp: Input, root: Path) -> str | None:
     return None
 
 
-def _read(inp: Input, work: Path, index: int, targets: tuple[str, ...]) -> Part:
-    root = unpack(inp, work / f"input-{index}")
-    found = discover(root, targets)
-    if found.base is None:
+def _shown(inp: Input, unpacked: Path, path: Path) -> str:
+    """A file as the user knows it: under the folder given, or the archive (or the .deb that holds it)
+    and its member path."""
+    member = path.relative_to(unpacked)
+    if inp.kind == "folder":
+        return str(Path(inp.given) / member)
+    if inp.kind == "debs":
+        return f"{_deb_holding(inp, unpacked).get(str(path.resolve()), inp.given)}:{member.as_posix()}"
+    return f"{inp.given}:{member.as_posix()}"
+
+
+@functools.lru_cache(maxsize=8)
+def _deb_holding(inp: Input, unpacked: Path) -> dict[str, str]:
+    """Resolved path in the unpacked packages -> the file name of the .deb that shipped it."""
+    by_package = {f.name.split("_", 1)[0]: f.name for f in inp.files}
+    return {path: by_package[o.name] for path, o in deb_owners(inp, unpacked).items() if o.name in by_package}
+
+
+def _read(inp: Input, work: Path, index: int, req: RepairRequest) -> Part:
+    dest = work / f"input-{index}"
+    root = unpack(inp, dest)
+    unpacked = inp.path if inp.kind == "folder" else dest
+    found = discover(root, req.targets if index == 0 else (), req.without, executables_required=index == 0,
+                     shown=lambda path: _shown(inp, unpacked, path))
+    if found.base is None and index == 0:
         raise AssembleError("no ggml base library (libggml-base.so*) among what its executables need",
                             where=inp.given, fix="give the input that holds libggml-base (the packages or archive "
                                                   "with the libraries, not only the executables)")
     build = _build_tag(inp, root)
-    return Part(inp, found, identity.base_identity(found.base.source, build), build)
+    base = identity.base_identity(found.base.source, build) if found.base else None
+    return Part(inp, found, base, build, unpacked)
 
 
-def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict]:
-    """The first input's files, plus the backends each later one adds; refusals before any copy."""
+def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict, list[tuple[Part, LeftOut]]]:
+    """The first input's files, plus the backends each later one adds; refusals before any copy. A
+    later input without a base of its own is proved by its modules' imports alone."""
     first = parts[0]
     for other in parts[1:]:
-        why = identity.same_base(first.base, other.base)
+        why = identity.same_base(first.base, other.base) if other.base else _declared_base_differs(first, other)
         if why:
-            raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: {why} "
-                                f"({first.base.describe()} vs {other.base.describe()})",
+            versus = f" ({first.base.describe()} vs {other.base.describe()})" if other.base else ""
+            raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: "
+                                f"{why}{versus}",
                                 where=other.input.given,
                                 fix="merge inputs of one build (the same upstream build number, or the same "
                                     "package version); backends of two ggml versions cannot share a process")
@@ -124,12 +159,15 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict]:
             provided |= identity.exported(lib.source)
     modules: dict[str, OwnFile] = {}
     contributed: dict[str, list[str]] = {}
+    skipped: list[tuple[Part, LeftOut]] = []
     first_backends = {module_backend(x.source.name) for x in first.found.modules}
     for part in parts:
         for m in part.found.modules:
             backend = module_backend(m.source.name)
             if m.dest in modules or (part is not first and backend in first_backends):
-                continue                  # the first input's own modules win; a later one adds what it lacks
+                # the first input's own modules win; a later one adds what it lacks
+                skipped.append((part, LeftOut(m.source, f"{first.input.given} gives the {backend} backend")))
+                continue
             lacking = identity.missing_imports(m.source, provided)
             if lacking:
                 raise AssembleError(f"{m.source.name} from {part.input.given} was built against another ggml base: "
@@ -140,13 +178,53 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict]:
             contributed.setdefault(part.input.given, [])
             if backend not in contributed[part.input.given]:
                 contributed[part.input.given].append(backend)
-    return files + list(modules.values()), contributed
+    return files + list(modules.values()), contributed, skipped
+
+
+def _upstream_version(debian: str) -> str:
+    """1:0.7.0+dfsg-2 -> 0.7.0: the upstream part of a Debian version."""
+    return re.split(r"[+~-]", debian.split(":", 1)[-1], maxsplit=1)[0]
+
+
+def _declared_base_differs(first: Part, other: Part) -> str | None:
+    """A later input of modules only has no base to compare: what it declares is compared instead --
+    the build tag of its name, or the version of the ggml package each module came from (Debian
+    versions libggml0-backend-* as ggml itself: 0.27.0-1 is ggml 0.27.0). Its modules' imports are
+    checked against the first base afterwards either way."""
+    if first.build and other.build and first.build != other.build:
+        return f"their build tags differ ({first.build} vs {other.build})"
+    if other.input.kind != "debs" or not first.base.version:
+        return None
+    owners = deb_owners(other.input, other.found.root)
+    for m in other.found.modules:
+        owner = owners.get(str(m.source.resolve()))
+        if owner and owner.version and _upstream_version(owner.version) != first.base.version:
+            return (f"{m.source.name} is of ggml {_upstream_version(owner.version)} (package {owner.name} "
+                    f"{owner.version}), the first input's base is ggml {first.base.version}")
+    return None
+
+
+def _without_known(req: RepairRequest, parts: list[Part]) -> None:
+    """A --without name that matches nothing is a typo: refused rather than ignored."""
+    known = {n for p in parts for n in p.found.names} | set(cpu_level_files())
+    for name in req.without:
+        if name not in known:
+            raise AssembleError(f"no executable or backend module named {name} in the inputs",
+                                where=f"{WITHOUT} {name}",
+                                fix=f"name a file, e.g. {WITHOUT} libggml-cpu-x64.so or {WITHOUT} llama-server")
+
+
+def _left_out(parts: list[Part], skipped: list[tuple[Part, LeftOut]]) -> tuple[tuple[str, str], ...]:
+    rows = [(part.shown(x.path), x.reason) for part in parts for x in part.found.left_out]
+    rows += [(part.shown(x.path), x.reason) for part, x in skipped]
+    return tuple(rows)
 
 
 def plan(req: RepairRequest, work: Path) -> Plan:
     inputs = classify(req.inputs)
-    parts = [_read(inp, work, i, req.targets if i == 0 else ()) for i, inp in enumerate(inputs)]
-    own, contributed = _merge(parts)
+    parts = [_read(inp, work, i, req) for i, inp in enumerate(inputs)]
+    _without_known(req, parts)
+    own, contributed, skipped = _merge(parts)
     ggml = parts[0].found.ggml
     installed = tuple(dict.fromkeys("/" + m.source.parent.relative_to(p.found.root).as_posix()
                                     for p in parts for m in p.found.modules))
@@ -156,23 +234,36 @@ def plan(req: RepairRequest, work: Path) -> Plan:
     # are found in its library folders, after --lib-path.
     extra = [d for p in parts for d in sorted({f.source.parent for f in p.found.libraries})]
     extra += [d for p in parts for d in sorted(p.found.root.glob("usr/lib/*-linux-gnu")) if d.is_dir()]
+    extra += [d for p in parts if p.input.kind == "debs" for d in _library_folders(p.found.root)]
     rules = BundleRules(hip=_Hip(tuple(GfxTarget.parse(t, "--hip-target") for t in req.hip_targets))
                         if req.hip_targets else None)
     bundle = plan_bundle(own, search_dirs=lib_dirs + list(dict.fromkeys(extra)), recipe=rules,
                          prune_archs=bool(req.hip_targets), refusals=REFUSALS)
-    return Plan(tuple(parts), tuple(own), contributed, loader, bundle)
+    return Plan(tuple(parts), tuple(own), contributed, _left_out(parts, skipped), loader, bundle)
+
+
+def _worth_a_warning(why: str) -> bool:
+    """Left out on the user's word or for damage: said as a warning; the rest (a test program, a library
+    nothing needs) is information."""
+    return why == WITHOUT or any(w in why for w in ("damaged", "truncated", "cut inside", "leaving the input"))
+
+
+def _library_folders(root: Path) -> list[Path]:
+    """Every folder of unpacked packages that holds a shared library (libblas3 puts libblas.so.3 in
+    usr/lib/<triplet>/blas/, where only update-alternatives would point a host)."""
+    found = {p.parent for p in root.rglob("*.so*") if re.search(r"\.so(\.\d+)*\Z", p.name)
+             and (p.is_file() or p.is_symlink())}
+    return sorted(d for d in found if not d.is_symlink())
 
 
 def show(p: Plan) -> None:
     """--dry-run: what was found, what would be carried, what is left to the host and why."""
     for part in p.parts:
         f = part.found
-        print(f"input {part.input.given} ({part.input.kind}): {part.base.describe()}")
-        print(f"  executables  {', '.join(x.source.name for x in f.executables)}")
+        print(f"input {part.input.given} ({part.input.kind}): {part.describe()}")
+        print(f"  executables  {', '.join(x.source.name for x in f.executables) or '(none)'}")
         print(f"  modules      {', '.join(x.source.name for x in f.modules) or '(none)'}")
-        print(f"  libraries    {', '.join(x.source.name for x in f.libraries)}")
-        if f.left_out:
-            print(f"  left out     {', '.join(f.left_out)} (nothing carried needs them)")
+        print(f"  libraries    {', '.join(x.source.name for x in f.libraries) or '(none)'}")
         if p.contributed.get(part.input.given):
             print(f"  contributes  {', '.join(p.contributed[part.input.given])}")
     print("would carry")
@@ -185,6 +276,10 @@ def show(p: Plan) -> None:
     print("left to the host")
     for s in p.bundle.system:
         print(f"  {s.soname:<44} {s.reason}")
+    if p.left_out:
+        print("left out")
+        for path, why in p.left_out:
+            print(f"  {path}  ({why})")
     if p.loader and p.loader.backend_dirs:
         print(f"loader: {p.loader.library} also searches {', '.join(p.loader.backend_dirs)} (compiled in) before "
               "the executable's folder: a module installed there on a host is loaded first; verify reports it")
@@ -208,9 +303,11 @@ def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Man
         # built elsewhere: no build host vouches for a floor, so none is promised; verify says what it needs
         glibc_floor=manifest.GlibcFloor(None, None, (need := folder_need(staged)) and need.file),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], {}),
-        inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256, x.base.version, x.build,
-                                          x.base.describe(), tuple(p.contributed.get(x.input.given, ())))
+        inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256,
+                                          x.base.version if x.base else None, x.build,
+                                          x.describe(), tuple(p.contributed.get(x.input.given, ())))
                      for x in p.parts),
+        left_out=tuple(manifest.LeftOutRecord(path, why) for path, why in p.left_out),
         loader=manifest.LoaderRecord(p.loader.backend_dirs, req.accept_loader_risk) if p.loader else None,
         licenses=result.licenses)
 
@@ -248,6 +345,9 @@ def repair(req: RepairRequest) -> Path | None:
                             fix="lower-case letters, digits, '.', '_' and '-', e.g. --name cuda-vulkan-b7416")
     outdir.check_inputs(req.inputs)     # before platform_of lists what is in them
     if repair_windows.platform_of(req.inputs) == PLATFORM:
+        if req.without:
+            raise AssembleError("--without is read for Linux inputs only", where=f"{WITHOUT} {req.without[0]}",
+                                fix="a Windows zip's files are chosen by their import tables; leave --without off")
         return repair_windows.repair(req)
     _lib_dirs(req)                      # a typo fails at once, before any input is unpacked
     target = None if req.dry_run else outdir.check_destination(req.out, cache=paths.cache_dir(),
@@ -260,6 +360,8 @@ def repair(req: RepairRequest) -> Path | None:
         def fill(staged: Path) -> None:
             p = plan(req, work)
             ui.step(f"repair into {staged.name}")
+            for path, why in p.left_out:
+                (ui.warn if _worth_a_warning(why) else ui.info)(f"left out {path} ({why})")
             result = place_bundle(p.bundle, staged)
             result = _licensed(p, result, staged)
             _manifest(req, p, result, staged).write(staged)

@@ -93,7 +93,7 @@ def checks(runtime: Path, m: Manifest | None, invalid: ManifestInvalid | None, b
 
 
 def problems(runtime: Path, m: Manifest | None = None) -> list[str]:
-    """Every integrity failure, one line each: what `package` refuses to archive."""
+    """Every integrity failure, one line each."""
     invalid = None
     if m is None:
         m, invalid = load(runtime)

@@ -202,13 +202,26 @@ def render(report: Report, as_json: bool = False) -> None:
         return
     if ui.level() < ui.NORMAL and report.passed:
         return
-    width = max(len(c.name) for c in report.checks) if report.checks else 10
-    colour = {PASS: ui.ok, FAIL: ui.bad, WARN: lambda s: s, SKIP: lambda s: s}
+    width = _width(report)
     for c in report.checks:
-        line = f"  {c.name.ljust(width)}  {colour[c.status](c.status.upper().ljust(4))}  {c.reason}"
-        if c.hint and c.status in (FAIL, WARN):
-            line += f"\n  {' ' * width}        hint: {c.hint}"
-        print(line, file=sys.stderr)
+        print(_line(c, width), file=sys.stderr)
     verdict = ui.ok("all checks passed") if report.passed else ui.bad("verification FAILED")
     print(f"  {verdict} ({sum(c.status == FAIL for c in report.checks)} failed, "
           f"{sum(c.status == SKIP for c in report.checks)} not run)", file=sys.stderr)
+
+
+def _width(report: Report) -> int:
+    return max(len(c.name) for c in report.checks) if report.checks else 10
+
+
+def _line(c: Check, width: int) -> str:
+    colour = {PASS: ui.ok, FAIL: ui.bad, WARN: lambda s: s, SKIP: lambda s: s}
+    line = f"  {c.name.ljust(width)}  {colour[c.status](c.status.upper().ljust(4))}  {c.reason}"
+    if c.hint and c.status in (FAIL, WARN):
+        line += f"\n  {' ' * width}        hint: {c.hint}"
+    return line
+
+
+def failed_lines(report: Report) -> str:
+    """The failed checks only, each line as `verify` prints it: what a caller that refuses the runtime shows."""
+    return "\n".join(_line(c, _width(report)) for c in report.checks if c.status == FAIL)

@@ -13,6 +13,7 @@ class RepairRequest:
     out: Path
     lib_paths: tuple[str, ...] = ()
     targets: tuple[str, ...] = ()               # executables to carry (default: every llama-*)
+    without: tuple[str, ...] = ()               # executables and modules left out on purpose (--without)
     hip_targets: tuple[str, ...] = ()           # also check AMD data/code for these cards
     check_env: tuple[tuple[str, str], ...] = ()
     verify_static: bool = False

@@ -10,6 +10,7 @@ so an interrupted run leaves either the old files or the new ones.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import gzip
 import hashlib
@@ -28,7 +29,7 @@ from pathlib import Path
 from builder import locks, paths, ui
 from builder.digest import sha256_file
 from builder.runtime import manifest
-from builder.check import integrity
+from builder.check.report import FAIL
 from builder.errors import AssembleError, BuildFailed
 from builder.runtime.elf import read_elf
 from builder.config.recipe import SHA256_RE
@@ -66,6 +67,11 @@ def epoch_for(m: Manifest) -> int:
     if t is not None and t >= 0:
         return t
     env = os.environ.get("SOURCE_DATE_EPOCH")
+    if env is None and _repaired(m):
+        raise AssembleError("the runtime was repaired from prebuilt binaries, which record no llama.cpp commit "
+                            "date, so the archive has no fixed time", where="manifest.json: llama_cpp.commit_time",
+                            fix="set SOURCE_DATE_EPOCH=<seconds>, e.g. the date of the upstream release the "
+                                "binaries came from")
     if env is None:
         raise AssembleError("the runtime records no llama.cpp commit date (a source tree that is not git), so the "
                             "archive has no fixed time", where="manifest.json: llama_cpp.commit_time",
@@ -227,41 +233,61 @@ def write_archive(runtime: Path, dest: Path, fmt: str, mtime: int, top: str) -> 
     return raw.h.hexdigest(), raw.n
 
 
-def _sums_text(path: Path) -> str | None:
-    """The file's text; None when it is no file or not UTF-8 (never ours: rewriting would mangle it)."""
-    try:
-        return path.read_bytes().decode() if path.is_file() else None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
 def _parse_sums(text: str) -> dict[str, str]:
     return {m.group(2): m.group(1) for m in map(SUMS_LINE.fullmatch, text.splitlines()) if m}
 
 
+WRITTEN = "written"   # the ledger's kind for an output put in place: what a later run may replace
+
+
 class _Temps:
-    """The temporary files of one packaging run in the destination folder: each recorded in the
-    cache before it is made, made with O_EXCL under a name of its own, and removed unless renamed
-    into place. A killed run's temporaries are removed by the next run only as recorded (the same
-    path and inode): a user's file is never taken for one by its name."""
+    """The files of packaging runs in the destination folder, recorded in one ledger in the cache.
+
+    Temporaries: each recorded before it is made, made with O_EXCL under a name of its own, and
+    removed unless renamed into place. A killed run's temporaries are removed by the next run only
+    as recorded (the same path and inode): a user's file is never taken for one by its name.
+    Outputs: each recorded with its inode and sha256 before it is renamed into place (the rename
+    keeps the inode); a later run replaces a file of an output's name only while it still is that
+    very file with those bytes (ours()). Until the rename is done both the old output and the new
+    are recorded, so a run killed there leaves nothing of its own unproven."""
 
     def __init__(self, dest: Path):
         self.dest = dest
         self.record = paths.cache_dir() / "packages" / f"{locks.place_key(dest)}.json"
         self.open: dict[Path, locks.Entry] = {}
+        self.written: dict[Path, list[locks.Entry]] = {}
 
     def _save(self) -> None:
         with contextlib.suppress(OSError):   # no record (a read-only cache): only a killed run's files stay
-            locks.save(self.record, locks.Ledger(str(self.dest), tuple(self.open.values())))
+            entries = tuple(self.open.values()) + tuple(e for es in self.written.values() for e in es)
+            locks.save(self.record, locks.Ledger(str(self.dest), entries))
 
     def clear_recorded(self) -> None:
-        """Remove what a killed earlier run recorded and left (call it holding the lock)."""
+        """Remove what a killed earlier run recorded and left, keep the record of earlier outputs
+        (call it holding the lock)."""
         with contextlib.suppress(locks.LedgerUnreadable):
             for e in locks.load(self.record, self.dest).entries:
                 p = Path(e.path)
-                if p.parent == self.dest and (e.holds() or (e.ino is None and _fresh_file(p, e.time))):
+                if p.parent != self.dest:
+                    continue
+                if e.kind == WRITTEN:
+                    if e.holds():            # an output since deleted or replaced is forgotten
+                        self.written.setdefault(p, []).append(e)
+                elif e.holds() or (e.ino is None and _fresh_file(p, e.time)):
                     p.unlink()
         self._save()
+
+    def ours(self, path: Path) -> bool:
+        """`path` is an output an earlier run put there, untouched since: the recorded inode, the recorded bytes."""
+        return any(e.sha256 is not None and e.holds() and sha256_file(path) == e.sha256
+                   for e in self.written.get(path, ()))
+
+    def refuse_foreign(self, finals: list[Path]) -> None:
+        """Before anything is written: a file of an output's name that no run of ours left is the user's."""
+        for p in finals:
+            if os.path.lexists(p) and not self.ours(p):
+                raise AssembleError("is in the way and was not written by assemble package: it is never replaced",
+                                    where=str(p), fix="choose another --out-dir, or move that file away")
 
     def new(self, final: Path):
         """An open binary file to write `final`'s bytes to."""
@@ -281,10 +307,15 @@ class _Temps:
             os.fsync(f.fileno())
         return tmp
 
-    def put(self, tmp: Path, final: Path) -> None:
+    def put(self, tmp: Path, final: Path, sha256: str) -> None:
+        new = dataclasses.replace(locks.made(WRITTEN, tmp, sha256=sha256), path=str(final))
+        self.written[final] = [*self.written.get(final, ()), new]
+        self._save()
         os.replace(tmp, final)
         del self.open[tmp]
         locks.unmark(final)
+        self.written[final] = [new]
+        self._save()
 
     def remove_left(self) -> None:
         for tmp, e in list(self.open.items()):
@@ -340,14 +371,8 @@ def _plain_name(stem: str, runtime: Path) -> str:
 
 
 def _sums_lines(path: Path) -> dict[str, str]:
-    """The SHA256SUMS already there, refused when it holds lines this tool would drop on rewriting."""
-    if not os.path.lexists(path):
-        return {}
-    text = _sums_text(path)
-    if text is None or any(line and not SUMS_LINE.fullmatch(line) for line in text.splitlines()):
-        raise AssembleError("is not in sha256sum's format: rewriting it would lose what it holds",
-                            where=str(path), fix="move it away, or choose another --out-dir")
-    return _parse_sums(text)
+    """The lines of the SHA256SUMS an earlier run wrote there (refuse_foreign proved it ours), to keep."""
+    return _parse_sums(path.read_text()) if os.path.lexists(path) else {}
 
 
 def _io_error(exc: OSError, dest: Path) -> AssembleError:
@@ -377,10 +402,7 @@ def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
                             fix="give the path of a runtime-<recipe>/ folder")
     data = Manifest.load(runtime)          # ManifestInvalid: one line, exit 1
     fmt = _format_for(data, fmt)
-    problems = _problems(runtime, data)    # what verify's file checks would fail: never archived
-    if problems:
-        raise BuildFailed(f"the runtime fails verify's file checks ({len(problems)} problem(s), e.g. {problems[0]})",
-                          where=str(runtime), fix="rebuild it with assemble build; never edit a runtime by hand")
+    _require_verified(runtime, data)
     _require_licences(runtime, data)
     if fmt == "tar.zst":
         _zstandard()
@@ -393,6 +415,7 @@ def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
     try:
         dest.mkdir(parents=True, exist_ok=True)
         with _writing(dest) as temps:
+            temps.refuse_foreign([archive, bom_path, prov_path, dest / SUMS])
             sums = _sums_lines(dest / SUMS)   # other archives' lines are kept
             ui.step(f"package {runtime} -> {archive.name}")
             tmp, f = temps.new(archive)
@@ -409,10 +432,12 @@ def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
             sums[prov_path.name] = hashlib.sha256(prov_bytes).hexdigest()
             sums_bytes = "".join(f"{h}  {n}\n" for n, h in sorted(sums.items())).encode()
             # Every byte is on disk before the first rename: the renames are the only window.
-            for src, dst in [(tmp, archive), (temps.write(bom_path, bom_bytes), bom_path),
-                             (temps.write(prov_path, prov_bytes), prov_path),
-                             (temps.write(dest / SUMS, sums_bytes), dest / SUMS)]:
-                temps.put(src, dst)
+            sums_sha = hashlib.sha256(sums_bytes).hexdigest()
+            for src, dst, sha in [(tmp, archive, digest),
+                                  (temps.write(bom_path, bom_bytes), bom_path, sums[bom_path.name]),
+                                  (temps.write(prov_path, prov_bytes), prov_path, sums[prov_path.name]),
+                                  (temps.write(dest / SUMS, sums_bytes), dest / SUMS, sums_sha)]:
+                temps.put(src, dst, sha)
     except OSError as exc:
         raise _io_error(exc, dest) from None
     ui.info(f"{archive} ({ui.fmt_bytes(size)}, sha256 {digest[:16]}...), {bom_path.name}, {prov_path.name}, {SUMS}")
@@ -450,8 +475,19 @@ def _format_for(m: Manifest, fmt: str | None) -> str:
     return WINDOWS_FORMAT
 
 
-def _problems(runtime: Path, m: Manifest) -> list[str]:
-    if m.platform != windows.PLATFORM:
-        return integrity.problems(runtime, m)
-    from builder.check.windows import verify_windows
-    return [f"{c.name}: {c.reason}" for c in verify_windows(runtime, m).checks if c.status == "fail"]
+def _repaired(m: Manifest) -> bool:
+    return m.llama_cpp.source.kind == "prebuilt"
+
+
+def _require_verified(runtime: Path, m: Manifest) -> None:
+    """One gate for shipping: every check `verify --static` runs, through verify's own entry point (one
+    home for the checks). A runtime that fails one is never archived: exit 1, as verify exits for it."""
+    from builder.check.verify import failed_lines, verify_runtime
+    report = verify_runtime(runtime, static=True)
+    if report.passed:
+        return
+    failed = sum(c.status == FAIL for c in report.checks)
+    remake = "repair it again from its inputs" if _repaired(m) else "rebuild it with assemble build"
+    raise BuildFailed(f"the runtime fails verify --static ({failed} check(s), below): it is not packaged",
+                      where=str(runtime), fix=f"{remake}; never edit a runtime by hand",
+                      details=failed_lines(report))

@@ -173,6 +173,13 @@ class InputRecord:
 
 
 @dataclass(frozen=True)
+class LeftOutRecord:
+    """A file of a prebuilt input that is llama.cpp's and was not carried (assemble repair)."""
+    path: str                         # as the user knows it: the input given, then the member path
+    reason: str                       # why, one line ("--without" when the user said so)
+
+
+@dataclass(frozen=True)
 class LoaderRecord:
     """What the prebuilt ggml loader searches besides the runtime (builder.prebuilt.loader)."""
     backend_dirs: tuple[str, ...]     # compiled-in GGML_BACKEND_DIR
@@ -214,6 +221,7 @@ class Manifest:
     config: dict | None = None        # the resolved build configuration (builder.config.options)
     gpu_runtimes: GpuRuntimes = field(default_factory=GpuRuntimes)   # what the GPU code needs of a host
     inputs: tuple[InputRecord, ...] = ()   # assemble repair: the prebuilt inputs
+    left_out: tuple[LeftOutRecord, ...] = ()   # assemble repair: what of them was not carried, and why
     loader: LoaderRecord | None = None     # assemble repair: the prebuilt loader's own search folders
     platform: str = "linux"                # what the runtime runs on (PLATFORMS)
     licenses: tuple[LicenseRecord, ...] = ()   # every carried file's licence, texts under licenses/
@@ -508,6 +516,7 @@ def _parse(raw: Any, where: str) -> Manifest:
                     gpu_runtimes=_gpu_runtimes(r, r.get(top, "gpu_runtimes", "", dict, required=False, default={})),
                     inputs=tuple(_input(r, r.obj(x, f"inputs[{i}]"), f"inputs[{i}]") for i, x in
                                  enumerate(r.get(top, "inputs", "", list, required=False, default=[]))),
+                    left_out=_left_out(r, top),
                     loader=_loader(r, r.get(top, "loader", "", dict, required=False)),
                     platform=_platform(r, top), licenses=_licenses(r, top, seen), schema=schema,
                     created_by=created_by)
@@ -562,6 +571,25 @@ def _input(r: _Reader, d: dict, key: str) -> InputRecord:
                        build=r.matching(d, "build", key, _FILE_NAME, "a build tag like b7416"),
                        base=r.get(d, "base", key, str, required=False, default=""),
                        contributed=r.strings(d, "contributed", key, required=False))
+
+
+_LEFT_OUT_MAX = 100_000       # files of every input; an input holds at most Limits.members
+
+
+def _left_out(r: _Reader, top: dict) -> tuple[LeftOutRecord, ...]:
+    raw = r.get(top, "left_out", "", list, required=False, default=[])
+    if len(raw) > _LEFT_OUT_MAX:
+        raise r.fail("left_out", f"lists more than {_LEFT_OUT_MAX} files")
+    out = []
+    for i, d in enumerate(raw):
+        key = f"left_out[{i}]"
+        d = r.obj(d, key)
+        rec = LeftOutRecord(r.get(d, "path", key, str), r.get(d, "reason", key, str))
+        for name, v in (("path", rec.path), ("reason", rec.reason)):
+            if not v or len(v) > 4096 or any(c in v for c in "\x00\n\r"):
+                raise r.fail(f"{key}.{name}", "must be one non-empty line")
+        out.append(rec)
+    return tuple(out)
 
 
 def _loader(r: _Reader, d: dict | None) -> LoaderRecord | None:

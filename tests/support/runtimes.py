@@ -6,12 +6,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from builder.digest import sha256_file
 from builder.paths import data_dir
 from builder.runtime import licenses, manifest
 from builder.runtime.manifest import Manifest
+from builder.runtime.place import patchelf_tool
 from tests.support.common import SHA
 from tests.support.manifests import write_raw
 
@@ -39,11 +41,13 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
     (rt / "lib" / "data").mkdir(parents=True)
     files = []
     exe = Path(shutil.which("true")).resolve()
-    shutil.copyfile(exe, rt / "bin" / "llama-server")
+    for rel in ("bin/llama-server", "bin/libggml-cpu.so"):    # the server and the CPU module every runtime carries
+        # DT_RPATH as build sets it: `package` runs every check of `verify --static`, this one too
+        subprocess.run([patchelf_tool(), "--force-rpath", "--set-rpath", "$ORIGIN/../lib", "--output", rt / rel, exe],
+                       check=True)
+        files.append(_record(rt, rel, "own", f"/build/{rel}"))
     os.chmod(rt / "bin" / "llama-server", 0o775)
-    files.append(_record(rt, "bin/llama-server", "own", "/build/bin/llama-server"))
-    shutil.copyfile(exe, rt / "bin" / "libggml-cpu.so")       # the CPU backend module every runtime carries
-    files.append(_record(rt, "bin/libggml-cpu.so", "own", "/build/bin/libggml-cpu.so"))
+    files[0]["mode"] = 0o775
     zlib = Path("/lib/x86_64-linux-gnu/libz.so.1").resolve()   # from a Debian package
     shutil.copyfile(zlib, rt / "lib" / zlib.name)
     os.symlink(zlib.name, rt / "lib" / "libz.so.1")

@@ -250,19 +250,23 @@ def test_package_refuses_a_runtime_that_fails_its_file_checks(tmp_path):
     rt = make_runtime(tmp_path)
     (rt / "lib" / "extra.so").write_bytes(b"planted")
     proc = assemble("package", str(rt), "--out-dir", str(tmp_path / "dist"))
-    one_error_line(proc, 1, ["fails verify's file checks", "extra.so"])
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    error, *failed = proc.stderr.splitlines()
+    assert error.startswith("error: ") and "fails verify --static" in error
+    assert any("manifest hashes" in line and "FAIL" in line and "extra.so" in line for line in failed), failed
     assert not (tmp_path / "dist").exists()
 
 
-@pytest.mark.parametrize("sums", [b"# release 1.2, signed by me\n",
-                                  b"0" * 64 + b"  caf\xe9.tar.gz\n"], ids=["comment", "latin-1 name"])
-def test_package_keeps_a_sums_file_it_cannot_read_back(tmp_path, sums):
+@pytest.mark.parametrize("sums", [b"# release 1.2, signed by me\n", b"0" * 64 + b"  caf\xe9.tar.gz\n",
+                                  b"0" * 64 + b"  my-own-release.tar.gz\n"],
+                         ids=["comment", "latin-1 name", "sha256sum's own format"])
+def test_package_keeps_a_sums_file_it_did_not_write(tmp_path, sums):
     rt = make_runtime(tmp_path)
     dist = tmp_path / "dist"
     dist.mkdir()
     (dist / package.SUMS).write_bytes(sums)
     proc = assemble("package", str(rt), "--out-dir", str(dist))
-    one_error_line(proc, 2, ["not in sha256sum's format", "another --out-dir"])
+    one_error_line(proc, 2, [str(dist / package.SUMS), "not written by assemble package", "another --out-dir"])
     assert os.listdir(dist) == [package.SUMS] and (dist / package.SUMS).read_bytes() == sums
 
 

@@ -19,7 +19,10 @@ def register(sub, common) -> None:
                        epilog="examples:\n  assemble package runtime-cpu\n"
                        "  assemble package runtime-cuda --format tar.gz --out-dir dist\n"
                        "  cd dist && sha256sum -c SHA256SUMS\n"
-                       "exit status: 0 written, 1 the runtime fails its manifest or the disk is full, 2 bad input",
+                       "refuses (nothing written): a runtime that fails any check of verify --static (exit 1, "
+                       "verify's lines), a file in --out-dir with an output's name that no run of package wrote "
+                       "(exit 2)\n"
+                       "exit status: 0 written, 1 the runtime fails verify --static or the disk is full, 2 bad input",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runtime", metavar="RUNTIME_DIR", help="the runtime folder (runtime-<recipe>/)")
     p.add_argument("--format", choices=FORMATS, default=None,
@@ -27,7 +30,7 @@ def register(sub, common) -> None:
                         f"{WINDOWS_FORMAT}, the only one, for a Windows runtime)")
     p.add_argument("--out-dir", metavar="DIR", default="dist",
                    help="where the archive, SBOM and SHA256SUMS go (default ./dist; other archives' sums are kept; "
-                   "never inside the runtime; nothing else there is touched)")
+                   "never inside the runtime; only files an earlier package run wrote there are replaced)")
     p.set_defaults(func=run)
 
 

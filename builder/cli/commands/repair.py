@@ -21,7 +21,11 @@ def register(sub, common) -> None:
                        "modules, bundle what they need into a relocatable runtime-<name>/ (DT_RPATH $ORIGIN, "
                        "vendor data at its depth, a manifest naming every input with its sha256) and verify it. "
                        "Several inputs of one build merge into one runtime (one ggml base, each input's "
-                       "backends); inputs with different ggml bases are refused before anything is copied. "
+                       "backends; a later input may hold backend modules only); inputs with different ggml bases "
+                       "are refused before anything is copied. Every file of an input that is llama.cpp's is "
+                       "carried or listed as left out with the reason (--dry-run, the log, the manifest); a "
+                       "damaged, foreign or escaping module or executable, or a missing CPU level, is refused "
+                       "unless --without names it. "
                        "Windows release zips (llama-bNNNN-bin-win-*-x64.zip, cudart-*.zip) give a flat "
                        "runtime-<name>-windows-x64/ folder, its DLL closure read from the PE import tables.",
                        epilog="examples:\n"
@@ -49,6 +53,10 @@ def register(sub, common) -> None:
                    help="also take vendor libraries from DIR (e.g. cuBLAS from NVIDIA's wheel); repeatable")
     p.add_argument("--target", action="append", default=[], metavar="NAME",
                    help="carry only this executable (default: every llama-* found); repeatable")
+    p.add_argument("--without", action="append", default=[], metavar="NAME",
+                   help="leave out this executable or backend module (file name, e.g. libggml-cpu-x64.so) on "
+                        "purpose: a damaged, foreign or missing one is otherwise refused; listed as left out; "
+                        "repeatable")
     p.add_argument("--hip-target", action="append", default=[], metavar="GFX",
                    help="also check rocBLAS/hipBLASLt data and HIP code for this card's arch; repeatable")
     p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
@@ -89,7 +97,8 @@ def run(args) -> int:
     out = Path(args.out) if args.out else Path.cwd() / (runtime_dir_name(name)
                                                         + (FOLDER_SUFFIX if platform == PLATFORM else ""))
     result = repair(RepairRequest(inputs=tuple(args.inputs), name=name, out=out, lib_paths=tuple(args.lib_path),
-                                  targets=tuple(args.target), hip_targets=targets, check_env=env_pairs(args.check_env),
+                                  targets=tuple(args.target), without=tuple(args.without), hip_targets=targets,
+                                  check_env=env_pairs(args.check_env),
                                   verify_static=args.verify_static, accept_loader_risk=args.accept_loader_risk,
                                   dry_run=args.dry_run, keep=args.keep, wait=not args.no_wait))
     if result is None:

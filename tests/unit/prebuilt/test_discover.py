@@ -14,7 +14,7 @@ import pytest
 
 from builder.errors import AssembleError
 from builder.prebuilt import identity
-from builder.prebuilt.discover import discover
+from builder.prebuilt.discover import cpu_level_files, discover
 from builder.prebuilt.loader import loader_facts
 
 CC = shutil.which("cc") or shutil.which("gcc") or "cc"   # the project requires one: none here fails, never skips
@@ -54,6 +54,8 @@ def make_build(folder: Path, *, extra_base_symbol: str = "", module_needs: str =
     for name in ("libggml-cpu-x64.so", "libggml-vulkan.so"):
         _cc(b / name, f"int {module_needs}(void);\nint ggml_backend_score(void) {{ return {module_needs}(); }}\n",
             "-shared", f"-L{b}", "-l:libggml-base.so.0.9.4")
+    for name in cpu_level_files()[1:]:                  # every level a build declares, as ggml builds them
+        shutil.copyfile(b / "libggml-cpu-x64.so", b / name)
     (folder / "CMakeFiles").mkdir()
     (folder / "CMakeFiles" / "junk.o").write_bytes(b"\x7fELF not really")
     return folder
@@ -62,11 +64,12 @@ def make_build(folder: Path, *, extra_base_symbol: str = "", module_needs: str =
 def test_a_build_folder_is_read_by_its_headers(tmp_path):
     f = discover(make_build(tmp_path / "build"))
     assert [x.source.name for x in f.executables] == ["llama-server"]
-    assert sorted(x.source.name for x in f.modules) == ["libggml-cpu-x64.so", "libggml-vulkan.so"]
+    assert sorted(x.source.name for x in f.modules) == sorted([*cpu_level_files(), "libggml-vulkan.so"])
     libs = {x.source.name: x for x in f.libraries}
     assert sorted(libs) == ["libggml-base.so.0.9.4", "libggml.so.0.9.4", "libllama.so.0.0.1"]   # not libunused
     assert libs["libggml.so.0.9.4"].links == ("libggml.so.0",) and libs["libggml.so.0.9.4"].dest == "lib/libggml.so.0.9.4"
-    assert f.left_out == ("bin/libggml-extra.so",) and f.base.source.name == "libggml-base.so.0.9.4"
+    assert [(x.path.relative_to(f.root).as_posix(), x.reason) for x in f.left_out] == [
+        ("bin/libggml-extra.so", "nothing carried needs it")] and f.base.source.name == "libggml-base.so.0.9.4"
 
 
 def test_upstreams_flat_copies_are_one_library(tmp_path):

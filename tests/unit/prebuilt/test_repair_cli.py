@@ -31,8 +31,8 @@ def test_dry_run_says_what_it_would_carry_and_writes_nothing(tmp_path):
     proc = assemble("repair", str(root), "--dry-run", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    for words in (f"input {root} (folder)", "executables  llama-server", "libggml-cpu-x64.so", "left out     "
-                  "bin/libggml-extra.so", "would carry", "bin/llama-server", "lib/libggml-base.so.0.9.4", "left to the host",
+    for words in (f"input {root} (folder)", "executables  llama-server", "libggml-cpu-x64.so",
+                  f"left out\n  {root}/bin/libggml-extra.so  (nothing carried needs it)", "would carry", "bin/llama-server", "lib/libggml-base.so.0.9.4", "left to the host",
                   "libc.so.6", "also searches /usr/lib/x86_64-linux-gnu/ggml/backends0"):
         assert words in out, words
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build-dual"]       # nothing written

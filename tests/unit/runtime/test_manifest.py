@@ -22,6 +22,7 @@ from builder.runtime.manifest import (
     ROLES,
     FileEntry,
     GpuTargets,
+    LeftOutRecord,
     LinkEntry,
     Manifest,
     ManifestInvalid,
@@ -49,6 +50,7 @@ _strs = st.lists(_text, max_size=3).map(tuple)
 _segment = st.from_regex(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,8}", fullmatch=True)
 _relpath = st.lists(_segment, min_size=1, max_size=3).map("/".join).filter(lambda p: p != NAME)
 _hex = st.text("0123456789abcdef", min_size=64, max_size=64)
+_line = st.text(st.characters(blacklist_characters="\x00\n\r"), min_size=1, max_size=12)
 _version = st.from_regex(r"[0-9]{1,4}(\.[0-9]{1,4}){1,2}", fullmatch=True)
 _cuda_targets = st.lists(st.sampled_from(["75-virtual", "86-real", "90", "90a", "120f"]), max_size=3).map(tuple)
 _hip_targets = st.lists(st.sampled_from(["gfx1100", "gfx90a:xnack-", "gfx11-generic", "gfx942"]), max_size=3).map(tuple)
@@ -84,6 +86,7 @@ def manifests(draw) -> Manifest:
                                                     max_size=2))),
                     glibc_min=draw(st.none() | _version), glibcxx_min=draw(st.none() | _version),
                     size_by_role=draw(_obj), config=draw(st.none() | _obj), schema=draw(st.sampled_from([1, 2])),
+                    left_out=tuple(draw(st.lists(st.builds(LeftOutRecord, path=_line, reason=_line), max_size=2))),
                     created_by="assemble " + draw(_text))
 
 
