@@ -1,3 +1,18 @@
 """assemble: turn a pinned llama.cpp into a relocatable, verified GPU runtime."""
 
+import sys as _sys
+
 __version__ = "0.1.0"
+
+if _sys.argv[:1] == ["-m"]:
+    # `python -m builder` starting: runpy has yet to find and run builder/__main__.py, whose entry()
+    # turns a Ctrl-C into one line. Until then a Ctrl-C ends it at once in the same words, never in
+    # a traceback. (Python sets argv[0] to "-m" only while it locates the module.)
+    import os as _os
+    import signal as _signal
+
+    def _interrupted_while_starting(signum, frame):
+        _os.write(2, b"error: interrupted\n")
+        _os._exit(130)
+
+    _signal.signal(_signal.SIGINT, _interrupted_while_starting)

@@ -1,3 +1,34 @@
-from builder.cli.main import main
+"""`python -m builder` and the `assemble` command. A Ctrl-C at any instant, while the modules are
+still being imported too, ends in one line and exit 130, never a traceback."""
 
-raise SystemExit(main())
+import os
+import signal
+import sys
+
+
+def entry() -> int:
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt, handled here
+        from builder.cli.main import main
+        code = main()
+    except BaseException as exc:
+        from builder.errors import from_interrupt, interrupted
+        if not from_interrupt(exc):
+            raise
+        code = interrupted()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # the run is over: a late Ctrl-C cannot make it a traceback
+    if code == 130:
+        # CPython remembers a KeyboardInterrupt raised inside some code it ran for us (seen: an import)
+        # and at exit kills itself with SIGINT instead of returning this status. Everything was cleaned
+        # up as the interrupt unwound: leave at once, with the status.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(entry())

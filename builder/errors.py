@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 
 USAGE = 2   # bad input: recipe, arguments, source tree, patch
@@ -32,3 +33,36 @@ class BuildFailed(AssembleError):
     def __init__(self, what: str, **kw):
         kw.setdefault("code", FAILED)
         super().__init__(what, **kw)
+
+
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_full_disk(exc: BaseException) -> bool:
+    """A full disk or quota: the disk's fault, never the input's (worded by paths.full_disk)."""
+    return isinstance(exc, OSError) and exc.errno in FULL_DISK
+
+
+INTERRUPTED = 130   # the shell's 128 + SIGINT
+
+
+def interrupted() -> int:
+    """Ctrl-C, said in one line; the exit status. A second Ctrl-C while saying it is ignored, so it
+    never becomes a traceback."""
+    import signal
+    import sys
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print("error: interrupted", file=sys.stderr, flush=True)
+    return INTERRUPTED
+
+
+def from_interrupt(exc: BaseException) -> bool:
+    """Whether exc is a Ctrl-C, or an error Python made of one (a KeyboardInterrupt during a class
+    definition comes out as "RuntimeError: Error calling __set_name__")."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -90,8 +90,9 @@ def check_destination(out: Path | str, *, cache: Path, source: Path | None = Non
                       inputs: Iterable[tuple[str, Path]] = ()) -> Target:
     """The resolved --out, or a one-line refusal (exit 2). Reads only; call it before the lock and
     before anything is fetched or compiled. The output may be neither inside the cache or the
-    --source tree nor hold them; `inputs` are (words, folder) the build also reads (--unit-from,
-    --lib-path): the output may be neither one of them nor hold one."""
+    --source tree nor hold them; `inputs` are (words, path) the run also reads (--unit-from,
+    --lib-path, repair's folders, archives and .debs): the output may be none of them, hold none
+    and lie inside none (what a run reads is never written)."""
     path = _absolute(out)
     if path.is_symlink():
         raise _refuse(path, f"--out is a symlink (to {os.readlink(path)}); a link is never replaced",
@@ -104,6 +105,11 @@ def check_destination(out: Path | str, *, cache: Path, source: Path | None = Non
     for words, folder in [("the working directory", Path.cwd()), *homes,
                           ("the assemble installation", paths.PROJECT_DIR), *inputs]:
         _not_holding(path, words, Path(os.path.realpath(folder)))
+    for words, folder in inputs:
+        folder = Path(os.path.realpath(folder))
+        if _inside(path, folder):
+            raise _refuse(path, f"--out is inside {words} ({folder}); what a run reads is never written",
+                          "choose an --out outside every input")
     for words, folder in [("the assemble cache", cache)] + ([("the --source tree", source)] if source else []):
         folder = Path(os.path.realpath(folder))
         _not_holding(path, words, folder)
@@ -114,6 +120,39 @@ def check_destination(out: Path | str, *, cache: Path, source: Path | None = Non
                       f"choose a new folder inside it, e.g. --out {path / 'runtime-<recipe>'}")
     existing(path)
     return Target(path, cache / "outputs" / locks.place_key(path))
+
+
+def check_inputs(inputs: Iterable[str]) -> None:
+    """check_input for each folder a run reads everything under (repair's inputs); first of all,
+    before any of them is even listed."""
+    cache = paths.cache_dir()
+    for given in inputs:
+        check_input(given, cache=cache)
+
+
+def check_input(given: str, *, cache: Path) -> None:
+    """Refuse a folder to read from that is `/`, a system folder (the rule --out follows), the home,
+    the cache, or one that holds the home or the cache: reading every file under it would walk the
+    whole system or read assemble's own state as llama.cpp. Reads only; a file passes (a .deb in
+    /var/cache/apt/archives is an ordinary input)."""
+    raw = Path(given).expanduser()
+    if not raw.is_dir():
+        return
+    path = Path(os.path.realpath(raw))
+    fix = "give the build folder, release archive or .deb files themselves"
+    if path == Path("/"):
+        raise AssembleError("an input is the root folder; assemble reads every file under an input", where=given,
+                            fix=fix)
+    homes = [("your home directory", paths.home())] if paths.home() is not None else []
+    for words, folder in [("the assemble cache", cache), *homes]:
+        folder = Path(os.path.realpath(folder))
+        if path == folder or _inside(folder, path):
+            raise AssembleError(f"an input is {words}" if path == folder else f"an input holds {words} ({folder})",
+                                where=given, fix=fix)
+    if _is_system(path):
+        named = "" if str(path) == given.rstrip("/") else f" ({path})"
+        raise AssembleError(f"an input is a system folder{named}; assemble reads every file under an input",
+                            where=given, fix=fix)
 
 
 def _absolute(out: Path | str) -> Path:
@@ -213,9 +252,9 @@ def locked(target: Target, wait: bool = True):
 def _as_error(exc: OSError, out: Path) -> AssembleError | None:
     """The user-fixable OSErrors of writing a runtime, as one line; None for anything else (a bug)."""
     where = exc.filename or str(out)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return BuildFailed("no space left on the device while writing the runtime; the previous runtime "
-                           "is untouched", where=str(where), fix="free space there, or choose --out on another disk")
+    if full := paths.full_disk(exc, out, untouched=" while writing the runtime; the previous runtime is untouched",
+                         fix="free space there, or choose --out on another disk"):
+        return full
     if exc.errno == errno.EROFS:
         return AssembleError("the output folder is on a read-only filesystem", where=str(where),
                              fix="choose an output folder you can write to (--out DIR)")
@@ -431,10 +470,12 @@ def _aside_name(out: Path) -> Path:
     return aside
 
 
-def swap_in(target: Target, staging: Staging, keep: int | None = None) -> Swapped:
+def swap_in(target: Target, staging: Staging, keep: int | None = None,
+            protect: Iterable[tuple[str, Path]] = ()) -> Swapped:
     """Put the staged runtime at the output. What is there must still be empty or a runtime of ours
     (checked again: the user may have put files there during the build); a runtime moves aside.
-    A Ctrl-C during the swap is held until it is complete and recorded."""
+    A Ctrl-C during the swap is held until it is complete and recorded. `protect`: (words, path)
+    this run reads, which --keep never deletes."""
     out = target.path
     before = existing(out, during=True)
     aside = None
@@ -443,7 +484,7 @@ def swap_in(target: Target, staging: Staging, keep: int | None = None) -> Swappe
         with _signals_deferred():
             aside = _swap(target, staging, before)
             done = True
-        removed = _prune(target, keep) if keep is not None else ()
+        removed = _prune(target, keep, tuple(protect)) if keep is not None else ()
     except KeyboardInterrupt:
         if not done:
             raise
@@ -502,9 +543,10 @@ def _swap(target: Target, staging: Staging, before: str) -> Path | None:
     return aside
 
 
-def _prune(target: Target, keep: int) -> tuple[Path, ...]:
+def _prune(target: Target, keep: int, protect: tuple[tuple[str, Path], ...] = ()) -> tuple[Path, ...]:
     """Only on request (--keep N): delete the moved-aside runtimes beyond the newest N that the
-    ledger says this tool moved aside, that still are that folder and still match their manifest.
+    ledger says this tool moved aside, that still are that folder and still match their manifest,
+    and that are not, hold nothing of, and do not lie inside what this run reads (`protect`).
     Each is renamed (and recorded) before it is deleted, so a half-deleted one is never taken for
     a runtime and the next run finishes it."""
     ledger = _load(target)
@@ -513,6 +555,9 @@ def _prune(target: Target, keep: int) -> tuple[Path, ...]:
     removed = []
     for e in asides[keep:]:
         p = Path(e.path)
+        if why := next((w for words, q in protect if (w := _reads(p, words, Path(os.path.realpath(q))))), None):
+            ui.info(f"kept {p}: {why} of this run")
+            continue
         try:
             whole = existing(p) == "runtime"
         except AssembleError:
@@ -533,11 +578,19 @@ def _prune(target: Target, keep: int) -> tuple[Path, ...]:
     return tuple(removed)
 
 
-def publish(target: Target, fill: Callable[[Path], None], *, wait: bool = True, keep: int | None = None) -> None:
+def _reads(p: Path, words: str, q: Path) -> str | None:
+    """How folder p meets q, a path the run reads (words: what q is), or None."""
+    return (f"it is {words}" if p == q else f"it holds {words} ({q})" if _inside(q, p)
+            else f"it lies inside {words} ({q})" if _inside(p, q) else None)
+
+
+def publish(target: Target, fill: Callable[[Path], None], *, wait: bool = True, keep: int | None = None,
+            protect: Iterable[tuple[str, Path]] = ()) -> None:
     """Lock the output, fill a fresh staging folder beside it (`fill(path)`; raising abandons it, the
-    old output untouched), then swap it in."""
+    old output untouched), then swap it in. `protect`: (words, path) the run reads; --keep never
+    deletes them."""
     with locked(target, wait=wait):
         clear_leftovers(target)
         with staged(target) as staging:
             fill(staging.path)
-            swap_in(target, staging, keep=keep)
+            swap_in(target, staging, keep=keep, protect=protect)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -11,7 +12,7 @@ import socket
 import tempfile
 from pathlib import Path
 
-from builder.errors import AssembleError
+from builder.errors import AssembleError, BuildFailed, is_full_disk
 
 _PKG = Path(__file__).resolve().parent
 PACKAGE_DIR = _PKG             # builder/ itself (a container build context copies it)
@@ -127,3 +128,36 @@ def socket_parent() -> Path:
     path leaves room, else /tmp (a build's TMPDIR sits deep in its output's staging folder)."""
     own = Path(tempfile.gettempdir())
     return own if len(str(own)) <= SOCKET_PATH_BUDGET else Path("/tmp")
+
+
+def full_disk(exc: BaseException, where: str | os.PathLike | None = None, *, fix: str | None = None,
+              untouched: str = "") -> AssembleError | None:
+    """A full disk or quota (ENOSPC, EDQUOT) met anywhere, as one line: where (`where`, else the
+    file that failed; the cache when it lies there), how much is free, how to fix it; None for any
+    other error. Never worded as a damaged input: the bytes were fine, the disk was not.
+    `untouched` says what was kept whole (" while writing ...; the previous runtime is untouched")."""
+    if not is_full_disk(exc):
+        return None
+    place = Path(os.fsdecode(where or exc.filename or "."))   # the caller's folder over a scratch file in it
+    try:
+        cache = cache_dir()
+    except AssembleError:
+        cache = None
+    if cache is not None and place.is_relative_to(cache):   # a scratch or state file: name the cache itself
+        place, fix = cache, ("free space on that disk, or set ASSEMBLE_CACHE to a folder on a larger one "
+                             "(the cache holds sources, builds and unpacked inputs)")
+    folder = next((p for p in (place, *place.parents) if p.is_dir()), Path("."))
+    try:
+        usage = shutil.disk_usage(folder)
+        free = f"{_size(usage.free)} free of {_size(usage.total)}"
+    except OSError:
+        free = "free space unknown"
+    what = "quota exceeded" if exc.errno == errno.EDQUOT else "no space left on the device"
+    cached = " in the assemble cache" if place == cache else ""
+    return BuildFailed(f"{what}{cached} ({free}){untouched}", where=str(place),
+                       fix=fix or "free space there, or choose a folder on another disk")
+
+
+def _size(n: int) -> str:
+    return (f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20
+            else f"{n / 2**10:.0f} KiB")

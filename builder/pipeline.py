@@ -214,16 +214,17 @@ def build_unit(req: BuildRequest) -> Path:
     """--only-unit: compile one unit of a multi-unit recipe for another machine's --unit-from. With
     --out, its bin/ and assemble-unit.json are exported there (a CI artifact), under the same rules
     as a runtime's --out: refused before anything is compiled unless new, empty or ours."""
-    target = None if req.unit_out is None else outdir.check_destination(
-        req.unit_out, cache=paths.cache_dir(),
-        source=Path(req.config.source).expanduser() if req.config.source else None)
+    source = Path(req.config.source).expanduser() if req.config.source else None
+    target = None if req.unit_out is None else outdir.check_destination(req.unit_out, cache=paths.cache_dir(),
+                                                                        source=source)
     prepared = prepare(req.config)
     plan = prepared.plans[0]
     _run(plan, prepared)
     collect.collect_unit(plan)  # every target and module it owes is there
     folder = plan.build_dir
     if target is not None:
-        outdir.publish(target, lambda staged: unitfolder.export(plan.build_dir, staged), wait=req.wait, keep=req.keep)
+        outdir.publish(target, lambda staged: unitfolder.export(plan.build_dir, staged), wait=req.wait, keep=req.keep,
+                       protect=[("the --source tree", source)] if source else [])
         folder = target.path
     ui.step(ui.ok(f"unit {plan.unit.name} ready: {folder}"))
     ui.info(f"carry {folder.name}/ (bin/ and {unitfolder.UNIT_FILE}) to the merging machine, then: "
@@ -236,9 +237,8 @@ def build(req: BuildRequest) -> Path:
     lib_dirs = _lib_paths(req.lib_paths)  # a typo fails now, not after the compile
     # --out is checked first (reads only, well under a second): a folder this tool did not make,
     # or a dangerous one, is refused in one line before anything is fetched, compiled or written.
-    target = outdir.check_destination(req.out, cache=paths.cache_dir(),
-                                      source=Path(req.config.source).expanduser() if req.config.source else None,
-                                      inputs=_inputs(req, lib_dirs))
+    source = Path(req.config.source).expanduser() if req.config.source else None
+    target = outdir.check_destination(req.out, cache=paths.cache_dir(), source=source, inputs=_inputs(req, lib_dirs))
     out = target.path
     ui.step(f"recipe {recipe.name}: {recipe.description}")
     # Temporary folders of this build (checks, probes) go under the cache, named with our pid, so a
@@ -265,13 +265,15 @@ def build(req: BuildRequest) -> Path:
             verify.require_passed(report, str(out))
 
     with paths.scratch("build-") as scratch, _tempdir(scratch):
-        outdir.publish(target, fill, wait=req.wait, keep=req.keep)
+        outdir.publish(target, fill, wait=req.wait, keep=req.keep,   # --keep never deletes what the build reads
+                       protect=_inputs(req, lib_dirs) + ([("the --source tree", source)] if source else []))
     ui.step(ui.ok(f"runtime ready: {out}"))
     return out
 
 
 def _inputs(req: BuildRequest, lib_dirs: list[Path]) -> list[tuple[str, Path]]:
-    """Folders the build reads besides the source: the output may be neither one nor hold one."""
+    """Folders the build reads besides the source: the output may be none of them, hold none and lie
+    inside none, and --keep never deletes one."""
     return ([(f"the --unit-from folder of {u.name}", Path(u.where.folder).expanduser()) for u in req.config.units
              if u.where.kind == ADOPTED]
             + [("a --lib-path folder", d) for d in lib_dirs])

@@ -23,7 +23,7 @@ from builder.check import verify
 from builder.config.recipe import NAME_RE
 from builder.config.upstream import BUILD_RE
 from builder.config.targets import GfxTarget
-from builder.errors import AssembleError
+from builder.errors import USAGE, AssembleError
 from builder.prebuilt import identity, origins
 from builder.prebuilt.discover import WITHOUT, Found, LeftOut, cpu_level_files, discover
 from builder.prebuilt.inputs import Input, classify, deb_owners, unpack
@@ -32,7 +32,7 @@ from builder.prebuilt.request import RepairRequest
 from builder.runtime.elf import folder_need
 from builder.windows import PLATFORM
 from builder.runtime import gpuruntime, licenses, manifest
-from builder.runtime.bundle import BundlePlan, plan_bundle
+from builder.runtime.bundle import BundlePlan, Refusals, plan_bundle
 from builder.runtime.layout import OwnFile, module_backend
 from builder.runtime.place import BundleResult, place_bundle
 
@@ -49,6 +49,14 @@ class BundleRules:
     bundle_always: tuple = ()
     bundle_never: tuple = ()
     path: str = "assemble repair"
+
+
+# What repair says when the bundler cannot close its inputs: the fault is in what it was given (exit 2).
+REFUSALS = Refusals(
+    unresolved="give the folder that holds them with --lib-path DIR (e.g. the lib folder of NVIDIA's cuBLAS "
+               "wheel, or upstream's cudart archive unpacked), or the .deb that ships them as another input",
+    conflict="give each library once: two inputs or --lib-path folders hold different copies of it",
+    code=USAGE)
 
 
 @dataclass(frozen=True)
@@ -234,7 +242,7 @@ def _plan(req: RepairRequest, work: Path, seen: list[origins.Unpacked]) -> Plan:
     rules = BundleRules(hip=_Hip(tuple(GfxTarget.parse(t, "--hip-target") for t in req.hip_targets))
                         if req.hip_targets else None)
     bundle = plan_bundle(own, search_dirs=lib_dirs + list(dict.fromkeys(extra)), recipe=rules,
-                         prune_archs=bool(req.hip_targets))
+                         prune_archs=bool(req.hip_targets), refusals=REFUSALS)
     return Plan(tuple(parts), tuple(own), contributed, _left_out(parts, skipped), loader, bundle)
 
 
@@ -352,15 +360,15 @@ def repair(req: RepairRequest) -> Path | None:
     if not NAME_RE.fullmatch(req.name):
         raise AssembleError(f"{req.name!r} is not a runtime name", where="--name",
                             fix="lower-case letters, digits, '.', '_' and '-', e.g. --name cuda-vulkan-b7416")
+    outdir.check_inputs(req.inputs)     # before platform_of lists what is in them
     if repair_windows.platform_of(req.inputs) == PLATFORM:
         if req.without:
             raise AssembleError("--without is read for Linux inputs only", where=f"{WITHOUT} {req.without[0]}",
                                 fix="a Windows zip's files are chosen by their import tables; leave --without off")
         return repair_windows.repair(req)
-    lib_dirs = _lib_dirs(req)           # a typo fails at once, before any input is unpacked
-    inputs = [("an input", Path(i).expanduser()) for i in req.inputs if Path(i).expanduser().is_dir()]
-    target = None if req.dry_run else outdir.check_destination(
-        req.out, cache=paths.cache_dir(), inputs=inputs + [("a --lib-path folder", d) for d in lib_dirs])
+    _lib_dirs(req)                      # a typo fails at once, before any input is unpacked
+    target = None if req.dry_run else outdir.check_destination(req.out, cache=paths.cache_dir(),
+                                                               inputs=req.read_paths())
     with paths.scratch("repair-") as work:
         if req.dry_run:
             show(plan(req, work), req.accept_loader_risk)
@@ -380,6 +388,6 @@ def repair(req: RepairRequest) -> Path | None:
                                                         hip_targets=req.hip_targets),
                                   str(target.path), "the repaired runtime")
 
-        outdir.publish(target, fill, wait=req.wait, keep=req.keep)
+        outdir.publish(target, fill, wait=req.wait, keep=req.keep, protect=req.read_paths())
     ui.step(ui.ok(f"runtime ready: {target.path}"))
     return target.path

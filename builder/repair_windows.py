@@ -159,8 +159,8 @@ def _manifest(req: RepairRequest, p: assemble.WinPlan, files: list[manifest.File
 
 
 def repair(req: RepairRequest) -> Path | None:
-    inputs = [("an input", Path(i).expanduser()) for i in req.inputs if Path(i).expanduser().is_dir()]
-    target = None if req.dry_run else outdir.check_destination(req.out, cache=paths.cache_dir(), inputs=inputs)
+    target = None if req.dry_run else outdir.check_destination(req.out, cache=paths.cache_dir(),
+                                                               inputs=req.read_paths())
     with paths.scratch("repair-") as work:
         if req.dry_run:
             show(*plan(req, work))
@@ -177,6 +177,6 @@ def repair(req: RepairRequest) -> Path | None:
             verify.require_passed(verify_windows(staged, accepted=req.accept_loader_risk), str(target.path),
                                   "the repaired runtime")
 
-        outdir.publish(target, fill, wait=req.wait, keep=req.keep)
+        outdir.publish(target, fill, wait=req.wait, keep=req.keep, protect=req.read_paths())
     ui.step(ui.ok(f"runtime ready: {target.path}"))
     return target.path

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from builder import __version__, paths, ui
 from builder.cli.args import settle_recipe
-from builder.errors import AssembleError
+from builder.errors import FAILED, AssembleError, from_interrupt, interrupted
 
 COMMANDS = ["build", "repair", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
 
@@ -23,7 +23,9 @@ EPILOG = """examples:
   assemble show cuda-vulkan             the resolved plan and exact cmake lines
   assemble build --recipe cpu           build, bundle and verify runtime-cpu/
   assemble verify runtime-cpu --smoke   prove a runtime works on this host
-exit status: 0 ok, 1 a build or check failed, 2 bad input (recipe, arguments, source)"""
+exit status: 0 ok, 1 a build or check failed (or the disk is full), 2 bad input (recipe, arguments, source,
+  repair's inputs), 130 interrupted (Ctrl-C); with --json a refusal is also printed on stdout as
+  {"error": {"what", "where", "fix", "exit"}}"""
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -35,7 +37,7 @@ class _OneLineParser(argparse.ArgumentParser):
         try:
             settle_recipe(ns)          # NAME or --recipe NAME, whichever was given: args.recipe
         except AssembleError as exc:
-            self.exit(2, f"error: {exc.line()}\n")
+            self.exit(refused(exc, getattr(ns, "json", False) is True))
         return ns, rest
 
 
@@ -104,19 +106,15 @@ def main(argv: list[str] | None = None) -> int:
         p.print_help()
         return 0
     ui.set_level(ui.QUIET if args.quiet or args.json else ui.VERBOSE if args.verbose else ui.NORMAL)
-    paths.clean_stale_scratch()   # scratch folders of runs killed before they could clean up
     try:
+        paths.clean_stale_scratch()   # scratch folders of runs killed before they could clean up
         return int(args.func(args) or 0)
     except AssembleError as exc:
         if args.debug:
             traceback.print_exc()
-        ui.error(exc.line())
-        if exc.details:
-            print(exc.details, file=sys.stderr)
-        return exc.code
+        return refused(exc, args.json)
     except KeyboardInterrupt:   # a command whose state needs words (build's swap) says them itself
-        ui.error("interrupted")
-        return 130
+        return interrupted()
     except BrokenPipeError:  # e.g. `assemble matrix | head`: the reader left, nothing to report
         sys.stderr.close()
         return 0
@@ -128,16 +126,31 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # the system refused something we did not foresee: still one line
         if args.debug:
             traceback.print_exc()
-        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-        ui.error(f"{where}{exc.strerror or exc} -- fix: check free space and permissions there (--debug shows where)")
-        return 1
+        return refused(paths.full_disk(exc) or AssembleError(
+            str(exc.strerror or exc), where=str(exc.filename) if getattr(exc, "filename", None) else None,
+            fix="check free space and permissions there (--debug shows where)", code=FAILED), args.json)
     except Exception as exc:  # a bug in assemble: still one line, the traceback on request
+        if from_interrupt(exc):
+            return interrupted()
         if args.debug:
             traceback.print_exc()
         frame = traceback.extract_tb(exc.__traceback__)[-1]
         ui.error(f"internal error: {type(exc).__name__}: {exc} (at {Path(frame.filename).name}:{frame.lineno}) "
                  "-- fix: this is a bug in assemble; rerun with --debug and report the traceback")
         return 1
+
+
+def refused(exc: AssembleError, as_json: bool) -> int:
+    """A refusal: its one line on stderr (and its details), with --json also as an object on stdout,
+    {"error": {"what", "where", "fix", "exit"}}, so a script reading stdout is never left with nothing."""
+    ui.error(exc.line())
+    if exc.details:
+        print(exc.details, file=sys.stderr)
+    if as_json:
+        import json
+        print(json.dumps({"error": {"what": exc.what, "where": exc.where, "fix": exc.fix, "exit": exc.code}},
+                         indent=2))
+    return exc.code
 
 
 def _missing_dependency(exc: ModuleNotFoundError) -> str:

@@ -43,10 +43,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from builder import ui
+from builder import paths, ui
 from builder.config.upstream import build_in_name
 from builder.digest import sha256_file
-from builder.errors import AssembleError
+from builder.errors import AssembleError, is_full_disk
 from builder.runtime.owners import DEB_DOC, Owner
 from builder.prebuilt import streams
 from builder.source.archive import ArchiveRefused, Limits, TarStream, extract_trees, plan_tree
@@ -196,6 +196,8 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
                             fix="if it really holds that much, unpack it yourself, check it, and give the folder"
                             if too_big else "it is damaged or unsafe: download it again from its publisher") from None
     except OSError as exc:
+        if full := paths.full_disk(exc, dest.parent, untouched=f" while unpacking {inp.given}"):
+            raise full from None
         raise AssembleError(f"cannot unpack it ({exc.strerror or exc}"
                             f"{f': {exc.filename}' if exc.filename else ''})", where=current,
                             fix="check the space and permissions where it is unpacked") from None
@@ -390,6 +392,8 @@ def _unpack_zip(path: Path, tree: Path, limits: Limits, owners: dict[str, int]) 
     except ArchiveRefused:
         raise
     except _ZIP_ERRORS as exc:
+        if is_full_disk(exc):
+            raise                                   # the disk's fault, not the zip's
         if isinstance(exc, OSError) and not isinstance(exc, zipfile.BadZipFile) and exc.strerror:
             raise ArchiveRefused(f"cannot read or extract ({exc.strerror}"
                                  f"{f': {exc.filename!r}' if exc.filename else ''})") from None

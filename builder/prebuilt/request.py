@@ -21,3 +21,9 @@ class RepairRequest:
     dry_run: bool = False
     keep: int | None = None
     wait: bool = True
+
+    def read_paths(self) -> tuple[tuple[str, Path], ...]:
+        """(words, path) of everything the repair reads: each input (folder, archive or .deb) and each
+        --lib-path folder. --out may be none of them, hold none and lie inside none; --keep deletes none."""
+        return (tuple(("an input", Path(given).expanduser()) for given in self.inputs)
+                + tuple(("a --lib-path folder", Path(d).expanduser()) for d in self.lib_paths))

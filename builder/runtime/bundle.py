@@ -25,7 +25,7 @@ from typing import Sequence
 from builder.config.glibc import SYMBOL_PREFIX
 from builder.digest import sha256_file
 from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
-from builder.errors import AssembleError, BuildFailed
+from builder.errors import FAILED, AssembleError, BuildFailed
 from builder.runtime.layout import LIB_DIR, KINDS, is_ggml_loader, OwnFile, arch_tokens, expected_places
 from builder.runtime.policy import BUNDLE, classify, companions_for, data_rules_for
 
@@ -33,6 +33,23 @@ OWN, VENDOR, DATA = "own", "vendor", "data"
 
 
 # --- plain data between the stages ------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refusals:
+    """How a caller words what the bundler cannot do: the fix for a library nothing provides, the fix
+    for one soname found as two different files, and the exit status. build's fault lies in its
+    toolchains and recipe (exit 1); repair's in its inputs and --lib-path (exit 2)."""
+    unresolved: str
+    conflict: str
+    code: int
+
+
+BUILD_REFUSALS = Refusals(
+    unresolved="install them or add their folder to the toolchain's library dirs; if the host must provide one, "
+               "list it under the recipe's [bundle.never] with a reason",
+    conflict="make the toolchain library folders agree (one CUDA/ROCm install per runtime)",
+    code=FAILED)
 
 
 @dataclass(frozen=True)
@@ -280,36 +297,44 @@ class _Walk:
         self.nodes[name] = node
         return node
 
-    def fail_if_incomplete(self) -> None:
+    def fail_if_incomplete(self, refusals: Refusals) -> None:
         if self.unresolved:
             items = []
             for name, who in self.unresolved.items():
                 extra = f"; passed over {', '.join(self.passed_over[name])}" if self.passed_over.get(name) else ""
                 items.append(f"{name} (needed by {', '.join(who)}{extra})")
-            raise BuildFailed(f"unresolved libraries: {'; '.join(items)}", where="bundle",
-                              fix="install them or add their folder to the toolchain's library dirs; if the host "
-                                  "must provide one, list it under the recipe's [bundle.never] with a reason")
+            raise BuildFailed(f"unresolved libraries: {'; '.join(items)}", where="bundle", fix=refusals.unresolved)
         if self.conflicts:
             raise BuildFailed(f"one soname, two different files: {'; '.join(self.conflicts)}", where="bundle",
-                              fix="make the toolchain library folders agree (one CUDA/ROCm install per runtime)")
+                              fix=refusals.conflict)
 
     def libraries(self) -> list[_Node]:
         return list(self.by_identity.values())
 
 
 def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), recipe=None,
-                prune_archs: bool = True) -> BundlePlan:
+                prune_archs: bool = True, refusals: Refusals = BUILD_REFUSALS) -> BundlePlan:
     """Everything to place, from ELF headers: closure, policy, data folders, pins.
 
     search_dirs: library folders a recipe's toolchains add (searched after the
     file's own RUNPATH, before ld.so.cache). prune_archs: keep only the
     recipe's hip.targets in vendor data folders (arch-less files always stay).
-    Raises BuildFailed naming each unresolved library and who needs it.
+    Raises BuildFailed naming each unresolved library and who needs it, worded
+    and with the exit status of the caller's `refusals`.
     """
+    try:
+        return _plan_bundle(own, search_dirs, recipe, prune_archs, refusals)
+    except BuildFailed as exc:
+        exc.code = refusals.code      # whose fault: the build's, or the inputs a repair was given
+        raise
+
+
+def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe, prune_archs: bool,
+                 refusals: Refusals) -> BundlePlan:
     infos, provided, links_of = _own_names(own)
     walk = _Walk(provided, tuple(Path(d) for d in search_dirs), recipe)
     walk.run([(f.dest, infos[f.dest]) for f in own if infos[f.dest] is not None])
-    walk.fail_if_incomplete()
+    walk.fail_if_incomplete(refusals)
 
     libraries = walk.libraries()
     vendor = tuple(_vendor_plan(n) for n in libraries)

@@ -36,10 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, ContextManager
 
+from builder.errors import is_full_disk
+
 MAX_LINK_HOPS = 40  # what Linux allows before ELOOP
 
 # What tarfile and gzip raise on bytes they cannot read or write: a damaged archive,
-# a full disk, a header field that is out of range. All mean "this archive is unusable".
+# a header field that is out of range: "this archive is unusable". A full disk is not (is_full_disk).
 _READ_ERRORS = (tarfile.TarError, EOFError, zlib.error, OSError, KeyError, ValueError, OverflowError)
 
 
@@ -56,7 +58,7 @@ def extract(archive: Path, dest: Path, wanted: Sequence[str]) -> int:
     """Extract the members under the `wanted` folders (paths without the archive's top
     folder) into dest, which must not exist yet; returns how many members were written.
 
-    Raises ArchiveRefused and nothing else.
+    Raises ArchiveRefused and nothing else, but a full disk (OSError ENOSPC/EDQUOT).
     """
     prefixes = [tuple(p for p in w.split("/") if p) for w in wanted]
     made = False
@@ -69,7 +71,7 @@ def extract(archive: Path, dest: Path, wanted: Sequence[str]) -> int:
     except (*_READ_ERRORS, ArchiveRefused) as exc:
         if made:  # half a tree is never handed on
             shutil.rmtree(dest, ignore_errors=True)
-        if isinstance(exc, ArchiveRefused):
+        if isinstance(exc, ArchiveRefused) or is_full_disk(exc):   # the disk's fault: raised as it is
             raise
         raise ArchiveRefused(_reason(exc)) from None
     return len(chosen)
@@ -370,7 +372,8 @@ def extract_trees(tars: Sequence[TarStream], dest: Path, limits: Limits = Limits
     then links and folder modes, each member passing the data filter first. `owners` (when given)
     gets each written path -> the index of the archive that held it. Returns the notes (links left out).
 
-    Raises ArchiveRefused and nothing else; the caller removes dest and spool on a refusal.
+    Raises ArchiveRefused and nothing else, but a full disk (OSError ENOSPC/EDQUOT: the disk's fault,
+    not the archive's); the caller removes dest and spool on a refusal.
     """
     notes: list[str] = []
     try:
@@ -382,6 +385,8 @@ def extract_trees(tars: Sequence[TarStream], dest: Path, limits: Limits = Limits
                 exc.archive = g
                 raise
             except _READ_ERRORS as exc:
+                if is_full_disk(exc):
+                    raise
                 raise ArchiveRefused(_reason(exc), g) from None
         total = sum(m.size for group in groups for m in group if m.isreg())
         if total > limits.total:
@@ -400,6 +405,8 @@ def extract_trees(tars: Sequence[TarStream], dest: Path, limits: Limits = Limits
                 os.chmod(where, folder.mode)
             os.utime(where, (folder.mtime, folder.mtime))
     except _READ_ERRORS as exc:
+        if is_full_disk(exc):
+            raise                      # the disk's fault, not the archive's
         raise ArchiveRefused(_reason(exc)) from None
     return notes
 

@@ -268,3 +268,25 @@ def test_package_keeps_a_sums_file_it_did_not_write(tmp_path, sums):
     proc = assemble("package", str(rt), "--out-dir", str(dist))
     one_error_line(proc, 2, [str(dist / package.SUMS), "not written by assemble package", "another --out-dir"])
     assert os.listdir(dist) == [package.SUMS] and (dist / package.SUMS).read_bytes() == sums
+
+
+def test_keep_never_deletes_what_the_run_reads(tmp_path, capsys):
+    """--keep 0 prunes every moved-aside runtime but the one the run reads (a --source tree, a
+    repair input) or one holding what it reads; each kept one is named in one line."""
+    out = tmp_path / "runtime"
+    target = outdir.check_destination(out, cache=tmp_path / "cache")
+    for label in ("1", "2", "3"):
+        outdir.publish(target, lambda p, label=label: _fake_runtime(p, label))
+    asides = sorted(tmp_path.glob(f"runtime{outdir.OLD_TAG}*"), key=lambda p: (p / "bin" / "tool").read_text())
+    assert [(p / "bin" / "tool").read_text() for p in asides] == ["1", "2"]
+    read, holding = asides
+    before = {"read": snapshot(read), "holding": snapshot(holding)}
+    outdir.publish(target, lambda p: _fake_runtime(p, "4"), keep=0,
+                   protect=[("the --source tree", read), ("a --lib-path folder", holding / "bin")])
+    said = capsys.readouterr().err
+    assert f"kept {read}: it is the --source tree of this run" in said
+    assert f"kept {holding}: it holds a --lib-path folder ({holding / 'bin'}) of this run" in said
+    assert {"read": snapshot(read), "holding": snapshot(holding)} == before
+    assert (out / "bin" / "tool").read_text() == "4"
+    # the runtime moved aside by this run ("3") was pruned: nothing protects it
+    assert sorted(tmp_path.glob(f"runtime{outdir.OLD_TAG}*")) == sorted(asides)

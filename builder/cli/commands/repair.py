@@ -11,7 +11,7 @@ from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.runtime.layout import runtime_dir_name
 from builder.windows import FOLDER_SUFFIX, PLATFORM
-from builder import repair_windows
+from builder import outdir, repair_windows
 
 
 def register(sub, common) -> None:
@@ -39,7 +39,12 @@ def register(sub, common) -> None:
                        "  assemble repair llama-b7416-bin-win-cuda-12.4-x64.zip cudart-llama-bin-win-cuda-12.4-x64.zip "
                        "llama-b7416-bin-win-vulkan-x64.zip --name cuda-vulkan-b7416   # Windows\n"
                        "  assemble repair build-dual --dry-run                         # what it would carry\n"
-                       "exit status: 0 runtime ready (or --dry-run shown), 1 verification failed, 2 bad input",
+                       "inputs are read-only: an --out that is, holds or lies inside an input or --lib-path folder "
+                       "is refused, --keep never deletes one, and /, system folders, the home and the cache are "
+                       "refused as inputs\n"
+                       "exit status: 0 runtime ready (or --dry-run shown), 1 verification failed (or the disk is "
+                       "full), 2 bad input (a missing library, a bad archive, different ggml bases...), "
+                       "130 interrupted",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="a build folder, a release archive, or .deb files")
     p.add_argument("--name", help="the runtime's name (default: the first input's, e.g. build-dual)")
@@ -87,6 +92,7 @@ def run(args) -> int:
                             'image without other ggml packages"')
     targets = tuple(str(GfxTarget.parse(g, "--hip-target")) for g in args.hip_target)
     name = args.name or default_name(args.inputs[0])
+    outdir.check_inputs(args.inputs)   # before platform_of lists what is in them
     platform = repair_windows.platform_of(tuple(args.inputs))
     out = Path(args.out) if args.out else Path.cwd() / (runtime_dir_name(name)
                                                         + (FOLDER_SUFFIX if platform == PLATFORM else ""))

@@ -112,13 +112,15 @@ def test_unit_specs_are_name_equals_dir_once_each():
 
 
 def test_cli_refusals_come_before_any_work(tmp_path):
+    (tmp_path / "unit").mkdir()
     cases = [
         (["--only-unit", "nope"], "has no unit 'nope'"),
         (["--unit-from", f"nope={tmp_path}"], "has no unit 'nope'"),
         (["--unit-from", f"vulkan={tmp_path / 'missing'}"], "no such folder"),
         (["--only-unit", "vulkan", "--unit-from", f"vulkan={tmp_path}"], "both to be built"),
         (["--only-unit", "vulkan", "--out", str(tmp_path)], "--out is the working directory"),
-        (["--unit-from", f"vulkan={tmp_path}"], "no assemble-unit.json"),
+        (["--unit-from", f"vulkan={tmp_path / 'unit'}"], "no assemble-unit.json"),
+        (["--unit-from", f"vulkan={tmp_path}"], "--out is inside the --unit-from folder of vulkan"),   # ./runtime-*
         (["--lib-path", str(tmp_path / "nope")], "--lib-path"),
     ]
     for extra, words in cases:

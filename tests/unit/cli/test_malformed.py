@@ -5,6 +5,7 @@ the console script uses); a sample also runs as a real subprocess."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -71,7 +72,9 @@ def test_malformed_recipe(case, tmp_path, capsys):
     path.write_text(text)
     code, out, err = run_cli(["show", str(path), "--json"], capsys)
     assert_one_line(code, err, 2, [str(path), "fix:", *words])
-    assert out == ""
+    refusal = json.loads(out)["error"]           # --json: the same refusal as an object, nothing else
+    assert refusal["exit"] == 2 and str(path) in refusal["where"] and refusal["fix"]
+    assert refusal["fix"] in err                  # the words of the line, unescaped
 
 
 def test_recipe_file_not_utf8(tmp_path, capsys):

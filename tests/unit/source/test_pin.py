@@ -515,7 +515,9 @@ def test_earliest_refuses_a_shallow_clone(shallow_pair, tmp_path):
             errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
             assert proc.returncode == 2, proc.stderr
             assert len(errors) == 1 and "shallow history" in errors[0] and "git fetch --unshallow" in errors[0]
-            assert "Traceback" not in proc.stderr and proc.stdout == ""
+            assert "Traceback" not in proc.stderr
+            # nothing on stdout but, with --json, the same refusal as an object
+            assert (json.loads(proc.stdout)["error"]["exit"] == 2) if extra == ("--json",) else proc.stdout == ""
             assert recipe.read_bytes() == before and not (tmp_path / "test.lock.json").exists()
     # the same command on the full history pins commit 4, the answer the shallow clone cannot see
     proc = assemble("pin", str(recipe), "--repo", str(full), "--earliest", "--dry-run", env=env)
