@@ -104,12 +104,16 @@ def _copy_bytes(src: Path, dst: Path, mode: int | None) -> int:
             if not _kernel_copy(fin.fileno(), fd, size):
                 os.lseek(fd, 0, os.SEEK_SET)
                 os.ftruncate(fd, 0)
-                with open(fd, "wb", buffering=0, closefd=False) as fout:
+                # buffered: a short write (a full tmpfs gives one) is retried and ends in ENOSPC,
+                # where an unbuffered copyfileobj would drop the rest without a word
+                with open(fd, "wb", buffering=_CHUNK, closefd=False) as fout:
                     shutil.copyfileobj(fin, fout, _CHUNK)
     finally:
         os.close(fd)
     os.chmod(dst, stat.S_IMODE(os.stat(src).st_mode) if mode is None else mode)
     written = os.stat(dst).st_size
+    if written != size and shutil.disk_usage(dst.parent).free < size - written:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))     # worded by paths.full_disk
     if written != size:
         raise BuildFailed(f"short copy: {written} of {size} bytes", where=str(dst), fix="check free disk space")
     return size
