@@ -28,9 +28,16 @@ exit status: 0 ok, 1 a build or check failed (or the disk is full), 2 bad input 
   {"error": {"what", "where", "fix", "exit"}}"""
 
 
+_json_asked = False   # --json among the arguments being parsed: a parse error is a refusal object too
+
+
+def _asks_json(argv: list[str]) -> bool:
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
 class _OneLineParser(argparse.ArgumentParser):
     def error(self, message):  # one line like every other error (subcommand parsers inherit it)
-        self.exit(2, f"error: {message} -- fix: see `{self.prog} --help`\n")
+        self.exit(refused(AssembleError(message, fix=f"see `{self.prog} --help`"), _json_asked))
 
     def parse_known_args(self, args=None, namespace=None):
         ns, rest = super().parse_known_args(args, namespace)
@@ -92,11 +99,16 @@ def _misplaced_option(p: argparse.ArgumentParser, argv: list[str]) -> str | None
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _json_asked
     argv = sys.argv[1:] if argv is None else argv
+    _json_asked = _asks_json(argv)
     try:
         p = parser()
         if misplaced := _misplaced_option(p, argv):
             print(misplaced, file=sys.stderr)
+            if _json_asked:
+                what, _, fix = misplaced.removeprefix("error: ").partition(" -- fix: ")
+                _print_json_refusal(what, None, fix or None, 2)
             return 2
         args = p.parse_args(argv)
     except ModuleNotFoundError as exc:   # the command modules import lazily, but a broken install shows here
@@ -147,10 +159,13 @@ def refused(exc: AssembleError, as_json: bool) -> int:
     if exc.details:
         print(exc.details, file=sys.stderr)
     if as_json:
-        import json
-        print(json.dumps({"error": {"what": exc.what, "where": exc.where, "fix": exc.fix, "exit": exc.code}},
-                         indent=2))
+        _print_json_refusal(exc.what, exc.where, exc.fix, exc.code)
     return exc.code
+
+
+def _print_json_refusal(what: str, where: str | None, fix: str | None, code: int) -> None:
+    import json
+    print(json.dumps({"error": {"what": what, "where": where, "fix": fix, "exit": code}}, indent=2))
 
 
 def _missing_dependency(exc: ModuleNotFoundError) -> str:

@@ -218,3 +218,23 @@ def test_a_bug_in_assemble_is_one_line_too(monkeypatch, capsys):
     assert "internal error: ValueError: unbalanced parenthesis at position 32" in err and "--debug" in err
     assert cli.main(["list", "--debug"]) == 1
     assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["build", "cpu", "--no-such-option", "--json"], ["unrecognized arguments: --no-such-option"]),
+    (["--json", "repair"], ["the following arguments are required: INPUT"]),
+    (["verify", "--json"], ["the following arguments are required: runtime"]),
+    (["--out", "x", "build", "cpu", "--json"], ["--out belongs after the command"]),
+])
+def test_an_argument_error_with_json_is_a_refusal_object_too(argv, words, capsys):
+    """A parse error is a refusal like any other: with --json its object is on stdout, the line on stderr."""
+    code, out, err = run_cli(argv, capsys)
+    assert_one_line(code, err, 2, words)
+    refusal = json.loads(out)["error"]
+    assert refusal["exit"] == 2 and all(w in refusal["what"] for w in words) and refusal["fix"]
+
+
+def test_an_argument_error_without_json_prints_nothing_on_stdout(capsys):
+    code, out, err = run_cli(["build", "cpu", "--no-such-option"], capsys)
+    assert_one_line(code, err, 2, ["--no-such-option"])
+    assert out == ""
