@@ -528,25 +528,12 @@ def dynamic_symbols(path: Path | str) -> tuple[set[str], set[str]]:
         e_shentsize, e_shnum = struct.unpack_from("<HH", head, 0x3A)
         if e_shentsize != _SHDR64.size or not e_shoff:
             return _dynamic_symbols_slow(f)
-        f.seek(e_shoff)
-        table = f.read(e_shnum * _SHDR64.size)
-        if len(table) < e_shnum * _SHDR64.size:
-            raise ELFError("section header table truncated")
-        headers = [_SHDR64.unpack_from(table, i * _SHDR64.size) for i in range(e_shnum)]
-        dynsym = next((h for h in headers if h[1] == _SHT_DYNSYM), None)
-        if dynsym is None:
-            return set(), set()
-        if dynsym[6] >= e_shnum or dynsym[9] != _SYM64.size:
-            raise ELFError(".dynsym has a bad string table link or entry size")
-        strtab = headers[dynsym[6]]
-        f.seek(dynsym[4])
-        syms = f.read(dynsym[5])
-        f.seek(strtab[4])
-        names = f.read(strtab[5])
-    if len(syms) < dynsym[5] or len(names) < strtab[5]:
-        raise ELFError("dynamic symbol table truncated")
+        tables = _dynsym(f, e_shoff, e_shnum)
+    if tables is None:
+        return set(), set()
+    syms, names = tables
     defined, undefined = set(), set()
-    for st_name, st_info, st_other, st_shndx, _, _ in _SYM64.iter_unpack(syms[:len(syms) // _SYM64.size * _SYM64.size]):
+    for st_name, st_info, st_other, st_shndx, _, _ in _SYM64.iter_unpack(syms):
         if not st_name or (st_info >> 4) not in (_STB_GLOBAL, _STB_WEAK):
             continue
         end = names.find(b"\0", st_name)
@@ -556,6 +543,29 @@ def dynamic_symbols(path: Path | str) -> tuple[set[str], set[str]]:
         elif (st_other & 3) in (_STV_DEFAULT, _STV_PROTECTED):
             defined.add(name)
     return defined, undefined
+
+
+def _dynsym(f, e_shoff: int, e_shnum: int) -> tuple[bytes, bytes] | None:
+    """.dynsym's entries (whole ones only) and its string table, read with struct from a
+    little-endian ELF64 file; None when it has no .dynsym. Raises ELFError on a damaged table."""
+    f.seek(e_shoff)
+    table = f.read(e_shnum * _SHDR64.size)
+    if len(table) < e_shnum * _SHDR64.size:
+        raise ELFError("section header table truncated")
+    headers = [_SHDR64.unpack_from(table, i * _SHDR64.size) for i in range(e_shnum)]
+    dynsym = next((h for h in headers if h[1] == _SHT_DYNSYM), None)
+    if dynsym is None:
+        return None
+    if dynsym[6] >= e_shnum or dynsym[9] != _SYM64.size:
+        raise ELFError(".dynsym has a bad string table link or entry size")
+    strtab = headers[dynsym[6]]
+    f.seek(dynsym[4])
+    syms = f.read(dynsym[5])
+    f.seek(strtab[4])
+    names = f.read(strtab[5])
+    if len(syms) < dynsym[5] or len(names) < strtab[5]:
+        raise ELFError("dynamic symbol table truncated")
+    return syms[:len(syms) // _SYM64.size * _SYM64.size], names
 
 
 def _dynamic_symbols_slow(f) -> tuple[set[str], set[str]]:
@@ -596,23 +606,12 @@ class ElfCode:
             raise ELFError("program header table truncated")
         phdrs = [_PHDR64.unpack_from(table, i * _PHDR64.size) for i in range(e_phnum)]
         self._loads = [(p[3], p[5], p[2]) for p in phdrs if p[0] == _PT_LOAD]      # vaddr, filesz, offset
-        f.seek(e_shoff)
-        table = f.read(e_shnum * _SHDR64.size)
-        if len(table) < e_shnum * _SHDR64.size:
-            raise ELFError("section header table truncated")
-        headers = [_SHDR64.unpack_from(table, i * _SHDR64.size) for i in range(e_shnum)]
         self._symbols: dict[str, int] = {}
-        dynsym = next((h for h in headers if h[1] == _SHT_DYNSYM), None)
-        if dynsym is None or dynsym[6] >= len(headers):
+        tables = _dynsym(f, e_shoff, e_shnum)
+        if tables is None:
             return
-        strtab = headers[dynsym[6]]
-        f.seek(dynsym[4])
-        syms = f.read(dynsym[5])
-        f.seek(strtab[4])
-        names = f.read(strtab[5])
-        if len(syms) < dynsym[5] or len(names) < strtab[5]:
-            raise ELFError("dynamic symbol table truncated")
-        for st_name, st_info, _, st_shndx, st_value, _ in _SYM64.iter_unpack(syms[:len(syms) // _SYM64.size * _SYM64.size]):
+        syms, names = tables
+        for st_name, st_info, _, st_shndx, st_value, _ in _SYM64.iter_unpack(syms):
             if st_name and st_shndx != 0 and (st_info & 0xF) == _STT_FUNC:
                 end = names.find(b"\0", st_name)
                 self._symbols[names[st_name:end if end >= 0 else len(names)].decode("utf-8", "replace")] = st_value
