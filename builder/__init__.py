@@ -16,3 +16,10 @@ if _sys.argv[:1] == ["-m"]:
         _os._exit(130)
 
     _signal.signal(_signal.SIGINT, _interrupted_while_starting)
+
+    def _unraisable_while_starting(hook_args):   # builder.__main__._unraisable's words, until it is loaded
+        if isinstance(hook_args.exc_value, KeyboardInterrupt):
+            _interrupted_while_starting(None, None)
+        _sys.__unraisablehook__(hook_args)
+
+    _sys.unraisablehook = _unraisable_while_starting

@@ -6,7 +6,17 @@ import signal
 import sys
 
 
+def _unraisable(hook_args) -> None:
+    """A Ctrl-C that lands in code Python runs for itself (an import lock's weakref callback) is
+    "ignored" with a traceback and the run goes on: say it as any Ctrl-C and stop here."""
+    if isinstance(hook_args.exc_value, KeyboardInterrupt):
+        os.write(2, b"error: interrupted\n")
+        os._exit(130)
+    sys.__unraisablehook__(hook_args)
+
+
 def entry() -> int:
+    sys.unraisablehook = _unraisable
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)   # Ctrl-C: KeyboardInterrupt, handled here
         from builder.cli.main import main
