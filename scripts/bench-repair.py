@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """assemble repair of a large prebuilt input against plain `cp -a` of the same files.
 
-    python3 scripts/bench-repair.py INPUT... [--lib-path DIR] [--hip-target GFX] [--rounds 3] [--out results.json]
+    python3 scripts/bench-repair.py FOLDER... [--lib-path DIR] [--hip-target GFX] [--rounds 3] [--out results.json]
 
 Each round runs, alternating, `assemble repair INPUT... --verify-static` (find, ELF closure, copy,
 patchelf, manifest with every sha256, the static checks: everything but running the runtime) and
@@ -118,13 +118,12 @@ def _bench_unpack(args: argparse.Namespace) -> int:
                     found = [p for p in out.rglob("*") if p.is_file() and not p.is_symlink()]
                     size, files = sum(p.stat().st_size for p in found), len(found)
                 shutil.rmtree(out)
-    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in samples.items()}
+    med = _medians(samples)
     print(f"machine:  {_machine()}")
     print(f"packages: {' '.join(Path(d).name for d in debs)} ({sum(Path(d).stat().st_size for d in debs) / 2**20:.0f} MiB)")
     print(f"unpacked: {files} files, {size / 2**30:.2f} GiB; {args.rounds} rounds, medians over rounds 2.. (warm cache)")
-    for k, v in samples.items():
-        print(f"  {k:<12} first {v[0]:6.1f} s   median {med[k]:6.1f} s   all {', '.join(f'{x:.1f}' for x in v)}")
-    mcpu = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in cpu.items()}
+    _rows(samples, med, 12)
+    mcpu = _medians(cpu)
     for k, v in cpu.items():
         print(f"  {k:<12} cpu (user+sys, decompressor included) median {mcpu[k]:6.1f} s   "
               f"all {', '.join(f'{x:.1f}' for x in v)}")
@@ -134,6 +133,16 @@ def _bench_unpack(args: argparse.Namespace) -> int:
         args.out.write_text(json.dumps({"samples": samples, "cpu": cpu, "files": files, "bytes": size,
                                         "machine": _machine()}, indent=1))
     return 0
+
+
+def _medians(samples: dict[str, list[float]]) -> dict[str, float]:
+    """Each step's median over rounds 2.. (the first warms the page cache)."""
+    return {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in samples.items()}
+
+
+def _rows(samples: dict[str, list[float]], med: dict[str, float], width: int) -> None:
+    for k, v in samples.items():
+        print(f"  {k:<{width}} first {v[0]:6.1f} s   median {med[k]:6.1f} s   all {', '.join(f'{x:.1f}' for x in v)}")
 
 
 def _machine() -> str:
@@ -154,6 +163,11 @@ def main() -> int:
     args = ap.parse_args()
     if args.unpack:
         return _bench_unpack(args)
+    if not_folders := [i for i in args.inputs if not Path(i).is_dir()]:
+        # cp -a copies the files the manifest's origins name, which are paths only for folder inputs
+        # (an archive's or a .deb's member is named "input:member")
+        sys.exit(f"{not_folders[0]}: the repair mode needs folder inputs (cp -a copies the files the runtime's "
+                 "origins name) -- fix: unpack it first (dpkg-deb -x, tar -x), or time unpacking with --unpack")
     extra = [x for d in args.lib_path for x in ("--lib-path", d)] + [x for g in args.hip_target for x in
                                                                       ("--hip-target", g)]
     extra += ["--accept-loader-risk", args.accept_loader_risk]
@@ -178,18 +192,15 @@ def main() -> int:
                     origins = [(f["origin"], f["path"]) for f in m["files"]]
                     size, files = sum(f["size"] for f in m["files"]), len(m["files"])
                 shutil.rmtree(out)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor())
-    med = {k: statistics.median(v[1:] if len(v) > 1 else v) for k, v in samples.items()}
-    print(f"machine:  {cpu} ({os.cpu_count()} cores), {platform.system()} {platform.release()}")
+    med = _medians(samples)
+    print(f"machine:  {_machine()}")
     print(f"inputs:   {' '.join(args.inputs)}")
     print(f"runtime:  {files} files, {size / 2**30:.2f} GiB; {args.rounds} rounds, medians over rounds 2.. (warm cache)")
-    for k, v in samples.items():
-        print(f"  {k:<9} first {v[0]:6.1f} s   median {med[k]:6.1f} s   all {', '.join(f'{x:.1f}' for x in v)}")
+    _rows(samples, med, 9)
     print(f"repair / cp -a: {med['repair'] / med['cp -a']:.2f}   repair / (cp -a + sha256): "
           f"{med['repair'] / med['cp+sha256']:.2f}")
     if args.out:
-        args.out.write_text(json.dumps({"samples": samples, "files": files, "bytes": size, "machine": cpu}, indent=1))
+        args.out.write_text(json.dumps({"samples": samples, "files": files, "bytes": size, "machine": _machine()}, indent=1))
     return 0
 
 
