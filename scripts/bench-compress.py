@@ -6,7 +6,7 @@
 Each run writes the archive `assemble package` writes (the same tar stream: sorted entries, fixed
 mtime, normalised modes), with the compressor at one level, to a temporary file on the same file
 system, and times it end to end (read, tar, compress, write, fsync). zstd runs with a thread per
-core, as `assemble package` does. The level `package` uses is marked. Numbers go to docs/release.md.
+core, as `assemble package` does. The level `package` uses is marked. Numbers go to docs/lab/2026-11-29-release.md.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
     sudo python3 scripts/check-container-cache.py [--engine docker] [--out results.json]
 
-What the tests cannot do on a machine without a container engine (docs/release.md, "Container
+What the tests cannot do on a machine without a container engine (docs/lab/2026-11-29-release.md, "Container
 units"): the cpu recipe (one CPU level, llama-server) built as a container unit
 (`--container debian-build`) by a real docker or podman, with `--network=none`, on "machine A"
 and then on "machine B" (tests/support/remotecache.py's machines: other HOME, checkout path and
