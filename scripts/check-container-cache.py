@@ -18,6 +18,9 @@ image tagging, mounts and engine command line are what runs (the copy runs with 
 editable install's import hook would otherwise win over it). Needs root (debootstrap),
 an engine that can run containers, and redis-server. Prints the counters; exits 1 when B's remote
 hits are under 95% of its compiles.
+
+Keep a run's numbers with --out docs/results/<machine>-<date>/check-container-cache.json, then run scripts/figures:
+docs/figures.md, the one place figures are quoted, gets their rows.
 """
 
 from __future__ import annotations
