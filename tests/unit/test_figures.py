@@ -1,6 +1,7 @@
 """docs/figures.md, the one home of measured figures, is what scripts/figures writes from docs/results/
 (so a figure cannot go stale), and the script refuses what it cannot read instead of dropping it."""
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def test_record_keeps_a_real_pytest_run_and_refuses_a_failing_one(tmp_path):
     (record,) = results.glob("ci-*/suite-tiny.json")
     data = json.loads(record.read_text())
     assert data["outcomes"] == {"passed": 2, "skipped": 1}
-    assert data["seconds"] > 0 and data["command"] == " ".join(cmd)
+    assert data["seconds"] > 0 and data["command"] == shlex.join(cmd)
     assert "2 passed, 1 skipped" in out.read_text()
 
     (tests / "test_b.py").write_text("def test_fails():\n    assert False\n")
