@@ -74,8 +74,15 @@ def _gpu(spec: UnitSpec) -> tuple[str, ...]:
     return tuple(b for b in spec.backends if b in GPU_BACKENDS)
 
 
-def _under_home(path: Path) -> bool:
-    return path.is_absolute() and path.parts[1:2] in (("home",), ("root",), ("run",))
+def _hidden(path: Path) -> str | None:
+    """Which hardening setting would hide the model from the server: ProtectHome hides /home, /root
+    and /run/user; PrivateTmp gives the server an empty /tmp and /var/tmp."""
+    parts = path.parts[1:3]
+    if parts[:1] in (("home",), ("root",)) or parts == ("run", "user"):
+        return "ProtectHome"
+    if parts[:1] == ("tmp",) or parts == ("var", "tmp"):
+        return "PrivateTmp"
+    return None
 
 
 def render_unit(spec: UnitSpec) -> str:
@@ -131,11 +138,15 @@ def render_unit(spec: UnitSpec) -> str:
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
         "DevicePolicy=closed",
     ]
-    if _under_home(spec.model):
-        # The model lives under a home folder: hide the homes, then show the model file alone.
+    hidden = _hidden(spec.model)
+    if hidden == "ProtectHome":
+        # The model lives under a home folder: the homes stay hidden, the model file alone is shown.
         lines += ["ProtectHome=tmpfs", f"BindReadOnlyPaths={spec.model}"]
     else:
         lines += ["ProtectHome=yes"]
+    if hidden == "PrivateTmp":
+        # The model lives under /tmp: the private /tmp shows the model file alone.
+        lines += [f"BindReadOnlyPaths={spec.model}"]
     if not gpu:
         lines += ["PrivateDevices=yes", "PrivateUsers=yes", "ProcSubset=pid", "MemoryDenyWriteExecute=yes"]
         return "\n".join(lines + ["", "[Install]", "WantedBy=multi-user.target", ""])

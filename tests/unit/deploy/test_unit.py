@@ -108,10 +108,18 @@ def test_each_relaxation_is_commented_with_the_backend_that_needs_it(backend):
     assert ("PrivateUsers=no" in seen) == (backend != "cuda")   # the nvidia nodes are 0666: cuda keeps it
 
 
-def test_model_under_a_home_is_bound_alone():
-    s = settings(render_unit(spec(model="/root/models/m.gguf")))
-    assert s["ProtectHome"] == ["tmpfs"] and s["BindReadOnlyPaths"] == ["/root/models/m.gguf"]
+@pytest.mark.parametrize("model", ["/root/models/m.gguf", "/home/ann/m.gguf", "/run/user/1000/m.gguf"])
+def test_model_under_a_home_is_bound_alone(model):
+    s = settings(render_unit(spec(model=model)))
+    assert s["ProtectHome"] == ["tmpfs"] and s["BindReadOnlyPaths"] == [model]
     assert "BindReadOnlyPaths" not in settings(render_unit(spec()))
+
+
+@pytest.mark.parametrize("model", ["/tmp/m.gguf", "/var/tmp/x/m.gguf"])
+def test_model_under_tmp_is_bound_into_the_private_tmp(model):
+    s = settings(render_unit(spec(model=model)))
+    assert s["PrivateTmp"] == ["yes"] and s["ProtectHome"] == ["yes"] and s["BindReadOnlyPaths"] == [model]
+    assert "BindReadOnlyPaths" not in settings(render_unit(spec(model="/var/lib/models/m.gguf")))
 
 
 def test_sysusers_line_creates_the_user(tmp_path):
