@@ -114,6 +114,10 @@ def tree(g: Guest, name: str) -> str:
                  f"/etc/sysusers.d/assemble-{name}.conf", "-printf", "%p %s %T@ %l\n", check=True).stdout
 
 
+def tree_entries(g: Guest, name: str) -> dict[str, str]:
+    return {line.split(" ", 1)[0]: line for line in tree(g, name).splitlines()}
+
+
 def first(g: Guest, paths: dict, name: str, port: int, runtime: str = "a", *extra: str) -> str:
     ok(deploy(g, paths[runtime], "--name", name, "--model", paths["model"], "--port", str(port),
               "--gate-timeout", str(GATE_TIMEOUT), *extra))
@@ -175,22 +179,26 @@ def test_second_runtime_switches_in_and_first_goes_to_trash(systemd_guest, paths
     assert status(g, "switch")["trash"] == trash
 
 
+FAULT = "LLAMA_ARG_KV_UNIFIED_PER_SLOT=4"
+
+
 def test_first_request_failure_rolls_back_to_the_old_runtime(systemd_guest, paths):
-    """The fault: the new release answers /health and loads the model, then its first real completion
-    comes back short. `LLAMA_ARG_N_PREDICT=1` is llama-server's own server-wide cap on generated tokens:
-    every file is what verify --static checked (it cannot see how the server will be run), the process
-    starts, /health and /v1/models answer, and only a real request shows the answer has 1 token, not
-    the gate's count. The tool's tiny-model preflight would also see it, so it is off here: this is the
-    last line, the gate on the unit itself."""
+    """The fault: the new release starts, loads the model and answers /health and /v1/models, then its
+    first real completion fails (HTTP 400, exceed_context_size_error). `LLAMA_ARG_KV_UNIFIED_PER_SLOT=4`
+    is llama-server's own per-slot context limit, sized too small for any real request, as an operator
+    oversubscribing slots would. Every file is what verify --static checked (it cannot see how the server
+    will be run), so only a real request shows it. The tiny-model preflight sees it too (checked last);
+    here it is off, so the gate on the unit itself is the last line and must roll back."""
     g = systemd_guest
     old = first(g, paths, "rollback", 8104)
+    args = ("--name", "rollback", "--model", paths["model"], "--port", "8104", "--env", FAULT,
+            "--gate-timeout", str(GATE_TIMEOUT))
     start = time.monotonic()
-    proc = deploy(g, paths["b"], "--name", "rollback", "--model", paths["model"], "--port", "8104",
-                  "--env", "LLAMA_ARG_N_PREDICT=1", "--preflight", "none", "--gate-timeout", str(GATE_TIMEOUT))
+    proc = deploy(g, paths["b"], *args, "--preflight", "none")
     took = time.monotonic() - start
     no_traceback(proc)
     assert proc.returncode == 1, proc.stderr
-    assert "completion" in proc.stderr, proc.stderr          # names the step that failed
+    assert "completion" in proc.stderr and "context" in proc.stderr, proc.stderr   # names the step and why
     assert current(g, "rollback") == old                    # flipped back
     assert complete(g, 8104) == 6                           # and the old one serves again
     assert took < 2 * GATE_TIMEOUT + 60, took               # within the gates (new + old), not a hang
@@ -200,38 +208,51 @@ def test_first_request_failure_rolls_back_to_the_old_runtime(systemd_guest, path
     assert s["current"] == old and s["state"]["active"] == "active"
     assert s["last_gate"]["release"] == old and s["last_gate"]["result"]["passed"] is True
 
+    # with the default preflight the same release never reaches the unit: refused before the stop
+    pid = unit_show(g, "rollback")["MainPID"]
+    proc = deploy(g, paths["b"], *args)
+    no_traceback(proc)
+    assert proc.returncode == 1 and "preflight" in proc.stderr, proc.stderr
+    assert unit_show(g, "rollback")["MainPID"] == pid and current(g, "rollback") == old
+
 
 def test_port_held_by_another_process_waits_names_it_changes_nothing(systemd_guest, paths):
     g = systemd_guest
     old = first(g, paths, "held", 8105)
     pid_before = unit_show(g, "held")["MainPID"]
     # another process listens where the new release would serve (the deploy moves the service to 8115)
-    holder = subprocess.Popen(g.cmd("python3", "-c", "import socket,time;s=socket.socket();"
+    holder = subprocess.Popen(g.cmd("python3", "-c", "import os,socket,time;s=socket.socket();"
                                     "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
-                                    "s.bind(('127.0.0.1',8115));s.listen();print('ready',flush=True);time.sleep(600)"),
+                                    "s.bind(('127.0.0.1',8115));s.listen();print(os.getpid(),flush=True);"
+                                    "time.sleep(600)"),
                               stdout=subprocess.PIPE, text=True)
+    holder_pid = None
     try:
-        assert holder.stdout.readline().strip() == "ready"
-        before = tree(g, "held")
+        holder_pid = int(holder.stdout.readline())               # its PID as the guest sees it
+        before = tree_entries(g, "held")
         start = time.monotonic()
         proc = deploy(g, paths["b"], "--name", "held", "--model", paths["model"], "--port", "8115",
                       "--port-timeout", "5", "--preflight", "none")
         took = time.monotonic() - start
         no_traceback(proc)
         assert proc.returncode == 1, proc.stderr
-        holder_pid = next(int(p) for p in g.run("pgrep", "-f", "s.bind..'127.0.0.1',8115").stdout.split())
         assert "8115" in proc.stderr and str(holder_pid) in proc.stderr and "python3" in proc.stderr, proc.stderr
         assert took >= 5, took                                   # it waited for the port
         assert current(g, "held") == old and unit_show(g, "held")["MainPID"] == pid_before
         assert complete(g, 8105) == 6
-        after = tree(g, "held")
-        # changed nothing: the release it staged may stay in releases/ (not current), nothing else moved
-        new_lines = set(after.splitlines()) - set(before.splitlines())
-        assert all("/releases/" in line and "cpu2" in line for line in new_lines), new_lines
-        assert set(before.splitlines()) <= set(after.splitlines())
+        # changed nothing in service: the release it staged may stay in releases/ (not current) and its
+        # ledger records that folder as the tool's; the lock file holds the last locker's pid
+        # (renamed into state/, so that folder's mtime moves with it)
+        staged = ("/opt/assemble/held/releases", "/opt/assemble/held/state/ledger.json", "/opt/assemble/held/.lock")
+        after = tree_entries(g, "held")
+        changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)} - {"/opt/assemble/held/state"}
+        assert changed and not [p for p in changed if not p.startswith(staged)], [p for p in changed if not p.startswith(staged)]
+        assert all(p in after for p in before)
+        assert any("cpu2" in p for p in changed)
     finally:
+        if holder_pid:
+            g.run("kill", "-9", str(holder_pid))
         holder.kill()
-        subprocess.run(g.cmd("pkill", "-f", "s.bind..'127.0.0.1',8115"), capture_output=True)
         holder.wait(30)
 
 
