@@ -14,8 +14,10 @@ bound read-only at the same paths, so `python -m builder deploy ...` runs inside
 Debian 12's own python3; `share` is a host folder bound read-write at SHARE_AT, where tests place
 runtimes and models.
 
-Cost, measured on this 2-core machine (2026-12-01): a cold debootstrap of the root 2 min 57 s
-(288 MiB, with another helper's build running), a warm boot to `running` 1.5 s, power-off 0.5 s.
+Cost, measured on this shared 2-core machine (2026-12-01): the cold debootstrap of the root (288 MiB)
+took 2 min 57 s and 3 min 54 s (other jobs running); a warm boot to `running` about 1 s; power-off
+0.3 s. The deploy tests' session setup (the cpu runtime from the warm build cache, its repaired twin,
+the tiny model, the boot) took about 30 s.
 """
 
 from __future__ import annotations
