@@ -349,7 +349,7 @@ def _preflight(plan: Plan, folder: Path, req: DeployRequest) -> None:
     from builder.check.dynamic import free_port
     from builder.check.tinymodel import write_tiny_llama
     from builder.paths import scratch
-    from builder.proc import stop
+    from builder.proc import dies_with_us, stop
 
     env = dict(release_record(folder)["env"])
     with scratch("deploy-preflight-") as tmp:
@@ -361,7 +361,8 @@ def _preflight(plan: Plan, folder: Path, req: DeployRequest) -> None:
         serving = Serving.of(env)
         log = tmp / "server.log"
         with open(log, "w") as out:
-            proc = subprocess.Popen([str(folder / SERVE)], env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen([str(folder / SERVE)], env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT,
+                                    preexec_fn=dies_with_us())
         try:
             result = gate(serving.host, port, serving.model_names, req.timeouts.gate, proc=proc,
                           api_key=serving.api_key)

@@ -300,6 +300,19 @@ def test_refusals_before_anything_is_stopped(systemd_guest, paths):
     assert complete(g, 8106) == 6
 
 
+def strays(g: Guest) -> list[str]:
+    """llama-server processes in the guest that no unit owns (a killed deploy's preflight child, say)."""
+    code = ("import os\n"
+            "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+            "    try:\n"
+            "        comm = open(f'/proc/{p}/comm').read().strip(); cg = open(f'/proc/{p}/cgroup').read()\n"
+            "    except OSError:\n"
+            "        continue\n"
+            "    if comm == 'llama-server' and '/system.slice/assemble-' not in cg:\n"
+            "        print(p, open(f'/proc/{p}/cmdline').read().replace(chr(0), ' '))\n")
+    return g.run("python3", "-c", code, check=True).stdout.splitlines()
+
+
 def _kill_deploy(launcher: subprocess.Popen) -> bool:
     """SIGKILL the deploy's python process (a descendant of the host's nsenter), as `kill -9` would:
     its children are not signalled. False when it had already finished."""
@@ -328,7 +341,7 @@ def _kill_deploy(launcher: subprocess.Popen) -> bool:
     return True
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
 def test_sigkill_at_random_points_leaves_one_current_that_serves(systemd_guest, paths, seed):
     """SIGKILL of `assemble deploy` at seeded random instants of a switch (each seed: 4 kills over the
     measured length of an uninterrupted switch). After each: `current` is exactly one whole release,
@@ -351,6 +364,11 @@ def test_sigkill_at_random_points_leaves_one_current_that_serves(systemd_guest, 
         killed += _kill_deploy(launcher)
         out, err = launcher.communicate(timeout=600)
         no_traceback(subprocess.CompletedProcess(launcher.args, launcher.returncode, out, err))
+        # nothing the killed deploy started outlives it (its preflight server dies with it)
+        deadline = time.monotonic() + 10
+        while strays(g) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not strays(g), f"seed {seed} kill {i} at {delay:.2f}s: {strays(g)}"
         now = current(g, name)                                # exactly one whole release behind `current`
         links = g.run("find", f"/opt/assemble/{name}", "-maxdepth", "1", "-type", "l").stdout.split()
         assert links == [f"/opt/assemble/{name}/current"], links   # no half-renamed second link left
