@@ -9,7 +9,8 @@
         serve                    the bash script the unit runs
         release.json             what was deployed: runtime identity, model, port, env, time
       releases/ID.partial-XXXX/  a release being copied (never current; cleaned at the next run)
-      trash/ID.TIMESTAMP[.failed]  releases moved out of service (renamed, never deleted in a switch)
+      trash/ID.TIMESTAMP[.failed|.unused]  releases moved out of service (renamed, never deleted in a
+                                 switch); .failed: it failed its gate; .unused: never served
       state/ledger.json          every path deploy made here and outside (unit, sysusers), with its hash
       state/gate.json            the last gate: when, which release, the result, the devices
       state/switch.json          a switch in progress (from, to): present only while one runs
@@ -34,7 +35,8 @@ from builder.errors import AssembleError
 NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,21}")
 BASE = Path("opt/assemble")
 PARTIAL_TAG = ".partial-"
-FAILED_SUFFIX = ".failed"
+FAILED_SUFFIX = ".failed"     # failed its gate
+UNUSED_SUFFIX = ".unused"     # copied by a run that stopped (killed, port held) before it served
 RUNTIME, ENV, SERVE, RECORD = "runtime", "env", "serve", "release.json"
 
 

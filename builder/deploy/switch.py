@@ -26,7 +26,7 @@ from builder.deploy import ledger as owned
 from builder.deploy import ports
 from builder.deploy.envfile import DEFAULT_HOST, parse_env, render_env
 from builder.deploy.gate import GateResult, devices_from_log, gate
-from builder.deploy.layout import ENV, FAILED_SUFFIX, RECORD, RUNTIME, SERVE, HostTree
+from builder.deploy.layout import ENV, FAILED_SUFFIX, RECORD, RUNTIME, SERVE, UNUSED_SUFFIX, HostTree
 from builder.deploy.model import read_model
 from builder.deploy.release import ReleasePlan, checked_runtime, intact, plan_release, stage
 from builder.deploy.serve import render_serve
@@ -176,6 +176,14 @@ class _Run:
             if p.is_symlink() and os.readlink(p).startswith("releases/"):
                 p.unlink()
 
+    def clear_unused(self, keep: str) -> None:
+        """Releases a stopped run copied but never put in service (killed, or the port stayed held): to
+        trash/ID.TS.unused, so releases/ holds only what serves and what is being switched in."""
+        for path, _ in owned.recorded(self.tree, self.ledger, owned.RELEASE):
+            if path.parent == self.tree.releases and path.name not in (keep, self.previous()) \
+                    and owned.owns(self.tree, self.ledger, path):
+                self.to_trash(path.name, tail=UNUSED_SUFFIX)
+
     def previous(self) -> str | None:
         """The release in service now (None: none, or a link to nothing deploy owns)."""
         rid = self.tree.current_id()
@@ -188,8 +196,8 @@ class _Run:
         os.replace(tmp, self.tree.current)
         owned.fsync_dir(self.tree.base)
 
-    def to_trash(self, release_id: str, failed: bool = False) -> str:
-        stamp, tail = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), FAILED_SUFFIX if failed else ""
+    def to_trash(self, release_id: str, failed: bool = False, tail: str = "") -> str:
+        stamp, tail = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), FAILED_SUFFIX if failed else tail
         dest, n = self.tree.trash / f"{release_id}.{stamp}{tail}", 0
         while os.path.lexists(dest):
             n += 1
@@ -262,6 +270,7 @@ def deploy(req: DeployRequest, service: ServiceManager) -> Outcome:
     with locked(tree, service) as run:
         owned.refuse_foreign(tree, run.ledger, targets)
         previous = run.previous()
+        run.clear_unused(keep=rid)
         folder, run.ledger, reused = stage(tree, run.ledger, plan.release)
         files = (str(folder), str(tree.unit), str(tree.sysusers), str(tree.current))
         if tree.root != Path("/"):                                  # --root: an image's tree, nothing started
@@ -394,10 +403,10 @@ def rollback(name: str, service: ServiceManager, timeouts: Timeouts = Timeouts()
     tree = HostTree(Path("/"), name)
     with locked(tree, service, create=False) as run:
         candidates = [(p, e) for p, e in owned.recorded(tree, run.ledger, owned.RELEASE)
-                      if p.parent == tree.trash and not p.name.endswith(FAILED_SUFFIX)]
+                      if p.parent == tree.trash and not p.name.endswith((FAILED_SUFFIX, UNUSED_SUFFIX))]
         if not candidates:
-            raise AssembleError("trash/ holds no release to roll back to (only ones that failed their gate, or "
-                                "none)", where=str(tree.trash), fix="deploy a runtime instead")
+            raise AssembleError("trash/ holds no release to roll back to (none, or only ones that failed their gate "
+                                "or never served)", where=str(tree.trash), fix="deploy a runtime instead")
         src = candidates[-1][0]
         rid = release_record(src)["release"]
         if why := intact(src, rid):
