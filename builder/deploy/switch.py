@@ -281,7 +281,7 @@ def deploy(req: DeployRequest, service: ServiceManager) -> Outcome:
             return Outcome(req.name, rid, previous, trashed=trashed, files=files, reused=reused,
                            commands=_commands(tree, previous=None))
         if req.preflight != "none":
-            _preflight(plan, folder, req)
+            preflight(folder, req.preflight, req.timeouts.gate)
         result, trashed = _switch(run, rid, plan.serving, previous, req.timeouts)
         return Outcome(req.name, rid, previous, gate=result, trashed=trashed, files=files, reused=reused)
 
@@ -351,7 +351,7 @@ def _roll_back(run: _Run, rid: str, serving: Serving, previous: str | None, fail
                         where=unit, code=FAILED, fix=fix)
 
 
-def _preflight(plan: Plan, folder: Path, req: DeployRequest) -> None:
+def preflight(folder: Path, kind: str, timeout: float) -> GateResult:
     """Run the new release's serve script as a plain child on a free port and gate it, before anything in
     service is touched. tiny: with a random tiny model (a real request through the runtime, at no memory
     cost while the old release still serves); model: with the real model."""
@@ -364,7 +364,7 @@ def _preflight(plan: Plan, folder: Path, req: DeployRequest) -> None:
     with scratch("deploy-preflight-") as tmp:
         port = free_port()
         env.update({"LLAMA_ARG_PORT": str(port), "LLAMA_ARG_HOST": "127.0.0.1", "PATH": "/usr/bin:/bin"})
-        if req.preflight == "tiny":
+        if kind == "tiny":
             env["LLAMA_ARG_MODEL"] = str(write_tiny_llama(tmp / "tiny.gguf"))
             env.pop("LLAMA_ARG_ALIAS", None)
         serving = Serving.of(env)
@@ -372,16 +372,17 @@ def _preflight(plan: Plan, folder: Path, req: DeployRequest) -> None:
         with open(log, "w") as out:
             proc = subprocess.Popen([str(folder / SERVE)], env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT)
         try:
-            result = gate(serving.host, port, serving.model_names, req.timeouts.gate, proc=proc,
-                          api_key=serving.api_key)
+            result = gate(serving.host, port, serving.model_names, timeout, proc=proc, api_key=serving.api_key)
+            result = dataclasses.replace(result, devices=devices_from_log(log.read_text(errors="replace")))
         finally:
             stop(proc)
         if not result.passed:
             said = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
-            raise AssembleError(f"preflight of the new release ({req.preflight} model): {result.line()}; nothing in "
+            raise AssembleError(f"preflight of the new release ({kind} model): {result.line()}; nothing in "
                                 "service was touched", where=str(folder), code=FAILED,
                                 fix=f"the server said: {said or 'nothing'}")
-        ui.info(f"preflight ({req.preflight} model): {result.detail}")
+        ui.info(f"preflight ({kind} model): {result.detail}")
+        return result
 
 
 def _dry_run(plan: Plan) -> Outcome:
