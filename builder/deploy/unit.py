@@ -22,9 +22,10 @@ GPU_BACKENDS = ("cuda", "vulkan", "hip")
 
 # Device nodes per backend, as DeviceAllow= values. `char-NAME` is a driver name from
 # /proc/devices (systemd matches it against that list), so every node of that driver is allowed
-# whatever the number of cards; /dev/kfd is a fixed path.
+# whatever the number of cards; /dev/kfd is a fixed path. The NVIDIA names are those an H200
+# host's /proc/devices lists (driver 5xx/6xx, 2026-12-01): 195 nvidia, 238 nvidia-uvm, 241 nvidia-caps.
 _DEVICES = {
-    "cuda": ("char-nvidia-frontend rw",   # /dev/nvidiactl, /dev/nvidia0..N (major 195)
+    "cuda": ("char-nvidia rw",            # /dev/nvidiactl, /dev/nvidia0..N, /dev/nvidia-modeset (major 195)
              "char-nvidia-uvm rw",        # /dev/nvidia-uvm(-tools): unified memory
              "char-nvidia-caps r"),       # /dev/nvidia-caps/*: MIG capabilities
     "vulkan": ("char-drm rw",),            # /dev/dri/renderD*, /dev/dri/card*
