@@ -249,12 +249,17 @@ def locked(tree: HostTree, service: ServiceManager, create: bool = True):
     if not create and not tree.ledger.exists():
         raise AssembleError(f"nothing is deployed under the name {tree.name}", where=str(tree.base),
                             fix="deploy first: assemble deploy RUNTIME --name NAME --model FILE")
-    tree.base.mkdir(parents=True, exist_ok=True)
-    with locks.exclusive(tree.lock, f"waiting for another deploy of {tree.name} ({tree.lock})"):
-        owned.refuse_foreign_base(tree)
-        run = _Run(tree, service)
-        run.tidy()
-        yield run
+    # The service user reads the tree: an operator's umask 077 would make folders it cannot enter.
+    umask = os.umask(0o022)
+    try:
+        tree.base.mkdir(parents=True, exist_ok=True)
+        with locks.exclusive(tree.lock, f"waiting for another deploy of {tree.name} ({tree.lock})"):
+            owned.refuse_foreign_base(tree)
+            run = _Run(tree, service)
+            run.tidy()
+            yield run
+    finally:
+        os.umask(umask)
 
 
 # --- deploy ------------------------------------------------------------------------------------------------

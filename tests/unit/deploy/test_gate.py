@@ -4,12 +4,9 @@ later step wrong fails at that step, naming it; the boot log's devices are read 
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +14,6 @@ from builder.check.dynamic import free_port
 from builder.check.tinymodel import write_tiny_llama
 from builder.deploy.gate import N_PREDICT, devices_from_log, gate
 from builder.proc import stop
-from tests.support.common import REPO
 
 # A small real HTTP server whose later answers go wrong in one chosen way (argv: port, mode).
 LIAR = r"""
