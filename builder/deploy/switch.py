@@ -303,7 +303,7 @@ def _commands(tree: HostTree, previous: str | None) -> tuple[str, ...]:
     return tuple(recorder.commands)
 
 
-def _switch(run: _Run, rid: str, serving: Serving, previous: str | None, timeouts: Timeouts
+def _switch(run: _Run, rid: str, serving: Serving, previous: str | None, timeouts: Timeouts, what: str = "deploy"
             ) -> tuple[GateResult, tuple[str, ...]]:
     """Put releases/RID in service; (its passed gate, what went to trash), or exit 1 after rolling back."""
     tree, service, unit = run.tree, run.service, run.tree.unit_name
@@ -317,7 +317,7 @@ def _switch(run: _Run, rid: str, serving: Serving, previous: str | None, timeout
     ports.wait_port_free(serving.port, timeouts.port, why=f" after {unit} stopped (`current` was not switched)")
     run.flip(rid)
     result = run.start_and_gate(serving, timeouts.gate)
-    run.record_gate(rid, result, "deploy")
+    run.record_gate(rid, result, what)
     if not result.passed:
         _roll_back(run, rid, serving, previous, result, timeouts)      # raises
     trashed = (run.to_trash(previous),) if previous not in (None, rid) else ()
@@ -348,7 +348,7 @@ def _roll_back(run: _Run, rid: str, serving: Serving, previous: str | None, fail
     run.write_unit(previous)
     back_serving = Serving.of(release_record(tree.release(previous))["env"])
     back = run.start_and_gate(back_serving, timeouts.gate)
-    run.record_gate(previous, back, "rollback")
+    run.record_gate(previous, back, "back to the previous release")
     trashed = run.to_trash(rid, failed=True)
     tree.switch_record.unlink(missing_ok=True)
     again = "the previous release serves again" if back.passed else f"the previous release FAILED too ({back.line()})"
@@ -404,9 +404,9 @@ def _dry_run(plan: Plan) -> Outcome:
 
 # --- rollback ----------------------------------------------------------------------------------------------
 
-def rollback(name: str, service: ServiceManager, timeouts: Timeouts = Timeouts()) -> Outcome:
+def rollback(name: str, service: ServiceManager, timeouts: Timeouts = Timeouts(), root: Path = Path("/")) -> Outcome:
     """Bring the newest release in trash that did not fail its gate back into service, gated as a deploy."""
-    tree = HostTree(Path("/"), name)
+    tree = HostTree(root, name)
     with locked(tree, service, create=False) as run:
         candidates = [(p, e) for p, e in owned.recorded(tree, run.ledger, owned.RELEASE)
                       if p.parent == tree.trash and not p.name.endswith((FAILED_SUFFIX, UNUSED_SUFFIX))]
@@ -426,5 +426,5 @@ def rollback(name: str, service: ServiceManager, timeouts: Timeouts = Timeouts()
         elif not owned.owns(tree, run.ledger, tree.release(rid)):
             raise owned.foreign(tree.release(rid))
         serving = Serving.of(release_record(tree.release(rid))["env"])
-        result, trashed = _switch(run, rid, serving, previous, timeouts)
+        result, trashed = _switch(run, rid, serving, previous, timeouts, what="--rollback")
         return Outcome(name, rid, previous, gate=result, trashed=trashed)

@@ -22,7 +22,8 @@ from builder.deploy import ledger as owned
 from builder.deploy.layout import RUNTIME, SERVE, HostTree
 from builder.deploy.release import stage
 from builder.deploy.service import UnitState
-from builder.deploy.switch import (DeployRequest, Serving, Timeouts, _Run, _switch, deploy, make_plan, preflight)
+from builder.deploy.switch import (DeployRequest, Serving, Timeouts, _Run, _switch, deploy, make_plan, preflight,
+                                   rollback)
 from builder.errors import AssembleError
 from builder.proc import stop
 
@@ -111,6 +112,10 @@ def test_a_good_release_switches_in_and_the_previous_goes_to_trash(served):
     assert len(trashed) == 1 and trashed[0].startswith(first + ".") and (tree.trash / trashed[0]).is_dir()
     assert _serves(port)
     assert sup.calls[-6:] == ["sysusers", "daemon-reload", "stop", "enable", "stop", "start"], sup.calls
+    back = rollback("chat", sup, Timeouts(gate=120, port=10), root=tree.root)       # --rollback
+    assert back.gate.passed and back.release == first and tree.current_id() == first and _serves(port)
+    assert not (tree.trash / trashed[0]).exists() and len(back.trashed) == 1
+    assert back.trashed[0].startswith(plan.release.release_id + ".")
 
 
 def test_a_release_whose_server_cannot_start_is_rolled_back(served):
@@ -131,7 +136,7 @@ def test_a_release_whose_server_cannot_start_is_rolled_back(served):
     assert len(failed) == 1 and failed[0].endswith(".failed") and failed[0].startswith(plan.release.release_id)
     assert not tree.release(plan.release.release_id).exists()
     assert owned.owns(tree, owned.load(tree), tree.trash / failed[0])
-    assert not tree.switch_record.exists() and '"what": "rollback"' in tree.gate_record.read_text()
+    assert not tree.switch_record.exists() and '"what": "back to the previous release"' in tree.gate_record.read_text()
 
 
 def test_a_held_port_stops_the_switch_before_anything_changes(served):
