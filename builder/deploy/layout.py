@@ -9,7 +9,8 @@
         serve                    the bash script the unit runs
         release.json             what was deployed: runtime identity, model, port, env, time
       releases/ID.partial-XXXX/  a release being copied (never current; cleaned at the next run)
-      trash/ID.TIMESTAMP[.failed]  releases moved out of service (renamed, never deleted in a switch)
+      trash/ID.TIMESTAMP[.failed|.unused]  releases moved out of service (renamed, never deleted in a
+                                 switch); .failed: it failed its gate; .unused: never served
       state/ledger.json          every path deploy made here and outside (unit, sysusers), with its hash
       state/gate.json            the last gate: when, which release, the result, the devices
       state/switch.json          a switch in progress (from, to): present only while one runs
@@ -26,15 +27,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.deploy.unit import service_user, unit_name
 from builder.errors import AssembleError
 
-# A deploy NAME becomes a unit name and the user assemble-NAME: systemd-sysusers takes a user name of
-# at most 31 characters (UT_NAMESIZE - 1), so NAME has at most 22.
+# A deploy NAME becomes a unit name and the user assemble-NAME: systemd-sysusers 252 refuses a user name
+# of 32 characters ("not a valid user or group name") and takes 31, so NAME has at most 22.
 NAME_RE = re.compile(r"[a-z][a-z0-9-]{0,21}")
-PREFIX = "assemble-"
 BASE = Path("opt/assemble")
 PARTIAL_TAG = ".partial-"
-FAILED_SUFFIX = ".failed"
+FAILED_SUFFIX = ".failed"     # failed its gate
+UNUSED_SUFFIX = ".unused"     # copied by a run that stopped (killed, port held) before it served
 RUNTIME, ENV, SERVE, RECORD = "runtime", "env", "serve", "release.json"
 
 
@@ -95,11 +97,11 @@ class HostTree:
 
     @property
     def unit_name(self) -> str:
-        return f"{PREFIX}{self.name}.service"
+        return unit_name(self.name)
 
     @property
     def user(self) -> str:
-        return f"{PREFIX}{self.name}"
+        return service_user(self.name)
 
     @property
     def unit(self) -> Path:
@@ -107,7 +109,7 @@ class HostTree:
 
     @property
     def sysusers(self) -> Path:
-        return self.root / "etc/sysusers.d" / f"{PREFIX}{self.name}.conf"
+        return self.root / "etc/sysusers.d" / f"{self.user}.conf"
 
     def host_path(self, p: Path) -> Path:
         """The path as the running host sees it: without --root."""

@@ -7,7 +7,8 @@ Paths are host paths, and files and release folders are proved by content, not b
 written with --root into an image stays valid once the image is booted:
   file     the unit, the sysusers file: sha256 of the bytes
   release  releases/ID and trash/ENTRY: sha256 of the folder's release.json (a rename keeps it)
-  partial  releases/ID.partial-XXXX being copied: device and inode (it never leaves this machine)
+  partial  releases/ID.partial-XXXX being copied: device, inode and an xattr mark (it never leaves this
+           machine; the mark tells apart a folder that got the same inode back)
 Every change is recorded before it is made and settled after (a path may have two entries in between:
 the bytes before and after), so a kill at any instant leaves each path provably ours. `current` is ours
 when it is a symlink to one of our releases; state/ is deploy's own bookkeeping (the ledger lives there).
@@ -146,7 +147,7 @@ def write_file(tree: HostTree, ledger: locks.Ledger, path: Path, text: str, mode
 
 def start_partial(tree: HostTree, ledger: locks.Ledger, partial: Path) -> locks.Ledger:
     """Record a just-made copy folder by its inode, before anything is copied into it."""
-    made = locks.made(PARTIAL, partial)
+    made = locks.made(PARTIAL, partial, mark=locks.mark(partial))   # the mark tells a reused inode apart
     ledger = _add(ledger, dataclasses.replace(made, path=key(tree, partial)))
     save(tree, ledger)
     return ledger
@@ -201,7 +202,7 @@ def delete(tree: HostTree, ledger: locks.Ledger, path: Path) -> locks.Ledger:
     """Delete a release folder of ours: renamed to a hidden name recorded by inode (a PARTIAL, which tidy
     finishes after a kill), then removed."""
     doomed = path.parent / f".retiring-{path.name}"
-    ledger = _add(ledger, dataclasses.replace(locks.made(PARTIAL, path), path=key(tree, doomed)))
+    ledger = _add(ledger, dataclasses.replace(locks.made(PARTIAL, path, mark=locks.mark(path)), path=key(tree, doomed)))
     save(tree, ledger)
     os.rename(path, doomed)
     ledger = forget(tree, ledger, path)

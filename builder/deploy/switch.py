@@ -26,7 +26,7 @@ from builder.deploy import ledger as owned
 from builder.deploy import ports
 from builder.deploy.envfile import DEFAULT_HOST, parse_env, render_env
 from builder.deploy.gate import GateResult, devices_from_log, gate
-from builder.deploy.layout import ENV, FAILED_SUFFIX, RECORD, RUNTIME, SERVE, HostTree
+from builder.deploy.layout import ENV, FAILED_SUFFIX, RECORD, RUNTIME, SERVE, UNUSED_SUFFIX, HostTree
 from builder.deploy.model import read_model
 from builder.deploy.release import ReleasePlan, checked_runtime, intact, plan_release, stage
 from builder.deploy.serve import render_serve
@@ -176,6 +176,14 @@ class _Run:
             if p.is_symlink() and os.readlink(p).startswith("releases/"):
                 p.unlink()
 
+    def clear_unused(self, keep: str) -> None:
+        """Releases a stopped run copied but never put in service (killed, or the port stayed held): to
+        trash/ID.TS.unused, so releases/ holds only what serves and what is being switched in."""
+        for path, _ in owned.recorded(self.tree, self.ledger, owned.RELEASE):
+            if path.parent == self.tree.releases and path.name not in (keep, self.previous()) \
+                    and owned.owns(self.tree, self.ledger, path):
+                self.to_trash(path.name, tail=UNUSED_SUFFIX)
+
     def previous(self) -> str | None:
         """The release in service now (None: none, or a link to nothing deploy owns)."""
         rid = self.tree.current_id()
@@ -188,8 +196,8 @@ class _Run:
         os.replace(tmp, self.tree.current)
         owned.fsync_dir(self.tree.base)
 
-    def to_trash(self, release_id: str, failed: bool = False) -> str:
-        stamp, tail = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), FAILED_SUFFIX if failed else ""
+    def to_trash(self, release_id: str, failed: bool = False, tail: str = "") -> str:
+        stamp, tail = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()), FAILED_SUFFIX if failed else tail
         dest, n = self.tree.trash / f"{release_id}.{stamp}{tail}", 0
         while os.path.lexists(dest):
             n += 1
@@ -241,12 +249,17 @@ def locked(tree: HostTree, service: ServiceManager, create: bool = True):
     if not create and not tree.ledger.exists():
         raise AssembleError(f"nothing is deployed under the name {tree.name}", where=str(tree.base),
                             fix="deploy first: assemble deploy RUNTIME --name NAME --model FILE")
-    tree.base.mkdir(parents=True, exist_ok=True)
-    with locks.exclusive(tree.lock, f"waiting for another deploy of {tree.name} ({tree.lock})"):
-        owned.refuse_foreign_base(tree)
-        run = _Run(tree, service)
-        run.tidy()
-        yield run
+    # The service user reads the tree: an operator's umask 077 would make folders it cannot enter.
+    umask = os.umask(0o022)
+    try:
+        tree.base.mkdir(parents=True, exist_ok=True)
+        with locks.exclusive(tree.lock, f"waiting for another deploy of {tree.name} ({tree.lock})"):
+            owned.refuse_foreign_base(tree)
+            run = _Run(tree, service)
+            run.tidy()
+            yield run
+    finally:
+        os.umask(umask)
 
 
 # --- deploy ------------------------------------------------------------------------------------------------
@@ -262,6 +275,7 @@ def deploy(req: DeployRequest, service: ServiceManager) -> Outcome:
     with locked(tree, service) as run:
         owned.refuse_foreign(tree, run.ledger, targets)
         previous = run.previous()
+        run.clear_unused(keep=rid)
         folder, run.ledger, reused = stage(tree, run.ledger, plan.release)
         files = (str(folder), str(tree.unit), str(tree.sysusers), str(tree.current))
         if tree.root != Path("/"):                                  # --root: an image's tree, nothing started
@@ -272,7 +286,7 @@ def deploy(req: DeployRequest, service: ServiceManager) -> Outcome:
             return Outcome(req.name, rid, previous, trashed=trashed, files=files, reused=reused,
                            commands=_commands(tree, previous=None))
         if req.preflight != "none":
-            _preflight(plan, folder, req)
+            preflight(folder, req.preflight, req.timeouts.gate)
         result, trashed = _switch(run, rid, plan.serving, previous, req.timeouts)
         return Outcome(req.name, rid, previous, gate=result, trashed=trashed, files=files, reused=reused)
 
@@ -289,7 +303,7 @@ def _commands(tree: HostTree, previous: str | None) -> tuple[str, ...]:
     return tuple(recorder.commands)
 
 
-def _switch(run: _Run, rid: str, serving: Serving, previous: str | None, timeouts: Timeouts
+def _switch(run: _Run, rid: str, serving: Serving, previous: str | None, timeouts: Timeouts, what: str = "deploy"
             ) -> tuple[GateResult, tuple[str, ...]]:
     """Put releases/RID in service; (its passed gate, what went to trash), or exit 1 after rolling back."""
     tree, service, unit = run.tree, run.service, run.tree.unit_name
@@ -303,7 +317,7 @@ def _switch(run: _Run, rid: str, serving: Serving, previous: str | None, timeout
     ports.wait_port_free(serving.port, timeouts.port, why=f" after {unit} stopped (`current` was not switched)")
     run.flip(rid)
     result = run.start_and_gate(serving, timeouts.gate)
-    run.record_gate(rid, result, "deploy")
+    run.record_gate(rid, result, what)
     if not result.passed:
         _roll_back(run, rid, serving, previous, result, timeouts)      # raises
     trashed = (run.to_trash(previous),) if previous not in (None, rid) else ()
@@ -334,7 +348,7 @@ def _roll_back(run: _Run, rid: str, serving: Serving, previous: str | None, fail
     run.write_unit(previous)
     back_serving = Serving.of(release_record(tree.release(previous))["env"])
     back = run.start_and_gate(back_serving, timeouts.gate)
-    run.record_gate(previous, back, "rollback")
+    run.record_gate(previous, back, "back to the previous release")
     trashed = run.to_trash(rid, failed=True)
     tree.switch_record.unlink(missing_ok=True)
     again = "the previous release serves again" if back.passed else f"the previous release FAILED too ({back.line()})"
@@ -342,7 +356,7 @@ def _roll_back(run: _Run, rid: str, serving: Serving, previous: str | None, fail
                         where=unit, code=FAILED, fix=fix)
 
 
-def _preflight(plan: Plan, folder: Path, req: DeployRequest) -> None:
+def preflight(folder: Path, kind: str, timeout: float) -> GateResult:
     """Run the new release's serve script as a plain child on a free port and gate it, before anything in
     service is touched. tiny: with a random tiny model (a real request through the runtime, at no memory
     cost while the old release still serves); model: with the real model."""
@@ -355,7 +369,7 @@ def _preflight(plan: Plan, folder: Path, req: DeployRequest) -> None:
     with scratch("deploy-preflight-") as tmp:
         port = free_port()
         env.update({"LLAMA_ARG_PORT": str(port), "LLAMA_ARG_HOST": "127.0.0.1", "PATH": "/usr/bin:/bin"})
-        if req.preflight == "tiny":
+        if kind == "tiny":
             env["LLAMA_ARG_MODEL"] = str(write_tiny_llama(tmp / "tiny.gguf"))
             env.pop("LLAMA_ARG_ALIAS", None)
         serving = Serving.of(env)
@@ -364,16 +378,17 @@ def _preflight(plan: Plan, folder: Path, req: DeployRequest) -> None:
             proc = subprocess.Popen([str(folder / SERVE)], env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT,
                                     preexec_fn=dies_with_us())
         try:
-            result = gate(serving.host, port, serving.model_names, req.timeouts.gate, proc=proc,
-                          api_key=serving.api_key)
+            result = gate(serving.host, port, serving.model_names, timeout, proc=proc, api_key=serving.api_key)
+            result = dataclasses.replace(result, devices=devices_from_log(log.read_text(errors="replace")))
         finally:
             stop(proc)
         if not result.passed:
             said = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
-            raise AssembleError(f"preflight of the new release ({req.preflight} model): {result.line()}; nothing in "
+            raise AssembleError(f"preflight of the new release ({kind} model): {result.line()}; nothing in "
                                 "service was touched", where=str(folder), code=FAILED,
                                 fix=f"the server said: {said or 'nothing'}")
-        ui.info(f"preflight ({req.preflight} model): {result.detail}")
+        ui.info(f"preflight ({kind} model): {result.detail}")
+        return result
 
 
 def _dry_run(plan: Plan) -> Outcome:
@@ -390,15 +405,15 @@ def _dry_run(plan: Plan) -> Outcome:
 
 # --- rollback ----------------------------------------------------------------------------------------------
 
-def rollback(name: str, service: ServiceManager, timeouts: Timeouts = Timeouts()) -> Outcome:
+def rollback(name: str, service: ServiceManager, timeouts: Timeouts = Timeouts(), root: Path = Path("/")) -> Outcome:
     """Bring the newest release in trash that did not fail its gate back into service, gated as a deploy."""
-    tree = HostTree(Path("/"), name)
+    tree = HostTree(root, name)
     with locked(tree, service, create=False) as run:
         candidates = [(p, e) for p, e in owned.recorded(tree, run.ledger, owned.RELEASE)
-                      if p.parent == tree.trash and not p.name.endswith(FAILED_SUFFIX)]
+                      if p.parent == tree.trash and not p.name.endswith((FAILED_SUFFIX, UNUSED_SUFFIX))]
         if not candidates:
-            raise AssembleError("trash/ holds no release to roll back to (only ones that failed their gate, or "
-                                "none)", where=str(tree.trash), fix="deploy a runtime instead")
+            raise AssembleError("trash/ holds no release to roll back to (none, or only ones that failed their gate "
+                                "or never served)", where=str(tree.trash), fix="deploy a runtime instead")
         src = candidates[-1][0]
         rid = release_record(src)["release"]
         if why := intact(src, rid):
@@ -412,5 +427,5 @@ def rollback(name: str, service: ServiceManager, timeouts: Timeouts = Timeouts()
         elif not owned.owns(tree, run.ledger, tree.release(rid)):
             raise owned.foreign(tree.release(rid))
         serving = Serving.of(release_record(tree.release(rid))["env"])
-        result, trashed = _switch(run, rid, serving, previous, timeouts)
+        result, trashed = _switch(run, rid, serving, previous, timeouts, what="--rollback")
         return Outcome(name, rid, previous, gate=result, trashed=trashed)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from builder import ui
 from builder.errors import AssembleError
@@ -66,7 +65,7 @@ def _refuse_extra(args, command: str, allowed: set[str]) -> None:
              "--env": args.env or None, "--keep": args.keep, "--dry-run": args.dry_run or None}
     extra = [k for k, v in given.items() if v is not None and k not in allowed]
     if extra:
-        raise AssembleError(f"{command} takes no {extra[0]}", where=extra[0], fix=f"see `assemble deploy --help`")
+        raise AssembleError(f"{command} takes no {extra[0]}", where=extra[0], fix="see `assemble deploy --help`")
 
 
 def run(args) -> int:
