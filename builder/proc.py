@@ -204,3 +204,17 @@ def run_logged(argv: Sequence[str | Path], log: Path, label: str, *, fix: str, e
     if rc != 0:
         raise BuildFailed(f"{label} failed (exit {rc}); full log: {log}", where=argv[0], fix=fix,
                           details="\n".join(tail))
+
+
+def dies_with_us():
+    """A Popen preexec_fn: the child is SIGKILLed when this process dies, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG survives the exec), so a killed command never leaves a server it started running."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)        # loaded before the fork, not in the child
+    parent = os.getpid()
+
+    def preexec() -> None:
+        libc.prctl(1, signal.SIGKILL)               # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:                  # the parent died before prctl: nobody to die with
+            os._exit(1)
+    return preexec

@@ -4,7 +4,10 @@
 #   - Vulkan on the CPU: Mesa's lavapipe + the loader (libvulkan1), Debian 12's glslc
 #   - Vulkan headers newer than Debian 12's 1.3.239 (this llama.cpp needs 1.4.x):
 #     libvulkan-dev + spirv-headers from Debian 13 (trixie), headers only, unpacked over /
-#   - debootstrap: the Debian sid chroot with ROCm 6.4 (tests/integration/test_rocm_chroot.py)
+#   - debootstrap: the Debian sid chroot with ROCm 6.4 (tests/integration/test_rocm_chroot.py) and the
+#     Debian 12 root the deploy tests boot
+#   - systemd-container (systemd-nspawn) boots that root with a real systemd 252; systemd gives the host
+#     systemd-analyze and systemd-sysusers (tests/integration/test_deploy_systemd.py, tests/unit/deploy)
 #   - qemu-user: older x86 CPUs emulated (qemu-x86_64 -cpu Nehalem: no AVX), to prove the runtime's
 #     CPU backend picks a variant each can run (tests/integration/test_cpu_portability.py)
 #   - redis-server: the shared compile cache across "machines" (tests/integration/test_remote_cache.py,
@@ -22,7 +25,7 @@
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 need=()
-for pkg in git python3-venv xz-utils zstd bzip2 ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap qemu-user nodejs redis-server wine64; do
+for pkg in git python3-venv xz-utils zstd bzip2 ccache libvulkan1 mesa-vulkan-drivers glslc debootstrap systemd systemd-container qemu-user nodejs redis-server wine64; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 ver=$(grep -s -oP '#define VK_HEADER_VERSION \K[0-9]+' /usr/include/vulkan/vulkan_core.h || echo 0)

@@ -26,6 +26,7 @@ HEAVY_FIXTURES = {
     "spm_model",                                            # integration/test_e2e_cpu.py
     "upstream_build", "archives",                           # integration/test_repair.py
     "tool_venvs", "twin_venv",                              # integration/test_second_venv.py: pip installs
+    "systemd_guest",                                        # integration/test_deploy_systemd.py: debootstrap
 }
 
 

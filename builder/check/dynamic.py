@@ -304,10 +304,27 @@ class Smoke:
     observed: dict = field(default_factory=dict)   # what while_loaded saw
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_health(base: str, timeout: float, proc: subprocess.Popen | None = None) -> str | None:
+    """Poll base/health until it answers 200 (None), the server exits, or `timeout` seconds pass (why not).
+    The one readiness wait: verify's smoke and deploy's gate use it."""
+    start = time.monotonic()
+    while True:
+        if proc is not None and proc.poll() is not None:
+            return f"llama-server exited {proc.returncode} before /health"
+        try:
+            if requests.get(base + "/health", timeout=2).status_code == 200:
+                return None
+        except requests.RequestException:
+            pass
+        if time.monotonic() - start > timeout:
+            return f"/health not ok after {timeout:.0f}s"
+        time.sleep(0.3)
 
 
 SMOKE_PROMPT = " ".join(["the quick brown fox jumps over the lazy dog"] * 15)  # several hundred tokens
@@ -348,7 +365,7 @@ def smoke(runtime: Path, model: Path, device_args: list[str], env: dict, timeout
 
     `while_loaded(pid) -> dict`, if given, runs once the model is loaded (e.g. to sample GPU memory).
     """
-    port = _free_port()
+    port = free_port()
     owned = carried_names(runtime)
     with scratch("smoke-run-") as cwd:
         log_path = cwd / "server.log"
@@ -357,20 +374,9 @@ def smoke(runtime: Path, model: Path, device_args: list[str], env: dict, timeout
                                      "--port", str(port), "-c", "2048", "-np", "1", *device_args],
                                     env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
         try:
-            start = time.monotonic()
             base = f"http://127.0.0.1:{port}"
-            while True:
-                if proc.poll() is not None:
-                    return Smoke(error=f"llama-server exited {proc.returncode} before /health: "
-                                 + _tail(log_path), log=None)
-                try:
-                    if requests.get(base + "/health", timeout=2).status_code == 200:
-                        break
-                except requests.RequestException:
-                    pass
-                if time.monotonic() - start > timeout:
-                    return Smoke(error=f"/health not ok after {timeout:.0f}s: " + _tail(log_path))
-                time.sleep(0.3)
+            if not_ready := wait_health(base, timeout, proc):
+                return Smoke(error=f"{not_ready}: " + _tail(log_path))
             observed = while_loaded(proc.pid) if while_loaded else {}
             t0 = time.monotonic()
             try:

@@ -16,7 +16,7 @@ from builder import __version__, paths, ui
 from builder.cli.args import settle_recipe
 from builder.errors import FAILED, AssembleError, from_interrupt, interrupted
 
-COMMANDS = ["build", "repair", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "matrix", "completion"]
+COMMANDS = ["build", "repair", "fetch", "list", "show", "verify", "pin", "doctor", "toolchain", "image", "package", "deploy", "matrix", "completion"]
 
 EPILOG = """examples:
   assemble list                         recipes shipped with this version

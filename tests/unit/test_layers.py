@@ -16,7 +16,7 @@ from tests.support.common import REPO
 BUILDER = REPO / "builder"
 LAYERS = (
     ("builder.cli", "builder.__main__"),
-    ("builder.pipeline", "builder.outdir", "builder.repair", "builder.repair_windows"),
+    ("builder.pipeline", "builder.outdir", "builder.repair", "builder.repair_windows", "builder.deploy"),
     ("builder.release",),
     ("builder.check",),
     ("builder.build", "builder.prebuilt", "builder.windows"),
