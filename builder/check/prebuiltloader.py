@@ -2,7 +2,7 @@
 a compiled-in GGML_BACKEND_DIR is searched before the executable's folder, so modules installed
 there on this host are loaded first (on a tie the first found wins). The working-directory
 risk is proven dynamically by the planted-module check (builder.check.dynamic) and, for
-verify --static, read from libggml's imports (builder.prebuilt.loader.cwd_readers)."""
+verify --static, read from libggml's dynamic symbols (builder.prebuilt.loader.cwd_reading)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from builder.check.report import FAIL, PASS, WARN, Check
 from builder.errors import AssembleError
-from builder.prebuilt.loader import LOADER_PATCH, cwd_readers, host_modules_in, loader_facts
+from builder.prebuilt.loader import LOADER_PATCH, cwd_reading, host_modules_in, loader_facts
 
 NAME = "compiled-in module folder"
 CWD_NAME = "working-directory modules"      # the planted-module check's name: one fact, proven two ways
@@ -54,20 +54,35 @@ def backend_dir_check(runtime: Path, accepted: str | None, recorded: tuple[str, 
                  "with --accept-loader-risk REASON to record that you accept it")
 
 
-def cwd_search_check(runtime: Path, accepted: str | None) -> Check | None:
-    """Whether the runtime's ggml loader searches the working directory, read from the imports of
-    lib/libggml.so* (verify --static; the dynamic verify plants a module instead). None: no libggml."""
+def cwd_search_check(runtime: Path, accepted: str | None, patched: bool = False) -> Check | None:
+    """Whether the runtime's ggml loader searches the working directory, read from the dynamic symbols of
+    lib/libggml.so* (verify --static; the dynamic verify plants a module instead). None: no libggml.
+    `patched`: the manifest records that the build applied the loader patch."""
     libggml = _libggml(runtime)
     if libggml is None:
         return None
     try:
-        readers = cwd_readers(libggml)
+        reading = cwd_reading(libggml)
     except AssembleError:             # a damaged libggml: the ELF and hash checks name it
         return None
-    if not readers:
+    if not reading.readers:
         return Check(CWD_NAME, PASS, f"{libggml.name} imports no way to read the working directory, so its loader "
                      f"cannot search it (assemble's {LOADER_PATCH} patch)")
-    risk = (f"{libggml.name} imports {readers[0]}: its loader also loads every libggml-*.so in the working "
+    if reading.linked_in and set(reading.imported) <= {"getcwd"}:
+        # libstdc++'s filesystem code inside libggml imports getcwd for its own current_path(), called or not:
+        # the symbols cannot tell whether the loader searches the working directory
+        linked = (f"{libggml.name} carries libstdc++'s filesystem code (linked in statically), whose "
+                  "current_path() imports getcwd, so its symbols cannot tell whether the loader searches the "
+                  "working directory")
+        if patched:
+            return Check(CWD_NAME, PASS, f"the build applied assemble's {LOADER_PATCH} patch (manifest), which removes "
+                         f"the search; {linked}")
+        if accepted:
+            return Check(CWD_NAME, WARN, f"{linked}; accepted when repaired: {accepted}")
+        return Check(CWD_NAME, WARN, linked, "run assemble verify without --static: it plants a module in the "
+                     "working directory and sees whether it loads")
+    reader = reading.readers[0]
+    risk = (f"{libggml.name} imports {reader}: its loader also loads every libggml-*.so in the working "
             "directory, so anyone who can write where llama-server starts runs code in it")
     if accepted:
         return Check(CWD_NAME, WARN, f"{risk}; accepted when repaired: {accepted}")

@@ -21,6 +21,7 @@ from builder.check import static as staticcheck
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
 from builder.config.recipe import DEVICE_PREFIX, Recipe
 from builder.config.targets import CudaArch
+from builder.prebuilt.loader import LOADER_PATCH
 from builder.runtime.gpuruntime import CudaRuntimeRecord, RocmRecord
 from builder.paths import scratch
 
@@ -168,7 +169,8 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     if loader_dir := prebuiltloader.backend_dir_check(runtime, accepted, recorded, here=not static):
         checks.append(loader_dir)
     if static:
-        if cwd := prebuiltloader.cwd_search_check(runtime, accepted):
+        patched = bool(m and any(p.name == LOADER_PATCH for p in m.llama_cpp.patches))
+        if cwd := prebuiltloader.cwd_search_check(runtime, accepted, patched):
             checks.append(cwd)
         checks.append(Check("devices, loader and smoke", SKIP, "not run: --static reads files only"))
     elif (runtime / "bin" / "llama-server").is_file():

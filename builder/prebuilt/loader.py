@@ -65,15 +65,39 @@ def loader_facts(libggml: Path, install_dirs: tuple[str, ...] = ()) -> LoaderFac
     return LoaderFacts(libggml.name, tuple(dict.fromkeys(whole + inline)), cwd_readers(libggml))
 
 
-def cwd_readers(libggml: Path) -> tuple[str, ...]:
-    """The imports by which this libggml can learn the working directory, readable (none: its loader
-    cannot search it). AssembleError on a damaged file, as section_strings."""
+@dataclass(frozen=True)
+class CwdReading:
+    """How a libggml can learn the working directory, as its dynamic symbols tell it."""
+    imported: tuple[str, ...]     # what it imports for that, readable (none, and not linked in: cannot search it)
+    linked_in: bool               # it defines std::filesystem::current_path itself: libstdc++'s filesystem code
+                                  # is linked in (-static-libstdc++, or as the cuda-vulkan build on the H200 host,
+                                  # Ubuntu 24.04 with g++ 13.3, linked it), and that copy imports getcwd
+                                  # whether or not ggml's loader ever calls it
+
+    @property
+    def readers(self) -> tuple[str, ...]:
+        return self.imported + (("std::filesystem::current_path (linked in)",) if self.linked_in else ())
+
+
+def cwd_reading(libggml: Path) -> CwdReading:
+    """AssembleError on a damaged file, as section_strings."""
     try:
-        _, undefined = dynamic_symbols(libggml)
+        defined, undefined = dynamic_symbols(libggml)
     except (ELFError, OSError) as exc:
         raise AssembleError(f"not a readable ELF file ({exc})", where=str(libggml),
                             fix="the file is truncated or corrupt", code=FAILED) from None
-    return tuple(sorted({readable(n) for n in undefined if READS_CWD.search(n)}))
+    return CwdReading(tuple(sorted({readable(n) for n in undefined if READS_CWD.search(n)})),
+                      any(_LINKED_IN_CWD.match(n) for n in defined))
+
+
+# libstdc++'s own std::filesystem::current_path() and current_path(error_code&), defined in the library
+_LINKED_IN_CWD = re.compile(r"_ZNSt10filesystem12current_path(B5cxx11)?(Ev|ERSt10error_code)\Z")
+
+
+def cwd_readers(libggml: Path) -> tuple[str, ...]:
+    """The ways this libggml can learn the working directory, readable (none: its loader cannot search it).
+    AssembleError on a damaged file, as section_strings."""
+    return cwd_reading(libggml).readers
 
 
 def readable(symbol: str) -> str:
