@@ -58,7 +58,7 @@ class Tool:
 
     def identity(self) -> dict:
         """What the tool is, never where: its version, its target and its content digest (the path
-        only when no digest could be taken). Part of the build key (builder.build.plan)."""
+        only when no digest could be taken). Part of the build key (builder.units.plan)."""
         out = {"version": self.version, **({"sha256": self.sha256} if self.sha256 else {"path": self.path})}
         return {**out, "machine": self.machine} if self.machine else out
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.environment import build_env, why_scrubbed
-from builder.build.plan import plan_unit
+from builder.units.environment import build_env, why_scrubbed
+from builder.units.plan import plan_unit
 from builder.config import cpulevels
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe, parse_recipe
