@@ -264,7 +264,7 @@ def sid_debs() -> dict[str, Path]:
 
 
 def test_debians_vulkan_package_given_as_a_second_input_merges(tmp_path, sid_debs):
-    from tests.support.vendorlibs import extract_deb
+    from scripts.support.vendorlibs import extract_deb
     first = tmp_path / "debian-cpu"
     for name in ("libggml0", "libllama0", "llama.cpp-tools"):
         extract_deb(sid_debs[name], first, lambda _: True)

@@ -19,7 +19,7 @@ import pytest
 from builder.units.cacherelay import Endpoint, Relay, relayable
 from builder.config import remotecache
 from builder.config.remotecache import parse
-from tests.support.remotecache import netns_works, redis_server
+from scripts.support.remotecache import netns_works, redis_server
 
 PASSWORD = "s3cr:et/pw"
 

@@ -29,7 +29,7 @@ from builder.units import sccacheserver
 from builder.units.cacherelay import Relay
 from builder.config import remotecache
 from builder.errors import BuildFailed
-from tests.support.remotecache import netns_works, redis_server
+from scripts.support.remotecache import netns_works, redis_server
 
 PASSWORD = "s3cr:et/p@ss w|rd*"   # ccache splits its setting at ' ' and '|', its user info at ':'
 USER, USER_PASSWORD = "builder", "us:er/pw"
