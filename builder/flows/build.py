@@ -17,6 +17,7 @@ from builder.units import cacherelay, cachestats, collect, merge, run, unitfolde
 from builder.config import remotecache
 from builder.units.plan import UnitPlan, plan_unit
 from builder.units.unitfolder import UnitDescription
+from builder.check.report import Report
 from builder.config import glibc, versions
 from builder.config.options import ADOPTED, CONTAINER, RELOCATABLE_UNITY_CMAKE, BuildConfig, UnitConfig
 from builder.errors import AssembleError
@@ -250,7 +251,7 @@ def build(req: BuildRequest) -> Path:
                                        stated=recipe.bundle_licenses, roots=_toolkit_roots(prepared.plans))
         _manifest(recipe, prepared, result, staged).write(staged)
 
-    def check(staged: Path):
+    def check(staged: Path) -> Report:
         from builder.check import verify
         return verify.verify_runtime(staged, recipe=recipe, extra_env=dict(req.check_env), static=req.verify_static)
 

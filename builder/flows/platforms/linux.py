@@ -1,9 +1,8 @@
-"""assemble repair: prebuilt llama.cpp (build folders, release archives, Debian packages) into a
-verified runtime, with the same layout and guarantees as `build`. What `auditwheel repair` did for
-wheels: find what is there, carry what it needs, set the RPATHs, record it, prove it.
+"""The Linux platform of `assemble repair`: prebuilt llama.cpp (build folders, release archives,
+Debian packages) into a verified runtime, with the same layout and guarantees as `build`.
 
-    inputs -> unpack -> discover -> one ggml base (refuse a mismatch before copying) -> bundle
-           -> manifest -> verify -> swap in
+    plan:  inputs -> unpack -> discover -> one ggml base (refuse a mismatch before copying) -> bundle plan
+    place: copy, RPATHs, licences -> manifest;  verify: build's checks (flows.repair swaps it in)
 
 The first input gives the executables, the ggml base and its libraries; each later one adds the
 backend modules the first lacks (upstream's CUDA archive + its Vulkan archive: one process) and
