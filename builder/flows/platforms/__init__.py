@@ -20,6 +20,8 @@ from typing import Any, Protocol
 
 from builder.check.report import Report
 from builder.config.upstream import BUILD_RE
+from builder.prebuilt import origins
+from builder.prebuilt.inputs import Input, unpack
 from builder.prebuilt.request import RepairRequest
 from builder.runtime import manifest
 
@@ -32,6 +34,15 @@ class RepairPlatform(Protocol):
     def place(self, plan: Any, req: RepairRequest, staged: Path) -> manifest.Manifest: ...
 
     def verify(self, staged: Path, req: RepairRequest) -> Report: ...
+
+
+def unpack_input(inp: Input, work: Path, index: int) -> tuple[Path, origins.Unpacked]:
+    """Where the input's content is (a folder input is read in place), and how its files are named."""
+    members: dict[str, str] = {}
+    dest = work / f"input-{index}"
+    root = unpack(inp, dest, members=members)
+    return root, origins.Unpacked(inp.given, inp.path if inp.kind == "folder" else dest.resolve(),
+                                  inp.kind == "folder", members)
 
 
 def repaired_manifest(req: RepairRequest, inputs: Sequence[manifest.InputRecord], *, first: str,

@@ -22,10 +22,10 @@ from builder.check import verify as checks
 from builder.check.report import Report
 from builder.config.targets import GfxTarget
 from builder.errors import USAGE, AssembleError
-from builder.flows.platforms import repaired_manifest
+from builder.flows.platforms import repaired_manifest, unpack_input
 from builder.prebuilt import identity, origins
 from builder.prebuilt.discover import WITHOUT, Found, LeftOut, cpu_level_files, discover
-from builder.prebuilt.inputs import Input, classify, deb_owners, unpack
+from builder.prebuilt.inputs import Input, classify, deb_owners
 from builder.prebuilt.loader import LoaderFacts, loader_facts
 from builder.prebuilt.request import RepairRequest
 from builder.runtime.elf import folder_need
@@ -106,15 +106,6 @@ def _build_tag(inp: Input, root: Path) -> str | None:
         if re.fullmatch(r"[A-Za-z0-9._+-]{1,64}", text):
             return text
     return None
-
-
-def _unpacked(inp: Input, work: Path, index: int) -> tuple[Path, origins.Unpacked]:
-    """Where the input's content is, and how its files are named."""
-    members: dict[str, str] = {}
-    dest = work / f"input-{index}"
-    root = unpack(inp, dest, members=members)
-    return root, origins.Unpacked(inp.given, inp.path if inp.kind == "folder" else dest.resolve(),
-                                  inp.kind == "folder", members)
 
 
 def _read(inp: Input, root: Path, unpacked: origins.Unpacked, index: int, req: RepairRequest) -> Part:
@@ -222,7 +213,7 @@ def plan(req: RepairRequest, work: Path) -> Plan:
 def _plan(req: RepairRequest, work: Path, seen: list[origins.Unpacked]) -> Plan:
     parts = []
     for i, inp in enumerate(classify(req.inputs)):
-        root, unpacked = _unpacked(inp, work, i)
+        root, unpacked = unpack_input(inp, work, i)
         seen.append(unpacked)
         parts.append(_read(inp, root, unpacked, i, req))
     _without_known(req, parts)

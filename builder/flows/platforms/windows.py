@@ -21,9 +21,9 @@ from builder.check.report import Report
 from builder.check.windows import verify_windows
 from builder.digest import sha256_file
 from builder.errors import AssembleError
-from builder.flows.platforms import repaired_manifest
+from builder.flows.platforms import repaired_manifest, unpack_input
 from builder.prebuilt import origins
-from builder.prebuilt.inputs import classify, unpack
+from builder.prebuilt.inputs import classify
 from builder.prebuilt.request import RepairRequest
 from builder.runtime import licenses, manifest
 from builder.prebuilt.discover import WITHOUT
@@ -71,11 +71,8 @@ def plan(req: RepairRequest, work: Path) -> Plan:
     try:
         parts = []
         for i, inp in enumerate(classify(req.inputs)):
-            members: dict[str, str] = {}
-            dest = work / f"input-{i}"
-            root = unpack(inp, dest, members=members)
-            seen.append(origins.Unpacked(inp.given, inp.path if inp.kind == "folder" else dest.resolve(),
-                                         inp.kind == "folder", members))
+            root, unpacked = unpack_input(inp, work, i)
+            seen.append(unpacked)
             parts.append(assemble.read_part(inp, root))
         return Plan(assemble.plan(parts, req.targets), tuple(seen))
     except AssembleError as exc:
