@@ -4,7 +4,7 @@
     python3 scripts/bench-bundle.py            # CUDA 13: cudart, cuBLAS, cuBLASLt, NCCL, NVRTC (~1.1 GB)
     python3 scripts/bench-bundle.py --rocm     # plus Debian sid's ROCm set with rocBLAS/hipBLASLt data
 
-Libraries come from tests/support/vendorlibs.py (downloaded once, cached). A small program is
+Libraries come from scripts/support/vendorlibs.py (downloaded once, cached). A small program is
 built and patched to need them; plan_bundle (headers only) and place_bundle (copy +
 sha256 + patchelf) are timed and compared with plain `cp` of the same bytes and with
 `cp` + `sha256sum`. Numbers go to stdout as a Markdown table (a recorded run: docs/lab/2026-11-29-bundle-bench.md).
@@ -33,7 +33,7 @@ from builder.runtime.layout import OwnFile
 from builder.runtime.place import place_bundle
 from builder.config.recipe import parse_recipe
 
-from tests.support import vendorlibs                            # noqa: E402
+from scripts.support import vendorlibs                            # noqa: E402
 
 CUDA_NEEDS = ("libcublas.so.13", "libcudart.so.13", "libnccl.so.2", "libnvrtc.so.13")
 ROCM_NEEDS = ("libhipblas.so.2", "librocblas.so.4", "libamdhip64.so.6", "libhipblaslt.so.1")

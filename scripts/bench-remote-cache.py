@@ -7,7 +7,7 @@ B <= 20% of A's cold time, >= 95% remote hits).
 Starts Debian's redis-server on 127.0.0.1, builds the recipe on "machine A" (fresh HOME, checkout
 path and ccache: a cold compile that fills the cache), deletes A, then builds on "machine B" (another
 fresh HOME and path: only the remote cache is warm). Prints both times, their ratio and the hit
-counts each build's manifest records. The machines are tests/support/remotecache.py's, as the
+counts each build's manifest records. The machines are scripts/support/remotecache.py's, as the
 test uses them.
 
 Keep a run's numbers with --out docs/results/<machine>-<date>/bench-remote-cache.json, then run scripts/figures:
@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.support.remotecache import build_on, machine, redis_server  # noqa: E402
+from scripts.support.remotecache import build_on, machine, redis_server  # noqa: E402
 
 
 def main() -> int:

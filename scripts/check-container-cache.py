@@ -6,7 +6,7 @@
 What the tests cannot do on a machine without a container engine (docs/lab/2026-11-29-release.md, "Container
 units"): the cpu recipe (one CPU level, llama-server) built as a container unit
 (`--container debian-build`) by a real docker or podman, with `--network=none`, on "machine A"
-and then on "machine B" (tests/support/remotecache.py's machines: other HOME, checkout path and
+and then on "machine B" (scripts/support/remotecache.py's machines: other HOME, checkout path and
 ccache), through a Redis that asks for a password. B's objects can only come through the relay's
 socket: the container has no network and is given no password.
 
@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support.remotecache import build_on, machine, redis_server  # noqa: E402
+from scripts.support.remotecache import build_on, machine, redis_server  # noqa: E402
 
 BASE = "assemble-check/debian-build:bookworm"
 TOOLS = "build-essential,ccache,cmake,ninja-build,git,python3,ca-certificates,pkg-config"
@@ -75,7 +75,7 @@ def project_copy(into: Path) -> Path:
 
 
 def project_cli(project: Path):
-    """tests.support.common.assemble for the project copy: `-S` skips the .pth files, among them an
+    """remotecache.run_cli for the project copy: `-S` skips the .pth files, among them an
     editable install's import hook, which would otherwise win over PYTHONPATH."""
     site = [p for p in sys.path if p.endswith("site-packages")]
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configure the `rocm` recipe's HIP unit inside the Debian sid chroot (scripts/rocm-sid-chroot.sh),
-# planned by the project's own builder.build.plan.plan_unit and checked first by the build's
+# planned by the project's own builder.units.plan.plan_unit and checked first by the build's
 # own rules (builder.toolchain.rules) against sid's ROCm; then compile one HIP object and read
 # which gfx archs its offload bundle carries. The cheap, CI-sized part of the ROCm validation
 # (scripts/rocm-validate.sh compiles, bundles and verifies the whole runtime).
@@ -39,7 +39,7 @@ cache=$(cd "$cache" && pwd -P)
 # 1. host: the tree a build of the rocm recipe would compile (fetch, verify, patch)
 tree_json=$(cd "$repo" && ASSEMBLE_CACHE="$cache" python3 - <<'PY'
 import json
-from builder import pipeline
+from builder.flows import build as build_flow
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
 from builder.source import features, patches
@@ -48,7 +48,7 @@ config = resolve(load_recipe("rocm"))
 recipe = config.recipe
 tree = pinned_tree(recipe)
 features.require(tree.path, recipe)
-prepared = patches.prepare(tree, recipe, pipeline.patch_context(config, {}))
+prepared = patches.prepare(tree, recipe, build_flow.patch_context(config, {}))
 print(json.dumps({"tree": str(prepared.path), "sha": tree.sha,
                   "tree_id": ",".join(f"{p.name}:{p.sha256[:12]}" for p in prepared.applied)}))
 PY
@@ -69,7 +69,7 @@ report=$(chroot "$dir" env -i PATH=/opt/assemble-venv/bin:/usr/sbin:/usr/bin:/sb
   nice -n 19 python3 - <<'PY'
 import dataclasses, json, os, re, shutil, subprocess, sys, time
 from pathlib import Path
-from builder.build import plan as planning, run as running
+from builder.units import plan as planning, run as running
 from builder.check import static as staticcheck
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe

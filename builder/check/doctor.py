@@ -18,6 +18,7 @@ from builder.errors import AssembleError
 from builder.source.fetch import cached_tree
 from builder.toolchain import detect as tc
 from builder.toolchain import container, provision, rules
+from builder.toolchain import gpus as gpu_probes
 from builder.toolchain.detect import GlslcProbe, probe_glslc, version_tuple
 from builder.toolchain.hints import cublas_hint, install_hint, newer_glslc_hint
 
@@ -35,13 +36,13 @@ class Facts:
     cc: tc.Tool | None
     cxx: tc.Tool | None
     cuda: tc.CudaToolkit | None
-    driver: tc.NvidiaDriver | None
+    driver: gpu_probes.NvidiaDriver | None
     vulkan: tc.VulkanSdk
     glslc: GlslcProbe | None
     rocm: tc.RocmInstall | None
     engines: tuple[tc.ContainerEngine, ...] = ()
     gpus: dict = field(default_factory=dict)          # source -> tuple[Gpu] | None (tool absent)
-    pcie: tuple[tc.PcieLink, ...] | None = None       # None: lspci absent
+    pcie: tuple[gpu_probes.PcieLink, ...] | None = None  # None: lspci absent
     provisioned: tuple[tuple[str, str], ...] = ()     # (CUDA version, root) laid out by `assemble toolchain`
 
     def toolchain(self, launcher_choice: str = "auto") -> tc.Toolchain:
@@ -79,19 +80,19 @@ def gather(timeout: float = tc.PROBE_TIMEOUT, cuda_root: str | None = None, rocm
         "cc": lambda: tc.compiler(cc, timeout),
         "cxx": lambda: tc.compiler(cxx, timeout),
         "cuda": lambda: tc.cuda_toolkit(cuda_root, timeout),
-        "driver": lambda: tc.nvidia_driver(timeout),
+        "driver": lambda: gpu_probes.nvidia_driver(timeout),
         "vulkan": vulkan,
         "rocm": lambda: tc.rocm(rocm_path, timeout),
         "engines": lambda: tc.container_engines(timeout),
-        "nvidia-smi": lambda: tc.nvidia_gpus(timeout),
-        "rocminfo": lambda: tc.rocm_gpus(timeout),
-        "vulkaninfo": lambda: tc.vulkan_devices(timeout),
-        "pcie": lambda: tc.amd_pcie(timeout),
+        "nvidia-smi": lambda: gpu_probes.nvidia_gpus(timeout),
+        "rocminfo": lambda: gpu_probes.rocm_gpus(timeout),
+        "vulkaninfo": lambda: gpu_probes.vulkan_devices(timeout),
+        "pcie": lambda: gpu_probes.amd_pcie(timeout),
         "provisioned": provision.cached_toolkits,
     }, workers=16)
     sdk, glslc = r["vulkan"]
     gpus = {k: r[k] for k in ("nvidia-smi", "rocminfo", "vulkaninfo")}
-    gpus["sysfs"] = tc.sysfs_gpus()
+    gpus["sysfs"] = gpu_probes.sysfs_gpus()
     return Facts(tc.distro(), tc.python(), r["cmake"], r["ninja"], r["patchelf"], r["git"], r["cc"], r["cxx"], r["cuda"],
                  r["driver"], sdk, glslc, r["rocm"], r["engines"], gpus, r["pcie"], r["provisioned"])
 

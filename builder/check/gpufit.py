@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from builder.check.gpuhost import AmdHost, NvidiaHost
+from builder.toolchain.gpus import AmdHost, NvidiaHost
 from builder.check.report import FAIL, PASS, SKIP, Check
 from builder.errors import AssembleError
 from builder.config.drivers import driver_at_least

@@ -15,7 +15,7 @@ from pathlib import Path
 from builder import ui
 from builder import windows
 from builder.errors import AssembleError
-from builder.check import cpuvariant, gpufit, gpuhost, integrity, prebuiltloader
+from builder.check import cpuvariant, gpufit, integrity, prebuiltloader
 from builder.check import dynamic as devices
 from builder.check import static as staticcheck
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
@@ -23,6 +23,7 @@ from builder.config.recipe import DEVICE_PREFIX, Recipe
 from builder.config.targets import CudaArch
 from builder.prebuilt.loader import LOADER_PATCH
 from builder.runtime.gpuruntime import CudaRuntimeRecord, RocmRecord
+from builder.toolchain import gpus as gpu_probes
 from builder.paths import scratch
 
 
@@ -128,8 +129,8 @@ def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict, model: Pa
 @dataclass(frozen=True)
 class _GpuHost:
     """The cards and drivers here (none looked for under --static), and what the runtime needs of them."""
-    nvidia: gpuhost.NvidiaHost | None = None
-    amd: gpuhost.AmdHost | None = None
+    nvidia: gpu_probes.NvidiaHost | None = None
+    amd: gpu_probes.AmdHost | None = None
     cuda: CudaRuntimeRecord | None = None
     rocm: RocmRecord | None = None
 
@@ -159,7 +160,8 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     checks += staticcheck.run(runtime, m, backends, recipe=recipe, extra_hip_targets=hip_targets, here=not static)
     gpus = m.gpu_runtimes if m else None
     host = _GpuHost() if static else _GpuHost(
-        gpuhost.nvidia_host() if "cuda" in backends else None, gpuhost.amd_host() if "hip" in backends else None,
+        gpu_probes.nvidia_host() if "cuda" in backends else None,
+        gpu_probes.amd_host() if "hip" in backends else None,
         gpus.cuda if gpus else None, gpus.rocm if gpus else None)
     # the code of the CUDA module a listed backend ships (an unlisted one is the integrity checks' failure)
     cuda_modules = devices.module_files(runtime, "cuda") if "cuda" in backends else []

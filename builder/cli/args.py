@@ -4,6 +4,7 @@ command line's step of the configuration cascade (builder.config.options.CliOpti
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from builder.config.options import LAUNCHERS, CliOptions
 from builder.config.targets import CudaArch, GfxTarget
@@ -107,6 +108,18 @@ def env_pairs(items: list[str], flag: str = "--check-env") -> tuple[tuple[str, s
                                 fix="write e.g. --check-env GGML_VK_VISIBLE_DEVICES=0")
         out[key] = value
     return tuple(out.items())
+
+
+def lib_dirs(given: list[str]) -> tuple[Path, ...]:
+    """--lib-path folders, resolved: a typo fails at once, before anything is read or compiled."""
+    out = []
+    for d in given:
+        folder = Path(d).expanduser()
+        if not folder.is_dir():
+            raise AssembleError("no such folder", where=f"--lib-path {d}",
+                                fix="name a folder holding shared libraries (e.g. a wheel's nvidia/cublas/lib)")
+        out.append(folder.resolve())
+    return tuple(out)
 
 
 def cli_options(args, **extra) -> CliOptions:

@@ -1,7 +1,7 @@
 """What a runtime's GPU code needs of a host: the CUDA runtime it carries and the driver that
 runtime needs, the GPU code objects in its CUDA module, the ROCm release it carries and the
 kernel driver AMD pairs with it. Written into the manifest at build time; verify reads it back
-and compares it with the host (builder.check.gpuhost).
+and compares it with the host (builder.toolchain.gpus).
 """
 
 from __future__ import annotations

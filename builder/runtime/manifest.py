@@ -137,8 +137,8 @@ class UnitRecord:
     build: tuple[str, ...]
     defines: dict
     toolchain: dict                   # tool -> what was found (free-form detail, read through tools())
-    environment: dict | None = None   # what the build saw of the caller's environment (builder.build.environment)
-    cache: dict | None = None         # what its compiles found in the compiler cache (builder.build.cachestats)
+    environment: dict | None = None   # what the build saw of the caller's environment (builder.units.environment)
+    cache: dict | None = None         # what its compiles found in the compiler cache (builder.units.cachestats)
 
     def toolkit_roots(self) -> dict[str, tuple[str, str]]:
         """GPU toolkit -> (root folder, version), for naming where a vendor file came from."""

@@ -1,6 +1,6 @@
 """Container engines and build images: the parts of a container unit that are not the build.
 
-A container unit runs the same CMake configure + build the host would (builder.build.plan
+A container unit runs the same CMake configure + build the host would (builder.units.plan
 renders it with the image's tool paths), in an image made from containers/<name>.Containerfile
 (e.g. cuda12.8-build: CUDA 12.8, which Blackwell needs). Here: finding the engine, building
 and tagging images by content, reading the image's CUDA toolkit for the rules, and the

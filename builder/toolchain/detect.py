@@ -58,7 +58,7 @@ class Tool:
 
     def identity(self) -> dict:
         """What the tool is, never where: its version, its target and its content digest (the path
-        only when no digest could be taken). Part of the build key (builder.build.plan)."""
+        only when no digest could be taken). Part of the build key (builder.units.plan)."""
         out = {"version": self.version, **({"sha256": self.sha256} if self.sha256 else {"path": self.path})}
         return {**out, "machine": self.machine} if self.machine else out
 
@@ -266,27 +266,6 @@ def cuda_toolkit(root: str | None = None, timeout: float = PROBE_TIMEOUT) -> Cud
     real_root = _nvcc_top(nvcc, timeout) or str(Path(nvcc).resolve().parent.parent)
     dev, runtime = _cublas(Path(real_root))
     return CudaToolkit(real_root, nvcc, version, archs, dev, cublas_runtime_only=runtime and not dev)
-
-
-@dataclass(frozen=True)
-class NvidiaDriver:
-    version: str | None          # "580.82.07"
-    cuda: str | None             # newest CUDA runtime the driver accepts, "13.0"
-
-    def as_dict(self) -> dict:
-        return {"version": self.version, "cuda": self.cuda}
-
-
-def nvidia_driver(timeout: float = PROBE_TIMEOUT) -> NvidiaDriver | None:
-    text = run_probe(["nvidia-smi"], timeout)
-    if text:
-        return NvidiaDriver(_first_version(text, r"Driver Version:\s*([\d.]+)"),
-                            _first_version(text, r"CUDA Version:\s*([\d.]+)"))
-    try:  # the kernel module is loaded even where nvidia-smi is not installed
-        proc = Path("/proc/driver/nvidia/version").read_text(errors="replace")
-    except OSError:
-        return None
-    return NvidiaDriver(_first_version(proc, r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)"), None)
 
 
 # --- Vulkan ----------------------------------------------------------------
@@ -562,136 +541,6 @@ def device_libs(root: Path, clang: str, timeout: float = PROBE_TIMEOUT) -> str |
 def _executable(p: Path) -> bool:
     return p.is_file() and os.access(p, os.X_OK)
     return None
-
-
-# --- GPUs and PCIe ---------------------------------------------------------
-
-@dataclass(frozen=True)
-class Gpu:
-    vendor: str                  # nvidia | amd | intel | cpu | other
-    name: str
-    source: str                  # nvidia-smi | rocminfo | vulkaninfo | sysfs
-    arch: str | None = None      # "9.0" (compute capability) or "gfx1100"
-    pci: str | None = None
-
-    def as_dict(self) -> dict:
-        return {"vendor": self.vendor, "name": self.name, "source": self.source, "arch": self.arch, "pci": self.pci}
-
-
-_VENDORS = {"10de": "nvidia", "1002": "amd", "8086": "intel"}
-
-
-def nvidia_gpus(timeout: float = PROBE_TIMEOUT) -> tuple[Gpu, ...] | None:
-    """None when nvidia-smi is absent or fails (no driver)."""
-    text = run_probe(["nvidia-smi", "--query-gpu=name,compute_cap,pci.bus_id", "--format=csv,noheader"], timeout)
-    if text is None:
-        return None
-    out = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3 and parts[0]:
-            out.append(Gpu("nvidia", parts[0], "nvidia-smi", parts[1], parts[2]))
-    return tuple(out)
-
-
-def rocm_gpus(timeout: float = PROBE_TIMEOUT) -> tuple[Gpu, ...] | None:
-    text = run_probe(["rocminfo"], timeout)
-    if text is None:
-        return None
-    out = []
-    for block in re.split(r"\n\*{5,}\s*\n", text):
-        if not re.search(r"Device Type:\s*GPU", block):
-            continue
-        arch = _first_version(block, r"^\s*Name:\s*(gfx[0-9a-f]+)")
-        name = _first_version(block, r"Marketing Name:\s*(.+)") or arch or "AMD GPU"
-        out.append(Gpu("amd", name.strip(), "rocminfo", arch))
-    return tuple(out)
-
-
-def vulkan_devices(timeout: float = PROBE_TIMEOUT) -> tuple[Gpu, ...] | None:
-    text = run_probe(["vulkaninfo", "--summary"], timeout)
-    if text is None:
-        return None
-    out = []
-    for block in re.split(r"\n(?=GPU\d+:)", text):
-        name = _first_version(block, r"deviceName\s*=\s*(.+)")
-        if not name:
-            continue
-        kind = _first_version(block, r"deviceType\s*=\s*(\S+)") or ""
-        vendor_id = (_first_version(block, r"vendorID\s*=\s*0x([0-9a-fA-F]+)") or "").lower().rjust(4, "0")
-        vendor = "cpu" if "CPU" in kind else _VENDORS.get(vendor_id, "other")
-        out.append(Gpu(vendor, name.strip(), "vulkaninfo", kind.replace("PHYSICAL_DEVICE_TYPE_", "").lower() or None))
-    return tuple(out)
-
-
-def sysfs_gpus(root: str = "/sys/bus/pci/devices") -> tuple[Gpu, ...]:
-    """Display-class PCI functions (VGA 0x0300, 3D 0x0302, other 0x0380): works with no driver at all."""
-    out = []
-    for dev in sorted(Path(root).glob("*")):
-        try:
-            cls = (dev / "class").read_text().strip().lower()
-            vendor = (dev / "vendor").read_text().strip().lower().removeprefix("0x")
-            device = (dev / "device").read_text().strip().lower().removeprefix("0x")
-        except OSError:
-            continue
-        if cls[:6] not in ("0x0300", "0x0302", "0x0380"):
-            continue
-        out.append(Gpu(_VENDORS.get(vendor, "other"), f"PCI {vendor}:{device}", "sysfs", None, dev.name))
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class PcieLink:
-    """One AMD display device as `lspci -vvv` sees it."""
-    slot: str
-    name: str
-    atomics_cap: str | None = None     # DevCap2 AtomicOpsCap, e.g. "32bit+ 64bit+ 128bitCAS-"
-    atomics_requester: bool | None = None  # DevCtl2 AtomicOpsCtl ReqEn+; None: not visible
-    link_cap: str | None = None        # "16GT/s x16"
-    link_status: str | None = None     # "8GT/s x4"
-    downgraded: bool = False
-    access_denied: bool = False        # lspci without root hides capabilities
-
-    def as_dict(self) -> dict:
-        return {"slot": self.slot, "name": self.name, "atomics_cap": self.atomics_cap,
-                "atomics_requester": self.atomics_requester, "link_cap": self.link_cap,
-                "link_status": self.link_status, "downgraded": self.downgraded,
-                "access_denied": self.access_denied}
-
-
-def _speed_width(line: str | None) -> str | None:
-    if not line:
-        return None
-    speed = _first_version(line, r"Speed ([\d.]+GT/s)")
-    width = _first_version(line, r"Width (x\d+)")
-    return " ".join(x for x in (speed, width) if x) or None
-
-
-def parse_lspci(text: str) -> tuple[PcieLink, ...]:
-    """AMD display devices in `lspci -vvv -nn` output, with their AtomicOps and link state."""
-    out = []
-    for block in re.split(r"\n(?=[0-9a-f]{2,4}:[0-9a-f]{2}[:.])", text.strip()):
-        head = block.splitlines()[0] if block.strip() else ""
-        m = re.match(r"^(\S+)\s+.*?\[(03[0-9a-f]{2})\]:\s*(.*?)\s*\[([0-9a-f]{4}):([0-9a-f]{4})\]", head)
-        if not m or m.group(4) != "1002":
-            continue
-        cap = re.search(r"AtomicOpsCap:\s*([^\n]*?)\s*$", block, re.M)
-        ctl = re.search(r"AtomicOpsCtl:\s*ReqEn([+-])", block)
-        lnkcap = re.search(r"LnkCap:\s*([^\n]*)", block)
-        lnksta = re.search(r"LnkSta:\s*([^\n]*)", block)
-        out.append(PcieLink(m.group(1), m.group(3), cap.group(1) if cap else None,
-                            (ctl.group(1) == "+") if ctl else None,
-                            _speed_width(lnkcap.group(1) if lnkcap else None),
-                            _speed_width(lnksta.group(1) if lnksta else None),
-                            bool(lnksta and "downgraded" in lnksta.group(1)),
-                            "<access denied>" in block))
-    return tuple(out)
-
-
-def amd_pcie(timeout: float = PROBE_TIMEOUT) -> tuple[PcieLink, ...] | None:
-    """None when lspci is missing or fails."""
-    text = run_probe(["lspci", "-vvv", "-nn", "-d", "1002:"], timeout)
-    return None if text is None else parse_lspci(text)
 
 
 # --- container engines -----------------------------------------------------

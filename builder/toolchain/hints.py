@@ -63,7 +63,7 @@ _VULKAN_DEV = ("vulkan-headers", "vulkan-loader", "spirv-headers")
 def debian12_vulkan_fix() -> str:
     """What works on Debian 12, where `apt install libvulkan-dev spirv-headers` brings headers too old
     to compile ggml-vulkan. The headers must be where CMake looks without help: the build does not
-    pass CMAKE_PREFIX_PATH or CPATH (builder.build.environment), so they go under /usr."""
+    pass CMAKE_PREFIX_PATH or CPATH (builder.units.environment), so they go under /usr."""
     return (f"Debian 12's libvulkan-dev and spirv-headers ({DEBIAN12_VULKAN}) are too old for this llama.cpp, "
             f"so do not apt install them: take Debian 13's ({DEBIAN13_VULKAN}) as scripts/ci-setup.sh does -- "
             "`apt install libvulkan1`, then `apt-get download libvulkan-dev spirv-headers` from a trixie source "

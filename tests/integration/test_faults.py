@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import outdir
+from builder.flows import publish
 from builder.check.report import PASS
 from builder.release import attested, package
 from builder.errors import AssembleError, BuildFailed
@@ -63,8 +63,8 @@ def ctrl_c_raises():
     signal.signal(signal.SIGINT, before)
 
 
-def _target(out: Path, cache: Path | None = None) -> outdir.Target:
-    return outdir.check_destination(out, cache=cache or Path(_env()["ASSEMBLE_CACHE"]))
+def _target(out: Path, cache: Path | None = None) -> publish.Target:
+    return publish.check_destination(out, cache=cache or Path(_env()["ASSEMBLE_CACHE"]))
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -108,12 +108,12 @@ def test_sigkill_during_build_leaves_a_whole_runtime(cpu_runtime, tmp_path):
         # the checks print their table at the end: a kill during them reads as "bundle"
         phases.append("swapped" if "moved aside" in said else "bundle" if "bundle into" in said else "plan")
         assert whole(out), f"trial {trial} ({phases[-1]}): {out} is not a whole runtime\n{said[-2000:]}"
-        for old in _siblings(out, outdir.OLD_TAG):
+        for old in _siblings(out, publish.OLD_TAG):
             assert whole(old), f"trial {trial}: a moved-aside runtime is damaged: {old}"
         if trial % 5 == 4:   # the next run recovers whatever the kills left and succeeds
             proc = assemble(*build)
             assert proc.returncode == 0, proc.stderr
-            assert whole(out) and not _siblings(out, outdir.STAGING_TAG) and not _siblings(out, outdir.DELETING_TAG)
+            assert whole(out) and not _siblings(out, publish.STAGING_TAG) and not _siblings(out, publish.DELETING_TAG)
     print("phases reached before each kill:", phases)
     # the kills landed across the run, not only in its start-up
     assert sum(p != "plan" for p in phases) >= KILLS // 3, phases
@@ -124,7 +124,7 @@ def test_sigkill_during_build_leaves_a_whole_runtime(cpu_runtime, tmp_path):
     assert left == [], f"scratch folders of killed builds were not removed: {left}"
     # nothing but the runtime and what the runs recorded is beside it: no lock, no journal
     beside = {p.name for p in tmp_path.iterdir()} - {"tmpdir", "runtime-cpu"}
-    assert all(n.endswith(".log") or n.startswith(f"runtime-cpu{outdir.OLD_TAG}") for n in beside), beside
+    assert all(n.endswith(".log") or n.startswith(f"runtime-cpu{publish.OLD_TAG}") for n in beside), beside
 
 
 def _sums_hold(dist: Path, released: attested.Released) -> None:
@@ -177,25 +177,25 @@ def _label(runtime: Path) -> str:
     return (runtime / "bin" / "tool").read_text()
 
 
-def _staged(target: outdir.Target, label: str) -> outdir.Staging:
+def _staged(target: publish.Target, label: str) -> publish.Staging:
     """A staging folder made (and recorded) as a build makes it, holding a runtime labelled `label`."""
-    staging = outdir._make_staging(target)
+    staging = publish._make_staging(target)
     _fake_runtime(staging.path, label)
     return staging
 
 
-def _ledger(target: outdir.Target):
+def _ledger(target: publish.Target):
     from builder import locks
     return locks.load(target.ledger, target.path)
 
 
 @pytest.mark.parametrize("exchange", [True, False], ids=["exchange", "two-renames"])
 def test_swap_interrupted_at_every_step_is_finished_or_undone(tmp_path, monkeypatch, exchange):
-    if exchange and not outdir._exchange(*(_fake_runtime(tmp_path / n, n) for n in ("p", "q"))):
+    if exchange and not publish._exchange(*(_fake_runtime(tmp_path / n, n) for n in ("p", "q"))):
         pytest.skip("this filesystem has no RENAME_EXCHANGE")
     from builder import locks
-    real = {"_exchange": outdir._exchange if exchange else (lambda a, b: False),
-            "_rename_noreplace": outdir._rename_noreplace}
+    real = {"_exchange": publish._exchange if exchange else (lambda a, b: False),
+            "_rename_noreplace": publish._rename_noreplace}
     real_save = locks.save
     steps = 0
     for kill_at in range(1, 10):
@@ -213,31 +213,31 @@ def test_swap_interrupted_at_every_step_is_finished_or_undone(tmp_path, monkeypa
                 return fn(*a, **kw)
             return wrapped
         for name, fn in real.items():
-            monkeypatch.setattr(outdir, name, step(fn))
+            monkeypatch.setattr(publish, name, step(fn))
         monkeypatch.setattr(locks, "save", step(real_save))
         try:
-            outdir.swap_in(target, staging)
+            publish.swap_in(target, staging)
             finished = True
         except Killed:
             finished = False
         finally:
             for name, fn in real.items():
-                monkeypatch.setattr(outdir, name, fn)
+                monkeypatch.setattr(publish, name, fn)
             monkeypatch.setattr(locks, "save", real_save)
         if finished:
             steps = kill_at - 1
             break
         # the next run, holding the lock, recovers
-        outdir.clear_leftovers(target)
+        publish.clear_leftovers(target)
         assert whole(out) and _label(out) in ("old", "new"), kill_at
-        olds = _siblings(out, outdir.OLD_TAG)
+        olds = _siblings(out, publish.OLD_TAG)
         labels = sorted([_label(out)] + [_label(p) for p in olds])
         assert labels in (["new", "old"], ["old"]), (kill_at, labels)   # the old runtime is never lost
         if _label(out) == "old":
             assert not olds
         else:   # the moved-aside runtime is recorded: --keep may act on it, and only on it
             assert [e.path for e in _ledger(target).entries] == [str(olds[0])]
-        assert not _siblings(out, outdir.STAGING_TAG) and _ledger(target).swap is None
+        assert not _siblings(out, publish.STAGING_TAG) and _ledger(target).swap is None
         assert sorted(p.name for p in root.iterdir()) == sorted(["runtime"] + [p.name for p in olds])
     # journal written, swapped (one exchange, or two renames), moved aside, recorded: each interrupted
     assert steps == (4 if exchange else 5)
@@ -248,7 +248,7 @@ def test_an_unreadable_ledger_leaves_every_folder_alone(tmp_path):
     target = _target(out, tmp_path / "cache")
     staging = _staged(target, "new")
     target.ledger.write_text("{not json")
-    outdir.clear_leftovers(target)
+    publish.clear_leftovers(target)
     assert _label(out) == "old" and _label(staging.path) == "new"   # not provably ours any more: kept
     assert _ledger(target).entries == ()
 
@@ -257,22 +257,22 @@ def test_keep_prunes_only_recorded_runtimes_through_a_rename(tmp_path):
     out = tmp_path / "runtime"
     target = _target(out, tmp_path / "cache")
     # look-alikes a user made: our names, even a whole runtime, but never recorded
-    lookalikes = [_fake_runtime(tmp_path / f"runtime{outdir.OLD_TAG}20200101-000000-1", "user"),
-                  _fake_runtime(tmp_path / f"runtime{outdir.DELETING_TAG}5-0", "user"),
-                  _fake_runtime(tmp_path / f"runtime{outdir.STAGING_TAG}1", "user")]
+    lookalikes = [_fake_runtime(tmp_path / f"runtime{publish.OLD_TAG}20200101-000000-1", "user"),
+                  _fake_runtime(tmp_path / f"runtime{publish.DELETING_TAG}5-0", "user"),
+                  _fake_runtime(tmp_path / f"runtime{publish.STAGING_TAG}1", "user")]
     before = {p: sha256_file(p / "manifest.json") for p in lookalikes}
     for label in ("1", "2", "3"):
-        outdir.swap_in(target, _staged(target, label), keep=1)   # three swaps within a second: names must not clash
+        publish.swap_in(target, _staged(target, label), keep=1)   # three swaps within a second: names must not clash
     assert _label(out) == "3"
     recorded = [Path(e.path) for e in _ledger(target).entries]
     assert [_label(p) for p in recorded] == ["2"]
     # a prune killed after its rename: recorded as being deleted, so the next run finishes it
     from builder import locks
-    half = tmp_path / f"runtime{outdir.DELETING_TAG}{os.getpid()}-abc"
+    half = tmp_path / f"runtime{publish.DELETING_TAG}{os.getpid()}-abc"
     os.rename(recorded[0], half)
     ident = locks.identity(half)
     locks.save(target.ledger, locks.Ledger(str(out), (locks.Entry("deleting", str(half), *ident, was=str(recorded[0])),)))
-    outdir.clear_leftovers(target)
+    publish.clear_leftovers(target)
     assert not half.exists() and _label(out) == "3" and _ledger(target).entries == ()
     assert {p: sha256_file(p / "manifest.json") for p in lookalikes} == before
 
@@ -282,26 +282,26 @@ def test_keep_prunes_only_recorded_runtimes_through_a_rename(tmp_path):
 def test_ctrl_c_during_the_swap_is_held_until_the_swap_is_done(tmp_path, monkeypatch):
     out = _fake_runtime(tmp_path / "runtime", "old")
     target = _target(out, tmp_path / "cache")
-    real = outdir._exchange
+    real = publish._exchange
 
     def exchange_then_ctrl_c(a, b):
         done = real(a, b)
         os.kill(os.getpid(), signal.SIGINT)    # a real Ctrl-C, right between the exchange and the rename
         return done
-    monkeypatch.setattr(outdir, "_exchange", exchange_then_ctrl_c)
+    monkeypatch.setattr(publish, "_exchange", exchange_then_ctrl_c)
     try:
         with pytest.raises(AssembleError) as info:
-            with outdir.staged(target) as staging:     # as build() uses it
+            with publish.staged(target) as staging:     # as build() uses it
                 _fake_runtime(staging.path, "new")
-                outdir.swap_in(target, staging)
+                publish.swap_in(target, staging)
     except KeyboardInterrupt:
         pytest.fail("the Ctrl-C was not held until the swap was done")
-    aside = _siblings(out, outdir.OLD_TAG)
+    aside = _siblings(out, publish.OLD_TAG)
     line = info.value.line()
     assert info.value.code == 130 and "interrupted after the swap" in line and str(aside[0]) in line, line
     assert _label(out) == "new" and whole(out) and [_label(p) for p in aside] == ["old"] and whole(aside[0])
     assert [e.path for e in _ledger(target).entries] == [str(aside[0])] and _ledger(target).swap is None
-    assert not _siblings(out, outdir.STAGING_TAG)
+    assert not _siblings(out, publish.STAGING_TAG)
 
 
 def test_ctrl_c_before_the_swap_removes_only_the_staging_folder(tmp_path):
@@ -309,7 +309,7 @@ def test_ctrl_c_before_the_swap_removes_only_the_staging_folder(tmp_path):
     target = _target(out, tmp_path / "cache")
     before = sha256_file(out / "manifest.json"), out.stat().st_ino
     with pytest.raises(AssembleError) as info:
-        with outdir.staged(target) as staging:
+        with publish.staged(target) as staging:
             _fake_runtime(staging.path, "new")
             raise KeyboardInterrupt
     assert info.value.code == 130 and "interrupted before the swap" in info.value.line()
@@ -322,31 +322,31 @@ def test_an_error_between_exchange_and_rename_never_deletes_the_previous_runtime
     """The old bug: build()'s cleanup removed the staging path, which after the exchange is the previous runtime."""
     out = _fake_runtime(tmp_path / "runtime", "old")
     target = _target(out, tmp_path / "cache")
-    if not outdir._exchange(*(_fake_runtime(tmp_path / n, n) for n in ("p", "q"))):
+    if not publish._exchange(*(_fake_runtime(tmp_path / n, n) for n in ("p", "q"))):
         pytest.skip("this filesystem has no RENAME_EXCHANGE")
     for n in ("p", "q"):
         shutil.rmtree(tmp_path / n)
-    real, calls = outdir._rename_noreplace, [0]
+    real, calls = publish._rename_noreplace, [0]
 
     def broken(a, b):
         calls[0] += 1
         if fails == "always" or calls[0] == 1:
             raise RuntimeError("boom")
         return real(a, b)
-    monkeypatch.setattr(outdir, "_rename_noreplace", broken)
+    monkeypatch.setattr(publish, "_rename_noreplace", broken)
     with pytest.raises((RuntimeError, BuildFailed)) as info:
-        with outdir.staged(target) as staging:
+        with publish.staged(target) as staging:
             _fake_runtime(staging.path, "new")
-            outdir.swap_in(target, staging)
+            publish.swap_in(target, staging)
     assert _label(out) == "new" and whole(out)
-    monkeypatch.setattr(outdir, "_rename_noreplace", real)
+    monkeypatch.setattr(publish, "_rename_noreplace", real)
     if fails == "always":   # the message names where the previous runtime is, and it is there, whole
-        held = _siblings(out, outdir.STAGING_TAG)
+        held = _siblings(out, publish.STAGING_TAG)
         assert isinstance(info.value, BuildFailed) and str(held[0]) in info.value.line()
         assert [_label(p) for p in held] == ["old"] and whole(held[0])
-        outdir.clear_leftovers(target)    # the next run finishes the swap from the journal
-    aside = _siblings(out, outdir.OLD_TAG)
-    assert [_label(p) for p in aside] == ["old"] and whole(aside[0]) and not _siblings(out, outdir.STAGING_TAG)
+        publish.clear_leftovers(target)    # the next run finishes the swap from the journal
+    aside = _siblings(out, publish.OLD_TAG)
+    assert [_label(p) for p in aside] == ["old"] and whole(aside[0]) and not _siblings(out, publish.STAGING_TAG)
     assert [e.path for e in _ledger(target).entries] == [str(aside[0])]
 
 
@@ -386,11 +386,11 @@ def test_ctrl_c_during_a_real_build_says_what_is_true(cpu_runtime, tmp_path):
             assert now[0] != before[0], claim
             if "previous runtime is at " in claim:
                 assert whole(Path(claim.split("previous runtime is at ")[1].split(" -- ")[0].split(";")[0]))
-        for old in _siblings(out, outdir.OLD_TAG):
+        for old in _siblings(out, publish.OLD_TAG):
             assert whole(old)
     print("what each interrupted run said:", said)
     assert any(code == 130 for code, _ in said), said   # the Ctrl-C reached the build at least once
-    assert assemble(*build).returncode == 0 and not _siblings(out, outdir.STAGING_TAG)
+    assert assemble(*build).returncode == 0 and not _siblings(out, publish.STAGING_TAG)
 
 
 def test_os_errors_in_the_locked_section_become_one_line(tmp_path):
@@ -400,11 +400,11 @@ def test_os_errors_in_the_locked_section_become_one_line(tmp_path):
     target = _target(out, tmp_path / "cache")
     for code, cls, exit_code, words in cases:
         with pytest.raises(cls) as info:
-            with outdir.locked(target):
+            with publish.locked(target):
                 raise OSError(code, os.strerror(code), str(tmp_path / "x"))
         assert info.value.code == exit_code and words in info.value.line()
     with pytest.raises(FileNotFoundError):   # anything else is a bug and keeps its traceback
-        with outdir.locked(target):
+        with publish.locked(target):
             raise FileNotFoundError(errno.ENOENT, "gone", "/elsewhere")
 
 
@@ -448,7 +448,7 @@ def test_full_disk_fails_clearly_and_keeps_the_previous_runtime(cpu_runtime, tmp
     # "no space left" (a write failed) or bundle's "short copy ... check free disk space" (a copy fell short)
     assert "space" in line and "fix:" in line and str(disk) in line
     assert whole(out) and sha256_file(out / "manifest.json") == before
-    assert not _siblings(out, outdir.STAGING_TAG) and not _siblings(out, outdir.OLD_TAG)
+    assert not _siblings(out, publish.STAGING_TAG) and not _siblings(out, publish.OLD_TAG)
     free = shutil.disk_usage(disk).free // 1024
     assert free > size // 3, "the partial copy was not removed"
     # packaging onto the full disk fails the same way, leaving no partial archive
@@ -474,7 +474,7 @@ def test_read_only_output_folder_is_refused_clearly(cpu_runtime, tmpfs):
     assert "Read-only file system" in line or "read-only" in line
     assert "--out" in line
     assert whole(out) and sha256_file(out / "manifest.json") == before
-    assert not _siblings(out, outdir.STAGING_TAG)
+    assert not _siblings(out, publish.STAGING_TAG)
     pkg = assemble("package", str(cpu_runtime), "--out-dir", str(disk / "dist"))
     assert pkg.returncode == 2 and "Read-only file system" in _one_error_line(pkg.stderr)
 
@@ -489,9 +489,9 @@ def test_concurrent_builds_of_one_output_never_interleave(cpu_runtime, tmp_path)
     logs = [(tmp_path / f"c{i}.log").read_text() for i in range(2)]
     assert codes == [0, 0], logs
     assert whole(out)
-    olds = _siblings(out, outdir.OLD_TAG)
+    olds = _siblings(out, publish.OLD_TAG)
     assert len(olds) == 1 and whole(olds[0])   # the first result, moved aside by the second
-    assert not _siblings(out, outdir.STAGING_TAG)
+    assert not _siblings(out, publish.STAGING_TAG)
 
 
 def test_a_held_output_makes_a_build_wait_or_refuse(cpu_runtime, tmp_path):

@@ -3,7 +3,7 @@ with every local cache wiped, through a real Redis server that asks for a passwo
 redis-server on 127.0.0.1, `requirepass`): ccache is given the URL in its own `redis://PASSWORD@host`
 form, sccache in redis-py's `redis://:PASSWORD@host` (assemble tells each launcher in its words).
 
-The machines differ as two CI runners do (tests/support/remotecache.py): another HOME, so another
+The machines differ as two CI runners do (scripts/support/remotecache.py): another HOME, so another
 assemble cache and ccache folder, another checkout path of the recipe, another working directory and
 --out. B must take its objects from the remote cache (>= 95% of its compiles are remote hits, as its
 manifest records them). The times are printed, not asserted: scripts/bench-remote-cache.py measures
@@ -19,7 +19,7 @@ import sysconfig
 import pytest
 
 from builder.config.remotecache import redacted
-from tests.support.remotecache import build_on, machine, redis_server
+from scripts.support.remotecache import build_on, machine, redis_server
 
 pytestmark = pytest.mark.slow
 

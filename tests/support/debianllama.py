@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.vendorlibs import Deb, _locked, cache_root, extract_deb, fetch_deb, require_x86_64_linux
+from scripts.support.vendorlibs import Deb, _locked, cache_root, extract_deb, fetch_deb, require_x86_64_linux
 
 # Pinned from sid's Packages index (main; contrib for CUDA) on 2026-11-30. Not pinned, because
 # a host provides them (and must, at these floors): libc6 >= 2.43, libstdc++6, libgcc-s1,

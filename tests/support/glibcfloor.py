@@ -8,7 +8,7 @@ from pathlib import Path
 from builder.digest import sha256_file
 from tests.support.manifests import read_raw, write_raw
 from tests.support.runtimes import make_runtime
-from tests.support.vendorlibs import compile_c
+from scripts.support.vendorlibs import compile_c
 
 # arc4random appeared in glibc 2.36 (Debian 12's): a file calling it needs GLIBC_2.36.
 NEEDS_236 = "#include <stdlib.h>\nint main(void) { return (int)(arc4random() & 1); }\n"

@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.vendorlibs import MULTIARCH, SID, Deb, _locked, cache_root, extract_deb, fetch_deb, rocm_libs
+from scripts.support.vendorlibs import MULTIARCH, SID, Deb, _locked, cache_root, extract_deb, fetch_deb, rocm_libs
 
 # Pinned from Debian sid on 2026-11-29 (apt-cache show in scripts/rocm-sid-chroot.sh's chroot).
 DEV: tuple[Deb, ...] = (

@@ -35,8 +35,8 @@ SMALL_PROJECT = {
 BUILD_SMALL = r"""
 import json, sys
 from pathlib import Path
-from builder.build import run
-from builder.build.plan import plan_unit
+from builder.units import run
+from builder.units.plan import plan_unit
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe
 from builder.toolchain import survey

@@ -1,10 +1,11 @@
 """The package's shape, checked: no import cycle, and imports go one way only.
 
-    cli -> pipeline/outdir/repair -> release -> check -> build/prebuilt/windows -> runtime -> toolchain, source -> config -> base
+    cli -> flows -> release -> check -> units/prebuilt/windows -> runtime -> toolchain, source -> config -> base
 
 A module may import its own package and anything below it, never above: nothing imports the
-CLI, the runtime never imports the checks (the checks read the runtime). Imports anywhere in a
-file count, lazy ones inside functions included."""
+CLI, no stage imports a flow, the runtime never imports the checks (the checks read the runtime).
+Inside builder.flows the same holds: repair and build -> platforms -> publish. Imports anywhere in
+a file count, lazy ones inside functions included."""
 
 from __future__ import annotations
 
@@ -16,15 +17,25 @@ from tests.support.common import REPO
 BUILDER = REPO / "builder"
 LAYERS = (
     ("builder.cli", "builder.__main__"),
-    ("builder.pipeline", "builder.outdir", "builder.repair", "builder.repair_windows", "builder.deploy"),
+    # The flows, one package per family: a new flow package (e.g. builder.deploy) goes into this tuple,
+    # beside builder.flows, and may then import every stage below, never the CLI.
+    ("builder.flows", "builder.deploy"),
     ("builder.release",),
     ("builder.check",),
-    ("builder.build", "builder.prebuilt", "builder.windows"),
+    ("builder.units", "builder.prebuilt", "builder.windows"),
     ("builder.runtime",),
     ("builder.toolchain", "builder.source"),
     ("builder.config",),
     ("builder", "builder.errors", "builder.ui", "builder.paths", "builder.proc", "builder.locks", "builder.digest",
      "builder.interpreter"),
+)
+
+
+# inside builder.flows: the flows, then what they share (a platform never imports the flow that runs it)
+FLOW_LAYERS = (
+    ("builder.flows.build", "builder.flows.repair"),
+    ("builder.flows.platforms",),
+    ("builder.flows.publish",),
 )
 
 
@@ -51,9 +62,9 @@ def _imports(path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def _layer(module: str) -> int:
+def _layer(module: str, layers: tuple[tuple[str, ...], ...] = LAYERS) -> int:
     best = None
-    for i, prefixes in enumerate(LAYERS):
+    for i, prefixes in enumerate(layers):
         for prefix in prefixes:
             if module == prefix or (prefix != "builder" and module.startswith(prefix + ".")):
                 if best is None or len(prefix) > best[1]:
@@ -76,6 +87,17 @@ def test_imports_only_go_down():
             if _layer(target) < _layer(name):
                 wrong.append(f"{name} imports {target}")
     assert not wrong, "imports that go up:\n" + "\n".join(sorted(wrong))
+
+
+def test_inside_the_flows_imports_only_go_down():
+    mods = _modules()
+    flows = {n: p for n, p in mods.items() if n.startswith("builder.flows.")}
+    wrong = []
+    for name, path in flows.items():
+        for target in _imports(path, set(flows)):
+            if target != name and _layer(target, FLOW_LAYERS) < _layer(name, FLOW_LAYERS):
+                wrong.append(f"{name} imports {target}")
+    assert not wrong, "imports inside builder.flows that go up:\n" + "\n".join(sorted(wrong))
 
 
 def test_no_import_cycle():

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from builder import locks, outdir
+from builder import locks
+from builder.flows import publish
 from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.release import package
@@ -138,9 +139,9 @@ def test_look_alike_names_and_glob_characters_are_never_touched(cpu_runtime, tmp
     was taken for a leftover. Only what the ledger recorded may be removed."""
     p = tmp_path / "p"
     p.mkdir()
-    user = {n: p / n for n in ("runtime1.previous-20200101-000000-1", f"runtime[1]{outdir.OLD_TAG}20200101-000000-1",
-                               f"runtime[1]{outdir.STAGING_TAG}v2", f"runtime[1]{outdir.DELETING_TAG}1-0",
-                               f"runtime1{outdir.STAGING_TAG}1", f"runtime-cpu{outdir.STAGING_TAG}v2")}
+    user = {n: p / n for n in ("runtime1.previous-20200101-000000-1", f"runtime[1]{publish.OLD_TAG}20200101-000000-1",
+                               f"runtime[1]{publish.STAGING_TAG}v2", f"runtime[1]{publish.DELETING_TAG}1-0",
+                               f"runtime1{publish.STAGING_TAG}1", f"runtime-cpu{publish.STAGING_TAG}v2")}
     for n, path in user.items():
         if "previous" in n:    # whole runtimes (copies of a real one): valid manifests, but not recorded
             shutil.copytree(cpu_runtime, path, symlinks=True)
@@ -163,27 +164,27 @@ def test_look_alike_names_and_glob_characters_are_never_touched(cpu_runtime, tmp
 
 def test_another_outputs_staging_folder_is_not_a_leftover(cpu_runtime, tmp_path):
     """A concurrent `--out 'rt?'` once removed the rt1.assembling-* folder of another build."""
-    rt1 = outdir.check_destination(tmp_path / "rt1", cache=TEST_CACHE / "cache")
-    with outdir.locked(rt1):
-        staging = outdir._make_staging(rt1)     # a build of rt1, in progress
+    rt1 = publish.check_destination(tmp_path / "rt1", cache=TEST_CACHE / "cache")
+    with publish.locked(rt1):
+        staging = publish._make_staging(rt1)     # a build of rt1, in progress
         (staging.path / "half.so").write_bytes(b"\0" * 100)
         for _ in range(2):
             proc = assemble("build", "--recipe", "cpu", "--out", str(tmp_path / "rt?"), "--keep", "0")
             assert proc.returncode == 0, proc.stderr
         assert (staging.path / "half.so").read_bytes() == b"\0" * 100
-        outdir._discard(rt1, staging)   # rt1's own build removes it
+        publish._discard(rt1, staging)   # rt1's own build removes it
     assert whole(tmp_path / "rt?") and sorted(os.listdir(tmp_path)) == ["rt?"]
 
 
 def test_a_folder_filled_during_the_build_is_not_replaced(tmp_path):
     out = tmp_path / "runtime"
-    target = outdir.check_destination(out, cache=tmp_path / "cache")   # new when checked
+    target = publish.check_destination(out, cache=tmp_path / "cache")   # new when checked
     with pytest.raises(AssembleError) as info:
-        with outdir.locked(target), outdir.staged(target) as staging:
+        with publish.locked(target), publish.staged(target) as staging:
             _fake_runtime(staging.path, "new")
             out.mkdir()
             (out / "notes.txt").write_text("the user's, written while the build ran\n")
-            outdir.swap_in(target, staging)
+            publish.swap_in(target, staging)
     assert info.value.code == 2 and "changed during the build; nothing was replaced" in info.value.line()
     assert sorted(os.listdir(tmp_path)) == ["cache", "runtime"] and os.listdir(out) == ["notes.txt"]
 
@@ -191,13 +192,13 @@ def test_a_folder_filled_during_the_build_is_not_replaced(tmp_path):
 def test_a_recorded_leftover_goes_only_while_it_is_the_recorded_folder(tmp_path):
     """Recovery acts on (path, inode): a folder the user put at a recorded path is theirs."""
     out = tmp_path / "runtime"
-    target = outdir.check_destination(out, cache=tmp_path / "cache")
-    ours = outdir._make_staging(target)          # a build killed here leaves this
-    theirs = outdir._make_staging(target)
+    target = publish.check_destination(out, cache=tmp_path / "cache")
+    ours = publish._make_staging(target)          # a build killed here leaves this
+    theirs = publish._make_staging(target)
     shutil.rmtree(theirs.path)
     theirs.path.mkdir()                          # the user's own folder now, at the recorded name
     (theirs.path / "notes.txt").write_text("mine\n")
-    outdir.clear_leftovers(target)
+    publish.clear_leftovers(target)
     assert not ours.path.exists() and (theirs.path / "notes.txt").read_text() == "mine\n"
     assert locks.load(target.ledger, out).entries == ()
 
@@ -274,14 +275,14 @@ def test_keep_never_deletes_what_the_run_reads(tmp_path, capsys):
     """--keep 0 prunes every moved-aside runtime but the one the run reads (a --source tree, a
     repair input) or one holding what it reads; each kept one is named in one line."""
     out = tmp_path / "runtime"
-    target = outdir.check_destination(out, cache=tmp_path / "cache")
+    target = publish.check_destination(out, cache=tmp_path / "cache")
     for label in ("1", "2", "3"):
-        outdir.publish(target, lambda p, label=label: _fake_runtime(p, label))
-    asides = sorted(tmp_path.glob(f"runtime{outdir.OLD_TAG}*"), key=lambda p: (p / "bin" / "tool").read_text())
+        publish.publish(target, lambda p, label=label: _fake_runtime(p, label))
+    asides = sorted(tmp_path.glob(f"runtime{publish.OLD_TAG}*"), key=lambda p: (p / "bin" / "tool").read_text())
     assert [(p / "bin" / "tool").read_text() for p in asides] == ["1", "2"]
     read, holding = asides
     before = {"read": snapshot(read), "holding": snapshot(holding)}
-    outdir.publish(target, lambda p: _fake_runtime(p, "4"), keep=0,
+    publish.publish(target, lambda p: _fake_runtime(p, "4"), keep=0,
                    protect=[("the --source tree", read), ("a --lib-path folder", holding / "bin")])
     said = capsys.readouterr().err
     assert f"kept {read}: it is the --source tree of this run" in said
@@ -289,4 +290,4 @@ def test_keep_never_deletes_what_the_run_reads(tmp_path, capsys):
     assert {"read": snapshot(read), "holding": snapshot(holding)} == before
     assert (out / "bin" / "tool").read_text() == "4"
     # the runtime moved aside by this run ("3") was pruned: nothing protects it
-    assert sorted(tmp_path.glob(f"runtime{outdir.OLD_TAG}*")) == sorted(asides)
+    assert sorted(tmp_path.glob(f"runtime{publish.OLD_TAG}*")) == sorted(asides)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.cli.args import EXAMPLES, add_plan_options, add_recipe, cli_options, env_pairs
+from builder.cli.args import EXAMPLES, add_plan_options, add_recipe, cli_options, env_pairs, lib_dirs
+from builder.cli.result import print_runtime
 from builder.config.options import BuildConfig, resolve
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
@@ -42,13 +43,13 @@ def register(sub, common) -> None:
 
 def config_of(args) -> BuildConfig:
     """The build's resolved configuration: what `show`, `doctor` and `matrix` resolve the same way."""
-    from builder.build import unitfolder
+    from builder.units import unitfolder
     return resolve(load_recipe(args.recipe), cli_options(args, unit_from=unitfolder.parse_specs(args.unit_from),
                                                          only_unit=args.only_unit))
 
 
 def run(args) -> int:
-    from builder.pipeline import BuildRequest, build, build_unit  # heavy imports only when building
+    from builder.flows.build import BuildRequest, build, build_unit  # heavy imports only when building
 
     recipe = load_recipe(args.recipe)
     if args.keep is not None and args.keep < 0:
@@ -59,16 +60,10 @@ def run(args) -> int:
     config = config_of(args)
     req = BuildRequest(config=config, out=out, check_env=env_pairs(args.check_env), verify=not args.no_verify,
                        verify_static=args.verify_static, keep=args.keep, wait=not args.no_wait,
-                       lib_paths=tuple(args.lib_path),
+                       lib_paths=lib_dirs(args.lib_path),
                        unit_out=Path(args.out) if args.only_unit and args.out else None)
     if args.only_unit:
         print(build_unit(req))
         return 0
-    result = build(req)
-    if args.json:
-        import json
-        from builder.runtime.manifest import Manifest
-        print(json.dumps({"runtime": str(result), "manifest": json.loads(Manifest.load(result).to_json())}, indent=2))
-    else:
-        print(result)
+    print_runtime(build(req), args.json)
     return 0

@@ -6,12 +6,13 @@ import argparse
 import re
 from pathlib import Path
 
-from builder.cli.args import env_pairs
+from builder.cli.args import env_pairs, lib_dirs
+from builder.cli.result import print_runtime
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
+from builder.prebuilt.request import RepairRequest
 from builder.runtime.layout import runtime_dir_name
 from builder.windows import FOLDER_SUFFIX, PLATFORM
-from builder import outdir, repair_windows
 
 
 def register(sub, common) -> None:
@@ -83,30 +84,25 @@ def default_name(first: str) -> str:
 
 
 def run(args) -> int:
-    from builder.repair import RepairRequest, repair
+    from builder.flows import publish, repair
 
     if args.keep is not None and args.keep < 0:
         raise AssembleError("--keep must be 0 or more", fix="write e.g. --keep 3")
     if args.accept_loader_risk is not None and not args.accept_loader_risk.strip():
         raise AssembleError("--accept-loader-risk needs a reason", fix='write e.g. --accept-loader-risk "a container '
                             'image without other ggml packages"')
-    targets = tuple(str(GfxTarget.parse(g, "--hip-target")) for g in args.hip_target)
+    targets = tuple(GfxTarget.parse(g, "--hip-target") for g in args.hip_target)
     name = args.name or default_name(args.inputs[0])
-    outdir.check_inputs(args.inputs)   # before platform_of lists what is in them
-    platform = repair_windows.platform_of(tuple(args.inputs))
+    publish.check_inputs(args.inputs)   # before platform_of lists what is in them
+    platform = repair.platform_of(tuple(args.inputs))
     out = Path(args.out) if args.out else Path.cwd() / (runtime_dir_name(name)
                                                         + (FOLDER_SUFFIX if platform == PLATFORM else ""))
-    result = repair(RepairRequest(inputs=tuple(args.inputs), name=name, out=out, lib_paths=tuple(args.lib_path),
-                                  targets=tuple(args.target), without=tuple(args.without), hip_targets=targets,
-                                  check_env=env_pairs(args.check_env),
-                                  verify_static=args.verify_static, accept_loader_risk=args.accept_loader_risk,
-                                  dry_run=args.dry_run, keep=args.keep, wait=not args.no_wait))
-    if result is None:
-        return 0
-    if args.json:
-        import json
-        from builder.runtime.manifest import Manifest
-        print(json.dumps({"runtime": str(result), "manifest": json.loads(Manifest.load(result).to_json())}, indent=2))
-    else:
-        print(result)
+    req = RepairRequest(inputs=tuple(args.inputs), name=name, out=out, lib_paths=lib_dirs(args.lib_path),
+                        targets=tuple(args.target), without=tuple(args.without), hip_targets=targets,
+                        check_env=env_pairs(args.check_env),
+                        verify_static=args.verify_static, accept_loader_risk=args.accept_loader_risk,
+                        dry_run=args.dry_run, keep=args.keep, wait=not args.no_wait)
+    result = repair.repair(req, repair.PLATFORMS[platform])
+    if result is not None:
+        print_runtime(result, args.json)
     return 0

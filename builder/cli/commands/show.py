@@ -6,7 +6,7 @@ import argparse
 import json
 
 from builder import ui
-from builder.build.plan import PLACEHOLDER
+from builder.units.plan import PLACEHOLDER
 from builder.cli.args import add_plan_options, add_recipe, cli_options
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
@@ -35,7 +35,7 @@ def register(sub, common) -> None:
 
 
 def run(args) -> int:
-    from builder.pipeline import preview
+    from builder.flows.build import preview
 
     recipe = load_recipe(args.recipe)
     config = resolve(recipe, cli_options(args))

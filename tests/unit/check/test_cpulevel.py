@@ -16,7 +16,7 @@ import pytest
 from builder.check.cpulevel import NAME, compiled_features, cpu_level_check
 from builder.check.report import FAIL, PASS
 from builder.config import cpulevels
-from tests.support.vendorlibs import compile_c
+from scripts.support.vendorlibs import compile_c
 
 # ggml-cpu.c's pattern: the compiler's own macros decide each return value
 HAS = {"ssse3": "__SSSE3__", "avx": "__AVX__", "f16c": "__F16C__", "fma": "__FMA__", "avx2": "__AVX2__",

@@ -20,6 +20,7 @@ from builder.config.targets import CudaArch
 from builder.cli import main as cli
 from builder.check import doctor
 from builder.toolchain import detect as tc
+from builder.toolchain import gpus as gpu_probes
 from builder.cli.commands.doctor import render
 from builder.config.recipe import load_recipe
 from tests.support.common import REPO
@@ -529,14 +530,14 @@ LSPCI = """\
 
 
 def test_parse_lspci_atomics_and_link():
-    cards = tc.parse_lspci(LSPCI)
+    cards = gpu_probes.parse_lspci(LSPCI)
     assert [c.slot for c in cards] == ["0000:03:00.0", "0000:0a:00.0"]  # the AMD bridge is not a card
     first, second = cards
     assert first.atomics_requester is True and first.atomics_cap == "32bit+ 64bit+ 128bitCAS-"
     assert first.link_status == "16GT/s x16" and not first.downgraded
     assert second.atomics_requester is False and second.downgraded
     assert (second.link_cap, second.link_status) == ("16GT/s x16", "8GT/s x4")
-    hidden = tc.parse_lspci(LSPCI.split("\n\n")[0].split("\tCapabilities")[0] + "\tCapabilities: <access denied>\n")
+    hidden = gpu_probes.parse_lspci(LSPCI.split("\n\n")[0].split("\tCapabilities")[0] + "\tCapabilities: <access denied>\n")
     assert hidden[0].access_denied and hidden[0].atomics_requester is None
 
 
@@ -557,7 +558,7 @@ def test_second_amd_card_without_atomics_means_layer_split_only(fakes, tmp_path)
 
 
 def test_single_card_without_atomics_is_only_informative():
-    one = tc.parse_lspci(LSPCI.split("\n\n")[2])
+    one = gpu_probes.parse_lspci(LSPCI.split("\n\n")[2])
     checks = doctor.host_checks(base_facts(pcie=one))
     c = next(c for c in checks if c.name.startswith("PCIe"))
     assert c.status == doctor.INFO and "second AMD card" in c.meaning
@@ -611,7 +612,7 @@ def test_sysfs_gpus(tmp_path):
         (d / "class").write_text(cls + "\n")
         (d / "vendor").write_text(vendor + "\n")
         (d / "device").write_text("0x1234\n")
-    gpus = tc.sysfs_gpus(str(tmp_path))
+    gpus = gpu_probes.sysfs_gpus(str(tmp_path))
     assert [(g.vendor, g.pci) for g in gpus] == [("nvidia", "0000:01:00.0"), ("amd", "0000:03:00.0")]
 
 

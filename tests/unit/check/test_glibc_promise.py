@@ -22,7 +22,7 @@ from builder.runtime.manifest import Manifest, ManifestInvalid
 from tests.support.common import GOOD_RECIPE, assemble, one_error_line
 from tests.support.glibcfloor import NEEDS_236, NEEDS_236_LIB, glibc_runtime, plant, retag
 from tests.support.manifests import read_raw, write_raw
-from tests.support.vendorlibs import compile_c
+from scripts.support.vendorlibs import compile_c
 
 
 def _checks(proc) -> dict:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.check import gpufit, gpuhost
+from builder.check import gpufit
+from builder.toolchain import gpus as gpu_probes
 from builder.check.report import FAIL, PASS
 from builder.runtime.gpuruntime import CudaModuleCode, CudaRuntimeRecord, RocmRecord
 
@@ -26,13 +27,13 @@ def _smi(tmp_path: Path, body: str) -> str:
 
 def test_stand_in_nvidia_smi_is_read(tmp_path):
     smi = _smi(tmp_path, 'echo "NVIDIA H200, 570.86.15, 9.0"; echo "NVIDIA GeForce RTX 4090, 570.86.15, 8.9"')
-    host = gpuhost.nvidia_host(smi)
+    host = gpu_probes.nvidia_host(smi)
     assert host.driver == "570.86.15" and [g.capability for g in host.gpus] == [90, 89]
     assert "2 NVIDIA GPU(s)" in host.describe() and "570.86.15" in host.describe()
 
 
 def test_old_driver_fails_with_driver_and_floor(tmp_path):
-    host = gpuhost.nvidia_host(_smi(tmp_path, 'echo "Tesla T4, 470.256.02, 7.5"'))
+    host = gpu_probes.nvidia_host(_smi(tmp_path, 'echo "Tesla T4, 470.256.02, 7.5"'))
     check = gpufit.cuda_driver_check(CUDA128, host)
     assert check.status == FAIL and "470.256.02" in check.reason and "525.60.13" in check.reason
     assert "12.8" in check.reason and ">= 525.60.13" in check.hint
@@ -41,30 +42,30 @@ def test_old_driver_fails_with_driver_and_floor(tmp_path):
 
 
 def test_new_enough_driver_passes_and_says_what_ptx_needs(tmp_path):
-    host = gpuhost.nvidia_host(_smi(tmp_path, 'echo "NVIDIA A100, 535.54.03, 8.0"'))
+    host = gpu_probes.nvidia_host(_smi(tmp_path, 'echo "NVIDIA A100, 535.54.03, 8.0"'))
     check = gpufit.cuda_driver_check(CUDA128, host)
     assert check.status == PASS and "570.26" in check.reason     # PTX from 12.8 needs the 12.8 driver
-    host = gpuhost.nvidia_host(_smi(tmp_path, 'echo "NVIDIA H200, 580.65.06, 9.0"'))
+    host = gpu_probes.nvidia_host(_smi(tmp_path, 'echo "NVIDIA H200, 580.65.06, 9.0"'))
     assert gpufit.cuda_driver_check(CUDA128, host).status == PASS
 
 
 def test_a_card_served_only_by_ptx_needs_the_toolkits_own_driver(tmp_path):
     record = dataclasses.replace(CUDA128, modules=(CudaModuleCode("bin/libggml-cuda.so", ("sm_80", "sm_90"),
                                                                   ("compute_75",)),))
-    t4 = gpuhost.nvidia_host(_smi(tmp_path, 'echo "Tesla T4, 535.54.03, 7.5"'))        # PTX only: JIT
+    t4 = gpu_probes.nvidia_host(_smi(tmp_path, 'echo "Tesla T4, 535.54.03, 7.5"'))        # PTX only: JIT
     check = gpufit.cuda_driver_check(record, t4)
     assert check.status == FAIL and "Tesla T4 (7.5)" in check.reason and "570.26" in check.reason
-    a100 = gpuhost.nvidia_host(_smi(tmp_path, 'echo "NVIDIA A100, 535.54.03, 8.0"'))   # SASS: minor-version compat
+    a100 = gpu_probes.nvidia_host(_smi(tmp_path, 'echo "NVIDIA A100, 535.54.03, 8.0"'))   # SASS: minor-version compat
     assert gpufit.cuda_driver_check(record, a100).status == PASS
 
 
 def test_a_host_without_cards_is_not_a_failure(tmp_path, monkeypatch):
-    monkeypatch.setattr(gpuhost, "_PROC_VERSION", tmp_path / "absent")
-    monkeypatch.setattr(gpuhost, "_KFD", tmp_path / "kfd")
+    monkeypatch.setattr(gpu_probes, "_PROC_VERSION", tmp_path / "absent")
+    monkeypatch.setattr(gpu_probes, "_KFD", tmp_path / "kfd")
     failing = _smi(tmp_path, "echo 'NVIDIA-SMI has failed because it could not communicate with the driver' >&2; exit 9")
     if not any(Path("/dev").glob("nvidia[0-9]*")):
-        assert gpuhost.nvidia_host(failing) is None
-    assert gpuhost.amd_host() is None
+        assert gpu_probes.nvidia_host(failing) is None
+    assert gpu_probes.amd_host() is None
     assert gpufit.no_device_failure("cuda", "libggml-cuda.so", None, None, CUDA128, None) is None
     assert gpufit.cuda_driver_check(CUDA128, None) is None
 
@@ -72,8 +73,8 @@ def test_a_host_without_cards_is_not_a_failure(tmp_path, monkeypatch):
 def test_amd_host_with_no_hip_device_fails(tmp_path, monkeypatch):
     kfd = tmp_path / "kfd"
     kfd.write_text("")
-    monkeypatch.setattr(gpuhost, "_KFD", kfd)
-    amd = gpuhost.amd_host()
+    monkeypatch.setattr(gpu_probes, "_KFD", kfd)
+    amd = gpu_probes.amd_host()
     rocm = RocmRecord("6.4", "amdgpu from ROCm 6.2-6.4", "AMD compatibility matrix")
     check = gpufit.no_device_failure("hip", "libggml-hip.so", None, amd, None, rocm)
     assert check.status == FAIL and "ROCm 6.4" in check.reason and "/dev/kfd" in check.reason
@@ -81,6 +82,6 @@ def test_amd_host_with_no_hip_device_fails(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("line", ["", "garbage", "NVIDIA X, not-a-version, 8.9"])
 def test_unreadable_smi_output_is_no_card_list(tmp_path, monkeypatch, line):
-    monkeypatch.setattr(gpuhost, "_PROC_VERSION", tmp_path / "absent")
-    host = gpuhost.nvidia_host(_smi(tmp_path, f'echo "{line}"'))
+    monkeypatch.setattr(gpu_probes, "_PROC_VERSION", tmp_path / "absent")
+    host = gpu_probes.nvidia_host(_smi(tmp_path, f'echo "{line}"'))
     assert host is None or host.gpus == ()

@@ -32,7 +32,7 @@ from tests.support.planted import build_planted_module
 from tests.support.common import assemble
 from builder.runtime.manifest import Manifest
 from tests.support.manifests import copy_runtime, read_raw, reseal, write_raw
-from tests.support.vendorlibs import compile_c, cuda_libs, get_or_skip, rocm_libs
+from scripts.support.vendorlibs import compile_c, cuda_libs, get_or_skip, rocm_libs
 
 pytestmark = pytest.mark.slow
 

@@ -109,6 +109,10 @@ def _args(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
         "matrix empty hip targets": (["matrix", "--hip-targets", ","], ["--hip-targets: ',' has an empty entry"]),
         "matrix unknown format": (["matrix", "--format", "yaml"], ["invalid choice: 'yaml'"]),
         "verify missing folder": (["verify", str(tmp / "gone")], ["no such runtime folder"]),
+        "build lib-path missing": (["build", "--recipe", "cpu", "--lib-path", str(tmp / "gone"), "--out",
+                                    str(tmp / "out")], ["--lib-path", "no such folder"]),
+        "repair lib-path missing": (["repair", str(tmp / "empty"), "--lib-path", str(tmp / "gone"), "--out",
+                                     str(tmp / "out")], ["--lib-path", "no such folder"]),
     }
 
 

@@ -1,5 +1,5 @@
 """`assemble show` never prints a placeholder as a runnable command line, and says when this
-host's `build` would refuse a unit, in the words of the very check build runs (pipeline._enforce)."""
+host's `build` would refuse a unit, in the words of the very check build runs (build_flow._enforce)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from builder import pipeline
+from builder.flows import build as build_flow
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe
 from builder.config.targets import GfxTarget
-from builder.build.plan import plan_unit
+from builder.units.plan import plan_unit
 from builder.errors import AssembleError
 from builder.toolchain import rules, survey
 from tests.support.common import assemble
@@ -24,7 +24,7 @@ def _build_refusal(rocm_path: str, target: str) -> AssembleError:
     units = config.wanted()
     toolchains = survey.for_units(config, units, probe_images=False)
     with pytest.raises(AssembleError) as err:
-        pipeline._enforce(config, units, toolchains, rules.blackwell_patch_state((), ()))
+        build_flow._enforce(config, units, toolchains, rules.blackwell_patch_state((), ()))
     return err.value
 
 
@@ -76,14 +76,14 @@ def test_a_cpu_unit_with_the_tree_not_fetched_marks_only_the_source_path(isolate
 
 @pytest.mark.parametrize("launcher, url", [("none", "redis://cache.internal"), ("ccache", "s3://bucket/prefix")])
 def test_a_remote_cache_build_would_refuse_is_said(isolated_cache, tmp_path, launcher, url):
-    """build refuses a cache the unit's launcher cannot use (pipeline._check_remote_cache) before it
+    """build refuses a cache the unit's launcher cannot use (build_flow._check_remote_cache) before it
     compiles: show says so in the same words, and --json's refused_here carries it."""
     config = resolve(load_recipe("cpu"), CliOptions(remote_cache=url, launcher=launcher), env={})
     units = config.wanted()
     toolchains = survey.for_units(config, units, probe_images=False)
     plan = plan_unit(config, units[0], toolchains[units[0].name], tmp_path / "src", "0" * 40)
     with pytest.raises(AssembleError) as err:
-        pipeline._check_remote_cache(config, [plan], toolchains, adopted=set())
+        build_flow._check_remote_cache(config, [plan], toolchains, adopted=set())
     refusal = err.value
     out, shown = _show("cpu", "--launcher", launcher, "--remote-cache", url)
     assert "warning:" in shown and refusal.what in shown and refusal.fix in shown

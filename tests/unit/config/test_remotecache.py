@@ -1,6 +1,6 @@
 """config.remotecache and build.cachestats: one URL read once, each launcher's words, never a secret shown.
 
-Whether the launchers really log in with what they are told is tests/unit/build/test_remote_auth.py
+Whether the launchers really log in with what they are told is tests/unit/units/test_remote_auth.py
 (real ccache and sccache against a password-protected redis-server)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.cachestats import from_sccache, read_stats_log
+from builder.units.cachestats import from_sccache, read_stats_log
 from builder.config import remotecache as rc
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe
@@ -242,9 +242,9 @@ def test_no_output_shows_a_secret(url, pieces, tmp_path, capsys):
 def _what_a_build_writes(cache: rc.RemoteCache, url: str, tmp_path: Path, capsys) -> list[str]:
     """The build's log line and cache record (run._record_cache_stats), the manifest's config and
     units[].cache (pipeline), the pipeline's lines, sccache's record: as a build writes them."""
-    from builder import pipeline
-    from builder.build import cachestats, run
-    from builder.build.plan import plan_unit
+    from builder.flows import build as build_flow
+    from builder.units import cachestats, run
+    from builder.units.plan import plan_unit
     from builder.toolchain.detect import Tool, Toolchain
     config = resolve(load_recipe("cpu"), CliOptions(remote_cache=url, launcher="ccache"), env={})
     host = Toolchain("host", cmake=Tool("cmake", "/usr/bin/cmake", "4.0.0"),
@@ -256,9 +256,9 @@ def _what_a_build_writes(cache: rc.RemoteCache, url: str, tmp_path: Path, capsys
     plan.build_dir.mkdir()
     (plan.build_dir / cachestats.STATS_LOG).write_text("# a.c\ndirect_cache_hit\nremote_storage_hit\n")
     if cache.scheme in rc.SCHEMES["ccache"]:
-        pipeline._check_remote_cache(config, [plan], {unit.name: host}, adopted=set())
+        build_flow._check_remote_cache(config, [plan], {unit.name: host}, adopted=set())
     run._record_cache_stats(plan, None)
-    manifest_parts = json.dumps({"config": config.as_dict(), "cache": pipeline._cache_stats(plan.build_dir)})
+    manifest_parts = json.dumps({"config": config.as_dict(), "cache": build_flow._cache_stats(plan.build_dir)})
     assert (cache.password is None) or "***" in manifest_parts
     sccache = from_sccache({"stats": {"cache_hits": {"counts": {"C": 1}}}}, cache).as_dict()
     return [capsys.readouterr().err, (plan.build_dir / run.LOG).read_text(), manifest_parts, json.dumps(sccache),
@@ -292,8 +292,8 @@ def test_sccache_counters_of_a_server_that_served_one_build():
 @pytest.mark.parametrize("url, relayed", [("redis://cache:6379", True), ("redis+unix:/r.sock?password=pw", True),
                                           ("http://cache/ccache", False), ("s3://bucket/prefix", False)])
 def test_a_container_unit_is_told_whether_the_cache_reaches_it(url, relayed, capsys, monkeypatch):
-    from builder import pipeline
-    from builder.build.plan import plan_unit
+    from builder.flows import build as build_flow
+    from builder.units.plan import plan_unit
     from builder.toolchain import survey
     monkeypatch.setattr(rc, "check", lambda *a: pytest.fail("a container unit's launcher is the image's"))
     config = resolve(load_recipe("cuda128-vulkan"), CliOptions(remote_cache=url, launcher="ccache"), env={})
@@ -301,7 +301,7 @@ def test_a_container_unit_is_told_whether_the_cache_reaches_it(url, relayed, cap
     image = survey.image(config, unit, None, probe=False)
     plan = plan_unit(config, unit, image, Path("/src"), "0" * 40)
     assert plan.in_container
-    pipeline._check_remote_cache(config, [plan], {unit.name: image}, adopted=set())
+    build_flow._check_remote_cache(config, [plan], {unit.name: image}, adopted=set())
     err = capsys.readouterr().err
     assert ("unix-socket relay" in err) == relayed
     assert ("uses its local ccache" in err) == (not relayed)
@@ -311,8 +311,8 @@ def test_a_container_unit_is_told_whether_the_cache_reaches_it(url, relayed, cap
 def test_a_cmake_that_writes_unity_sources_with_absolute_paths_is_named(version, warned, capsys, monkeypatch):
     """CMake < 4.0 ignores CMAKE_UNITY_BUILD_RELOCATABLE: libllama's unity sources then name this
     machine's paths and miss on every other runner (found with docker and Debian 12's CMake 3.25)."""
-    from builder import pipeline
-    from builder.build.plan import plan_unit
+    from builder.flows import build as build_flow
+    from builder.units.plan import plan_unit
     from builder.toolchain.detect import Tool, Toolchain
     monkeypatch.setattr(rc, "check", lambda *a: None)
     config = resolve(load_recipe("cpu"), CliOptions(remote_cache="redis://cache:6379", launcher="ccache"), env={})
@@ -320,6 +320,6 @@ def test_a_cmake_that_writes_unity_sources_with_absolute_paths_is_named(version,
     host = Toolchain("host", cmake=Tool("cmake", "/usr/bin/cmake", version), ninja=Tool("ninja", "/usr/bin/ninja", "1.12"),
                      cc=Tool("cc", "/usr/bin/cc", "gcc"), cxx=Tool("c++", "/usr/bin/c++", "g++"))
     plan = plan_unit(config, unit, host, Path("/src"), "0" * 40)
-    pipeline._check_remote_cache(config, [plan], {unit.name: host}, adopted=set())
+    build_flow._check_remote_cache(config, [plan], {unit.name: host}, adopted=set())
     err = capsys.readouterr().err
     assert ("unity sources" in err and f"cmake {version} (/usr/bin/cmake)" in err) == warned, err

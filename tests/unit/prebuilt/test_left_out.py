@@ -264,7 +264,7 @@ def sid_debs() -> dict[str, Path]:
 
 
 def test_debians_vulkan_package_given_as_a_second_input_merges(tmp_path, sid_debs):
-    from tests.support.vendorlibs import extract_deb
+    from scripts.support.vendorlibs import extract_deb
     first = tmp_path / "debian-cpu"
     for name in ("libggml0", "libllama0", "llama.cpp-tools"):
         extract_deb(sid_debs[name], first, lambda _: True)
@@ -321,7 +321,8 @@ def test_any_damage_is_refused_by_name_or_listed(pristine, pristine_flat, tmp_pa
     from builder.check import verify
     from builder.errors import AssembleError
     from builder.prebuilt.request import RepairRequest
-    from builder.repair import repair
+    from builder.flows.platforms import linux
+    from builder.flows.repair import repair
     work = tmp_path_factory.mktemp("damage")
     root = work / "build"
     shutil.copytree(pristine_flat if flat else pristine, root, symlinks=True)
@@ -333,7 +334,7 @@ def test_any_damage_is_refused_by_name_or_listed(pristine, pristine_flat, tmp_pa
                     and (how != "remove" or n in cpu_level_files()))
     try:
         repair(RepairRequest(inputs=(str(root),), name="p", out=out, without=without, verify_static=True,
-                             accept_loader_risk="a test: no ggml installed here"))
+                             accept_loader_risk="a test: no ggml installed here"), linux)
     except AssembleError as exc:
         said = f"{exc.where or ''} {exc.what}"
         names = {a for n in damaged for a in _aliases(n)}

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.plan import UnitPlan, plan_unit
-from builder.build.run import run_unit
+from builder.units.plan import UnitPlan, plan_unit
+from builder.units.run import run_unit
 from builder.config.options import CliOptions, resolve
 from builder.config.targets import GfxTarget
 from builder.toolchain import survey

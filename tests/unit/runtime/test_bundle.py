@@ -31,7 +31,7 @@ from builder.runtime.manifest import sha256_file
 from builder.runtime.policy import classify, data_rules_for, load_policy
 from builder.config.recipe import parse_recipe
 
-from tests.support.vendorlibs import (SID, compile_c, cuda_libs, extract_deb, fetch_deb, get_or_skip, loaded_probe, readelf_dynamic,
+from scripts.support.vendorlibs import (SID, compile_c, cuda_libs, extract_deb, fetch_deb, get_or_skip, loaded_probe, readelf_dynamic,
                         rocm_libs)
 
 LLAMA_OMP = r"""

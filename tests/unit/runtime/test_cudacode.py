@@ -340,7 +340,7 @@ def test_runs_on_refuses_a_bad_capability(bad):
 def test_verify_judges_cards_against_a_real_module(libs, tmp_path):
     """verify's `CUDA code` check on a real fatbin: the cards asked for (--cuda-arch) and the cards here."""
     from builder.check.gpufit import cuda_code_checks
-    from builder.check.gpuhost import NvidiaGpu, NvidiaHost
+    from builder.toolchain.gpus import NvidiaGpu, NvidiaHost
     from builder.config.targets import CudaArch
 
     module = tmp_path / "bin" / "libggml-cuda.so"

@@ -13,7 +13,7 @@ from builder.runtime.elf import read_elf
 from builder.runtime.manifest import sha256_file
 from tests.support.debianllama import (BASE, CUDA, DEBIAN_LLAMA, FACTS, HIP, HIP_ROCM_DEPENDS, debian_llama_debs,
                                        extract_debian_llama)
-from tests.support.vendorlibs import MULTIARCH, SID, get_or_skip
+from scripts.support.vendorlibs import MULTIARCH, SID, get_or_skip
 
 
 def test_pins_name_their_package_and_version_and_the_rocm_ones_are_pinned_in_vendorlibs():

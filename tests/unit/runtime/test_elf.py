@@ -15,7 +15,7 @@ import pytest
 from builder.runtime.elf import (ElfInfo, ldconfig_dirs, lookup, max_version, read_elf, resolve, section_strings, symlink_chain)
 from builder.errors import AssembleError
 
-from tests.support.vendorlibs import compile_c, cuda_libs, get_or_skip, loaded_probe, readelf_dynamic
+from scripts.support.vendorlibs import compile_c, cuda_libs, get_or_skip, loaded_probe, readelf_dynamic
 
 pytestmark = pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf as the oracle")
 

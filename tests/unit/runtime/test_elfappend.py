@@ -19,7 +19,7 @@ from builder.runtime import elfappend, place
 from builder.runtime.bundle import plan_bundle
 from builder.runtime.elf import read_elf
 from builder.runtime.layout import OwnFile
-from tests.support.vendorlibs import compile_c, readelf_dynamic
+from scripts.support.vendorlibs import compile_c, readelf_dynamic
 
 MODULE = r"""
 const char *dep_probe(void);

@@ -51,7 +51,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from builder.runtime.cudart import runtime_version  # noqa: E402
-from tests.support.vendorlibs import cuda_libs, get_or_skip  # noqa: E402
+from scripts.support.vendorlibs import cuda_libs, get_or_skip  # noqa: E402
 
 @pytest.fixture(scope="module")
 def cuda():

@@ -28,7 +28,7 @@ from builder.runtime.place import BundleResult, place_bundle
 from builder.digest import sha256_file
 from tests.support.common import SHA
 from builder.prebuilt.inputs import classify, deb_owners, unpack
-from tests.support.vendorlibs import SID, compile_c, cuda_site, fetch_deb, get_or_skip
+from scripts.support.vendorlibs import SID, compile_c, cuda_site, fetch_deb, get_or_skip
 
 GCC_EXCEPTION = "GPL-3.0-or-later WITH GCC-exception-3.1"
 

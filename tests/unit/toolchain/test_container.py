@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import collect
-from builder.build import run as run_mod
-from builder.build.plan import IMAGE_CUDA_ROOT, UnitPlan, plan_unit
+from builder.units import collect
+from builder.units import run as run_mod
+from builder.units.plan import IMAGE_CUDA_ROOT, UnitPlan, plan_unit
 from builder.config.options import ENGINE_ENV, CliOptions, resolve
 from builder.config.targets import CudaArch
 from builder.release import image
@@ -228,7 +228,7 @@ def test_docker_argv_mounts_same_paths_as_the_calling_user(standin, source, tmp_
 
 
 def test_a_redis_cache_reaches_the_container_through_the_relay_folder_only(standin, source, tmp_path, isolated_cache):
-    from builder.build.cacherelay import Relay
+    from builder.units.cacherelay import Relay
     from builder.config.remotecache import parse
     with Relay(parse("redis://:hunter2@cache.internal:6379/2", "test")) as relay:
         run = run_mod.container_run(make_plan(source, remote_cache="redis://:hunter2@cache.internal:6379/2"),

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from builder.config.targets import CudaArch
-from builder import pipeline
+from builder.flows import build as build_flow
 from builder.check import doctor
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe
@@ -99,14 +99,14 @@ def test_build_refuses_exactly_what_doctor_calls_missing(recipe_name, cli, parts
     toolchain = Toolchain("host", **{**TOOLS, **parts, "launcher_choice": cli.launcher})
     config = resolve(load_recipe(recipe_name), cli, env={})
     distro = tc.Distro("debian", (), "13", "trixie", "Debian GNU/Linux 13")
-    monkeypatch.setattr(pipeline, "distro", lambda: distro)          # both name this host's packages alike
+    monkeypatch.setattr(build_flow, "distro", lambda: distro)          # both name this host's packages alike
     patch = doctor.blackwell_patch(config, toolchain.cuda)
 
     # build: the pipeline's own enforcement, before CMake
     refused, warned = None, []
     try:
-        monkeypatch.setattr(pipeline.ui, "warn", lambda text: warned.append(text))
-        pipeline._enforce(config, config.wanted(), {u.name: toolchain for u in config.units}, patch)
+        monkeypatch.setattr(build_flow.ui, "warn", lambda text: warned.append(text))
+        build_flow._enforce(config, config.wanted(), {u.name: toolchain for u in config.units}, patch)
     except AssembleError as exc:
         refused = exc
 
@@ -146,10 +146,10 @@ def test_matrix_asks_runners_for_exactly_the_cuda_build_accepts(optin, version, 
     toolkit = cuda(version, archs=ARCHS if version >= "12.8" else ARCHS[:5])
     toolchain = Toolchain("host", **{**TOOLS, "cuda": toolkit, "launcher_choice": CliOptions().launcher})
     config = resolve(r, CliOptions(), env={})
-    monkeypatch.setattr(pipeline, "distro", lambda: tc.Distro("debian", (), "13", "trixie", "Debian GNU/Linux 13"))
-    monkeypatch.setattr(pipeline.ui, "warn", lambda text: None)
+    monkeypatch.setattr(build_flow, "distro", lambda: tc.Distro("debian", (), "13", "trixie", "Debian GNU/Linux 13"))
+    monkeypatch.setattr(build_flow.ui, "warn", lambda text: None)
     try:
-        pipeline._enforce(config, config.wanted(), {u.name: toolchain for u in config.units},
+        build_flow._enforce(config, config.wanted(), {u.name: toolchain for u in config.units},
                           doctor.blackwell_patch(config, toolkit))
         refused = False
     except AssembleError:

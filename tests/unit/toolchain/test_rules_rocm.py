@@ -232,7 +232,7 @@ def test_searched_places_follow_the_probe_order(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def sid():
     from tests.support.rocmdev import rocm_dev_tree
-    from tests.support.vendorlibs import get_or_skip
+    from scripts.support.vendorlibs import get_or_skip
     return get_or_skip(rocm_dev_tree)
 
 

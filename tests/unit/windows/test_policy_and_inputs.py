@@ -8,7 +8,8 @@ import zipfile
 import pytest
 
 from builder.errors import AssembleError
-from builder.repair_windows import is_windows_input, platform_of
+from builder.flows.platforms.windows import is_windows_input
+from builder.flows.repair import platform_of
 from builder.runtime.manifest import ManifestInvalid
 from builder.windows.assemble import module_backend, role
 from builder.windows.pe import is_pe, read_pe

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import run
-from builder.build.plan import UnitPlan, plan_unit
+from builder.units import run
+from builder.units.plan import UnitPlan, plan_unit
 from builder.config.options import HOST, CliOptions, resolve
 from builder.config.recipe import load_recipe
 from builder.digest import sha256_file

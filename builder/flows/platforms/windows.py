@@ -3,7 +3,7 @@
     zips -> unpack (the same refusals as on Linux) -> PE files -> one ggml base -> import closure
          -> copy (bytes unchanged: Windows has no RPATH to set) -> manifest -> verify -> swap in
 
-The output folder follows build's --out rules (lock, staging, atomic swap, --keep).
+flows.repair publishes it by build's --out rules (lock, staging, atomic swap, --keep).
 """
 
 from __future__ import annotations
@@ -13,18 +13,20 @@ import os
 import re
 import shutil
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
-from builder import outdir, paths, ui
-from builder.check import verify
+from builder import ui
+from builder.check.report import Report
 from builder.check.windows import verify_windows
-from builder.config.upstream import BUILD_RE
 from builder.digest import sha256_file
 from builder.errors import AssembleError
+from builder.flows.platforms import repaired_manifest, unpack_input
 from builder.prebuilt import origins
-from builder.prebuilt.inputs import classify, unpack
+from builder.prebuilt.inputs import classify
 from builder.prebuilt.request import RepairRequest
 from builder.runtime import licenses, manifest
+from builder.prebuilt.discover import WITHOUT
 from builder.windows import PLATFORM, assemble
 
 _WINDOWS = (".exe", ".dll")
@@ -51,21 +53,17 @@ def is_windows_input(given: str) -> bool:
     return any(n.endswith(_WINDOWS) for n in names) and not any(_SHARED_OBJECT.search(Path(n).name) for n in names)
 
 
-def platform_of(inputs: tuple[str, ...]) -> str:
-    """windows when every input is a Windows zip or folder, linux when none is; a mix is refused."""
-    flags = [is_windows_input(i) for i in inputs]
-    if all(flags):
-        return PLATFORM
-    if any(flags):
-        windows = next(i for i, f in zip(inputs, flags) if f)
-        other = next(i for i, f in zip(inputs, flags) if not f)
-        raise AssembleError(f"{windows} holds Windows binaries and {other} does not", where=other,
-                            fix="repair Windows zips and Linux inputs separately: one runtime runs on one OS")
-    return "linux"
+@dataclass(frozen=True)
+class Plan:
+    carry: assemble.WinPlan
+    inputs: tuple[origins.Unpacked, ...]         # how the inputs' files are named (refusals name the user's)
 
 
-def plan(req: RepairRequest, work: Path) -> tuple[assemble.WinPlan, tuple[origins.Unpacked, ...]]:
+def plan(req: RepairRequest, work: Path) -> Plan:
     """What to carry, and how the inputs' files are named (refusals name the user's files)."""
+    if req.without:
+        raise AssembleError("--without is read for Linux inputs only", where=f"{WITHOUT} {req.without[0]}",
+                            fix="a Windows zip's files are chosen by their import tables; leave --without off")
     if req.lib_paths or req.hip_targets:
         raise AssembleError("--lib-path and --hip-target are for Linux inputs", where="assemble repair",
                             fix="give the DLLs as zips (e.g. upstream's cudart zip) instead")
@@ -73,18 +71,16 @@ def plan(req: RepairRequest, work: Path) -> tuple[assemble.WinPlan, tuple[origin
     try:
         parts = []
         for i, inp in enumerate(classify(req.inputs)):
-            members: dict[str, str] = {}
-            dest = work / f"input-{i}"
-            root = unpack(inp, dest, members=members)
-            seen.append(origins.Unpacked(inp.given, inp.path if inp.kind == "folder" else dest.resolve(),
-                                         inp.kind == "folder", members))
+            root, unpacked = unpack_input(inp, work, i)
+            seen.append(unpacked)
             parts.append(assemble.read_part(inp, root))
-        return assemble.plan(parts, req.targets), tuple(seen)
+        return Plan(assemble.plan(parts, req.targets), tuple(seen))
     except AssembleError as exc:
         raise origins.renamed(seen, exc) from None
 
 
-def show(p: assemble.WinPlan, inputs: tuple[origins.Unpacked, ...]) -> None:
+def show(plan: Plan, req: RepairRequest) -> None:
+    p, inputs = plan.carry, plan.inputs
     for part in p.parts:
         print(f"input {part.input.given} ({part.input.kind}): {assemble.describe_base(part)}")
         if p.contributed.get(part.input.given):
@@ -137,46 +133,30 @@ def _manifest(req: RepairRequest, p: assemble.WinPlan, files: list[manifest.File
               licensed: tuple[manifest.LicenseRecord, ...] = ()) -> manifest.Manifest:
     first = next(x for x in p.parts if x.base is not None)
     backends = sorted({b for c in p.carried if (b := assemble.module_backend(c.name))}, key=lambda b: (b != "cpu", b))
-    executables = tuple(c.name for c in p.carried if c.name.lower().endswith(".exe"))
     sizes: dict[str, int] = {}
     for f in files:
         sizes[f.role] = sizes.get(f.role, 0) + f.size
-    return manifest.Manifest(
-        recipe=manifest.RecipeRecord(req.name, f"repaired from {', '.join(x.input.given for x in p.parts)}",
-                                     tuple(backends), executables, ""),
-        llama_cpp=manifest.SourceRecord(sha=None, commit_time=None,
-                                        source=manifest.Provenance(kind="prebuilt", path=first.input.given),
-                                        features={}, patches=(),
-                                        build=first.build if first.build and BUILD_RE.fullmatch(first.build) else None),
+    inputs = tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256, None, x.build,
+                                        assemble.describe_base(x), tuple(p.contributed.get(x.input.given, ())))
+                   for x in p.parts)
+    return repaired_manifest(
+        req, inputs, first=first.input.given, version=None, build=first.build, backends=tuple(backends),
+        executables=tuple(c.name for c in p.carried if c.name.lower().endswith(".exe")),
         files=tuple(files), system_libs=tuple(manifest.SystemLib(h.name, f"{h.rule.kind}: {h.rule.reason}", h.needed_by)
                                               for h in p.host),
         size_by_role=sizes,
-        inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256, None, x.build,
-                                          assemble.describe_base(x), tuple(p.contributed.get(x.input.given, ())))
-                     for x in p.parts),
         loader=manifest.LoaderRecord((), req.accept_loader_risk) if req.accept_loader_risk else None,
         platform=PLATFORM, licenses=licensed)
 
 
-def repair(req: RepairRequest) -> Path | None:
-    target = None if req.dry_run else outdir.check_destination(req.out, cache=paths.cache_dir(),
-                                                               inputs=req.read_paths())
-    with paths.scratch("repair-") as work:
-        if req.dry_run:
-            show(*plan(req, work))
-            return None
-        assert target is not None
+def place(plan: Plan, req: RepairRequest, staged: Path) -> manifest.Manifest:
+    """Copy the DLLs and executables as they are (Windows has no RPATH to set), add the licence texts."""
+    p, inputs = plan.carry, plan.inputs
+    ui.step(f"repair into {staged.name} (Windows, {len(p.carried)} files)")
+    files, licensed = _licensed(p, staged, _place(p, inputs, staged))
+    licensed = tuple(dataclasses.replace(r, source=origins.named(inputs, r.source) or r.source) for r in licensed)
+    return _manifest(req, p, files, licensed)
 
-        def fill(staged: Path) -> None:
-            p, inputs = plan(req, work)
-            ui.step(f"repair into {staged.name} (Windows, {len(p.carried)} files)")
-            files, licensed = _licensed(p, staged, _place(p, inputs, staged))
-            licensed = tuple(dataclasses.replace(r, source=origins.named(inputs, r.source) or r.source)
-                             for r in licensed)
-            _manifest(req, p, files, licensed).write(staged)
-            verify.require_passed(verify_windows(staged, accepted=req.accept_loader_risk), str(target.path),
-                                  "the repaired runtime")
 
-        outdir.publish(target, fill, wait=req.wait, keep=req.keep, protect=req.read_paths())
-    ui.step(ui.ok(f"runtime ready: {target.path}"))
-    return target.path
+def verify(staged: Path, req: RepairRequest) -> Report:
+    return verify_windows(staged, accepted=req.accept_loader_risk)

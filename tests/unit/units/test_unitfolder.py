@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.build import unitfolder
+from builder.units import unitfolder
 from builder.errors import AssembleError
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
@@ -60,16 +60,16 @@ def test_a_matching_folder_is_adopted_with_its_recorded_plan(tmp_path):
 def test_a_unit_taken_from_a_folder_is_not_asked_for_the_remote_cache(tmp_path):
     """A merge job with ASSEMBLE_REMOTE_CACHE set (the generated workflow sets it on every build) compiles
     nothing for the adopted unit, so that unit's missing launcher must not refuse the build."""
-    from builder import pipeline
+    from builder.flows import build as build_flow
     from builder.config.options import ADOPTED, CliOptions
     from builder.toolchain.detect import Toolchain
     plan = _adopt(_unit_folder(tmp_path / "u"))
     assert plan.launcher is None
     config = resolve(load_recipe(str(RECIPE)), CliOptions(remote_cache="redis://cache:6379"), env={})
     toolchains = {"vulkan": Toolchain(ADOPTED)}
-    pipeline._check_remote_cache(config, [plan], toolchains, adopted={"vulkan"})
+    build_flow._check_remote_cache(config, [plan], toolchains, adopted={"vulkan"})
     with pytest.raises(AssembleError, match="needs a compiler launcher"):
-        pipeline._check_remote_cache(config, [plan], toolchains, adopted=set())
+        build_flow._check_remote_cache(config, [plan], toolchains, adopted=set())
 
 
 @pytest.mark.parametrize("changes, unit, words", [

@@ -1,5 +1,5 @@
 """What one build's compiles found in the compiler cache: ccache's stats log of that build, or the
-counters of the sccache server that served it alone (builder.build.sccacheserver).
+counters of the sccache server that served it alone (builder.units.sccacheserver).
 
 The log (CCACHE_STATSLOG, one per build folder) names each compile and its counters; summed
 here into hits, misses and remote hits, for the build's log line and the manifest

@@ -1,9 +1,8 @@
-"""assemble repair: prebuilt llama.cpp (build folders, release archives, Debian packages) into a
-verified runtime, with the same layout and guarantees as `build`. What `auditwheel repair` did for
-wheels: find what is there, carry what it needs, set the RPATHs, record it, prove it.
+"""The Linux platform of `assemble repair`: prebuilt llama.cpp (build folders, release archives,
+Debian packages) into a verified runtime, with the same layout and guarantees as `build`.
 
-    inputs -> unpack -> discover -> one ggml base (refuse a mismatch before copying) -> bundle
-           -> manifest -> verify -> swap in
+    plan:  inputs -> unpack -> discover -> one ggml base (refuse a mismatch before copying) -> bundle plan
+    place: copy, RPATHs, licences -> manifest;  verify: build's checks (flows.repair swaps it in)
 
 The first input gives the executables, the ggml base and its libraries; each later one adds the
 backend modules the first lacks (upstream's CUDA archive + its Vulkan archive: one process) and
@@ -18,19 +17,18 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import outdir, paths, repair_windows, ui
-from builder.check import verify
-from builder.config.recipe import NAME_RE
-from builder.config.upstream import BUILD_RE
+from builder import ui
+from builder.check import verify as checks
+from builder.check.report import Report
 from builder.config.targets import GfxTarget
 from builder.errors import USAGE, AssembleError
+from builder.flows.platforms import repaired_manifest, unpack_input
 from builder.prebuilt import identity, origins
 from builder.prebuilt.discover import WITHOUT, Found, LeftOut, cpu_level_files, discover
-from builder.prebuilt.inputs import Input, classify, deb_owners, unpack
+from builder.prebuilt.inputs import Input, classify, deb_owners
 from builder.prebuilt.loader import LoaderFacts, loader_facts
 from builder.prebuilt.request import RepairRequest
 from builder.runtime.elf import folder_need
-from builder.windows import PLATFORM
 from builder.runtime import gpuruntime, licenses, manifest
 from builder.runtime.bundle import BundlePlan, Refusals, plan_bundle
 from builder.runtime.layout import OwnFile, module_backend
@@ -108,15 +106,6 @@ def _build_tag(inp: Input, root: Path) -> str | None:
         if re.fullmatch(r"[A-Za-z0-9._+-]{1,64}", text):
             return text
     return None
-
-
-def _unpacked(inp: Input, work: Path, index: int) -> tuple[Path, origins.Unpacked]:
-    """Where the input's content is, and how its files are named."""
-    members: dict[str, str] = {}
-    dest = work / f"input-{index}"
-    root = unpack(inp, dest, members=members)
-    return root, origins.Unpacked(inp.given, inp.path if inp.kind == "folder" else dest.resolve(),
-                                  inp.kind == "folder", members)
 
 
 def _read(inp: Input, root: Path, unpacked: origins.Unpacked, index: int, req: RepairRequest) -> Part:
@@ -224,7 +213,7 @@ def plan(req: RepairRequest, work: Path) -> Plan:
 def _plan(req: RepairRequest, work: Path, seen: list[origins.Unpacked]) -> Plan:
     parts = []
     for i, inp in enumerate(classify(req.inputs)):
-        root, unpacked = _unpacked(inp, work, i)
+        root, unpacked = unpack_input(inp, work, i)
         seen.append(unpacked)
         parts.append(_read(inp, root, unpacked, i, req))
     _without_known(req, parts)
@@ -233,15 +222,13 @@ def _plan(req: RepairRequest, work: Path, seen: list[origins.Unpacked]) -> Plan:
     installed = tuple(dict.fromkeys("/" + m.source.parent.relative_to(p.found.root).as_posix()
                                     for p in parts for m in p.found.modules))
     loader = loader_facts(ggml.source, installed) if ggml else None
-    lib_dirs = _lib_dirs(req)
     # Vendor libraries shipped inside an input (Debian's ROCm packages given with the llama.cpp ones)
     # are found in its library folders, after --lib-path.
     extra = [d for p in parts for d in sorted({f.source.parent for f in p.found.libraries})]
     extra += [d for p in parts for d in sorted(p.found.root.glob("usr/lib/*-linux-gnu")) if d.is_dir()]
     extra += [d for p in parts if p.input.kind == "debs" for d in _library_folders(p.found.root)]
-    rules = BundleRules(hip=_Hip(tuple(GfxTarget.parse(t, "--hip-target") for t in req.hip_targets))
-                        if req.hip_targets else None)
-    bundle = plan_bundle(own, search_dirs=lib_dirs + list(dict.fromkeys(extra)), recipe=rules,
+    rules = BundleRules(hip=_Hip(req.hip_targets) if req.hip_targets else None)
+    bundle = plan_bundle(own, search_dirs=list(req.lib_paths) + list(dict.fromkeys(extra)), recipe=rules,
                          prune_archs=bool(req.hip_targets), refusals=REFUSALS)
     return Plan(tuple(parts), tuple(own), contributed, _left_out(parts, skipped), loader, bundle)
 
@@ -260,8 +247,9 @@ def _library_folders(root: Path) -> list[Path]:
     return sorted(d for d in found if not d.is_symlink())
 
 
-def show(p: Plan, accepted: str | None = None) -> None:
+def show(p: Plan, req: RepairRequest) -> None:
     """--dry-run: what was found, what would be carried, what is left to the host and why."""
+    accepted = req.accept_loader_risk
     for part in p.parts:
         f = part.found
         print(f"input {part.input.given} ({part.input.kind}): {part.describe()}")
@@ -293,28 +281,22 @@ def show(p: Plan, accepted: str | None = None) -> None:
               + (f"accepted: {accepted}" if accepted else "verify fails until --accept-loader-risk REASON"))
 
 
-def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Manifest:
+def _manifest(req: RepairRequest, p: Plan, result: BundleResult, staged: Path) -> manifest.Manifest:
     first = p.parts[0]
     backends = tuple(dict.fromkeys(b for o in p.own if o.kind == "module" and (b := module_backend(o.source.name))))
     backends = tuple(sorted(backends, key=lambda b: (b != "cpu", b)))
-    return manifest.Manifest(
-        recipe=manifest.RecipeRecord(req.name, f"repaired from {', '.join(x.input.given for x in p.parts)}",
-                                     backends, tuple(o.source.name for o in p.own if o.kind == "executable"), ""),
-        llama_cpp=manifest.SourceRecord(sha=None, commit_time=None,
-                                        source=manifest.Provenance(kind="prebuilt", path=first.input.given,
-                                                                   version=first.base.version),
-                                        features={}, patches=(),
-                                        build=first.build if first.build and BUILD_RE.fullmatch(first.build)
-                                        else None),
+    inputs = tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256,
+                                        x.base.version if x.base else None, x.build,
+                                        x.describe(), tuple(p.contributed.get(x.input.given, ())))
+                   for x in p.parts)
+    return repaired_manifest(
+        req, inputs, first=first.input.given, version=first.base.version, build=first.build, backends=backends,
+        executables=tuple(o.source.name for o in p.own if o.kind == "executable"),
         files=result.files, symlinks=result.symlinks, system_libs=result.system_libs,
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         # built elsewhere: no build host vouches for a floor, so none is promised; verify says what it needs
         glibc_floor=manifest.GlibcFloor(None, None, (need := folder_need(staged)) and need.file),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], {}),
-        inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256,
-                                          x.base.version if x.base else None, x.build,
-                                          x.describe(), tuple(p.contributed.get(x.input.given, ())))
-                     for x in p.parts),
         left_out=tuple(manifest.LeftOutRecord(path, why) for path, why in p.left_out),
         loader=manifest.LoaderRecord(p.loader.backend_dirs, req.accept_loader_risk) if p.loader else None,
         licenses=result.licenses)
@@ -348,46 +330,18 @@ def _named(p: Plan, result: BundleResult) -> BundleResult:
     return dataclasses.replace(result, files=files, licenses=records)
 
 
-def _lib_dirs(req: RepairRequest) -> list[Path]:
-    dirs = [Path(d).expanduser() for d in req.lib_paths]
-    for d in dirs:
-        if not d.is_dir():
-            raise AssembleError("no such folder", where=f"--lib-path {d}", fix="give a folder that holds libraries")
-    return dirs
+def place(p: Plan, req: RepairRequest, staged: Path) -> manifest.Manifest:
+    """Copy the bundle, set its RPATHs, add the licence texts; the manifest names the user's files."""
+    ui.step(f"repair into {staged.name}")
+    for path, why in p.left_out:
+        (ui.warn if _worth_a_warning(why) else ui.info)(f"left out {path} ({why})")
+    try:
+        result = _named(p, _licensed(p, place_bundle(p.bundle, staged), staged))
+    except AssembleError as exc:
+        raise origins.renamed(p.inputs, exc) from None
+    return _manifest(req, p, result, staged)
 
 
-def repair(req: RepairRequest) -> Path | None:
-    if not NAME_RE.fullmatch(req.name):
-        raise AssembleError(f"{req.name!r} is not a runtime name", where="--name",
-                            fix="lower-case letters, digits, '.', '_' and '-', e.g. --name cuda-vulkan-b7416")
-    outdir.check_inputs(req.inputs)     # before platform_of lists what is in them
-    if repair_windows.platform_of(req.inputs) == PLATFORM:
-        if req.without:
-            raise AssembleError("--without is read for Linux inputs only", where=f"{WITHOUT} {req.without[0]}",
-                                fix="a Windows zip's files are chosen by their import tables; leave --without off")
-        return repair_windows.repair(req)
-    _lib_dirs(req)                      # a typo fails at once, before any input is unpacked
-    target = None if req.dry_run else outdir.check_destination(req.out, cache=paths.cache_dir(),
-                                                               inputs=req.read_paths())
-    with paths.scratch("repair-") as work:
-        if req.dry_run:
-            show(plan(req, work), req.accept_loader_risk)
-            return None
-
-        def fill(staged: Path) -> None:
-            p = plan(req, work)
-            ui.step(f"repair into {staged.name}")
-            for path, why in p.left_out:
-                (ui.warn if _worth_a_warning(why) else ui.info)(f"left out {path} ({why})")
-            try:
-                result = _named(p, _licensed(p, place_bundle(p.bundle, staged), staged))
-            except AssembleError as exc:
-                raise origins.renamed(p.inputs, exc) from None
-            _manifest(req, p, result, staged).write(staged)
-            verify.require_passed(verify.verify_runtime(staged, extra_env=dict(req.check_env), static=req.verify_static,
-                                                        hip_targets=req.hip_targets),
-                                  str(target.path), "the repaired runtime")
-
-        outdir.publish(target, fill, wait=req.wait, keep=req.keep, protect=req.read_paths())
-    ui.step(ui.ok(f"runtime ready: {target.path}"))
-    return target.path
+def verify(staged: Path, req: RepairRequest) -> Report:
+    return checks.verify_runtime(staged, extra_env=dict(req.check_env), static=req.verify_static,
+                                 hip_targets=tuple(str(t) for t in req.hip_targets))

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.environment import build_env, why_scrubbed
-from builder.build.plan import plan_unit
+from builder.units.environment import build_env, why_scrubbed
+from builder.units.plan import plan_unit
 from builder.config import cpulevels
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe, parse_recipe
 from builder.errors import AssembleError
 from builder.proc import OuterSteps
-from tests.unit.build.test_plan import TOOLS, TREE
+from tests.unit.units.test_plan import TOOLS, TREE
 
 BASE = {"PATH": "/usr/bin:/bin", "HOME": "/home/u", "CCACHE_DIR": "/c", "SSH_AUTH_SOCK": "/s"}
 HOSTILE = {"SOURCE_DATE_EPOCH": "1700000000", "CFLAGS": "-march=native", "CC": "/opt/weird/gcc",

@@ -1,4 +1,5 @@
-"""Real vendor libraries for tests: downloaded once per machine, cached, partly extracted.
+"""Real vendor libraries for the tests and scripts/bench-bundle.py: downloaded once per machine,
+cached, partly extracted.
 
 CUDA: libcudart, libcublas and libcublasLt from NVIDIA's wheels on PyPI (pip download).
 ROCm: Debian sid packages (librocblas4, libhipblaslt1, libamdhip64-6 and the libraries
@@ -131,7 +132,7 @@ def _apt_download(package: str, dest_dir: Path) -> Path:
     keyring = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
     if not shutil.which("apt-get") or not keyring.is_file():
         raise Unavailable(f"{package}: the pinned file left the archive and apt-get/debian-archive-keyring "
-                          "are not here to fetch the current one; update its pin (SID in tests/support/vendorlibs.py "
+                          "are not here to fetch the current one; update its pin (SID in scripts/support/vendorlibs.py "
                           "or DEBIAN_LLAMA in tests/support/debianllama.py)")
     with tempfile.TemporaryDirectory() as work:
         w = Path(work)

@@ -1,6 +1,6 @@
 """Run one planned unit: on this host, or inside its container image.
 
-Both run the plan's own configure and build command lines (builder.build.plan rendered them
+Both run the plan's own configure and build command lines (builder.units.plan rendered them
 for the host's tools or the image's); the container run wraps them in the engine's `run`
 with the source, cache and build folders mounted at the paths they have here, so the build
 tree that comes out names real host paths and the host's collect, merge and bundle steps
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import locks, ui
-from builder.build import cacherelay, cachestats, sccacheserver
-from builder.build.cacherelay import Relay
-from builder.build.plan import UnitPlan
+from builder.units import cacherelay, cachestats, sccacheserver
+from builder.units.cacherelay import Relay
+from builder.units.plan import UnitPlan
 from builder.config import remotecache
 from builder.errors import AssembleError, BuildFailed
 from builder.paths import cache_dir

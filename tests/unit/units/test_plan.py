@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.plan import UnitPlan, plan_unit
+from builder.units.plan import UnitPlan, plan_unit
 from builder.config.options import HOST, CliOptions, resolve
 from builder.config.recipe import all_recipes, load_recipe
 from builder.config.targets import DEFAULT_CUDA_ARCHITECTURES, CudaArch, GfxTarget

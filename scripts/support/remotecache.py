@@ -1,5 +1,5 @@
 """A real Redis server and two "machines" for the shared compile cache: used by
-tests/integration/test_remote_cache.py and scripts/bench-remote-cache.py.
+tests/integration/test_remote_cache.py, scripts/bench-remote-cache.py and scripts/check-container-cache.py.
 
 A machine is another HOME (so another assemble cache and ccache folder), another checkout path
 of the recipe and another working directory, as two CI runners have; it starts with nothing
@@ -9,9 +9,11 @@ cached but the llama.cpp sdist download (a runner's HTTP cache would have it).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -19,7 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tests.support.common import REPO, TEST_CACHE, assemble
+from scripts.support.vendorlibs import cache_root
+
+REPO = Path(__file__).resolve().parents[2]
 
 SDIST = "llama-cpp-python-0.3.36.tar.gz"
 
@@ -84,7 +88,7 @@ def machine(root: Path, name: str, recipe: str = "cpu", extra: str = "") -> Mach
     home = root / name / "home"
     downloads = home / ".cache" / "assemble" / "downloads"
     downloads.mkdir(parents=True)
-    cached = TEST_CACHE / "cache" / "downloads" / SDIST
+    cached = cache_root() / "cache" / "downloads" / SDIST     # where the tests' own builds keep it
     if cached.is_file():
         shutil.copy(cached, downloads / SDIST)
     checkout = root / name / "checkouts" / f"project-{name}"
@@ -93,10 +97,16 @@ def machine(root: Path, name: str, recipe: str = "cpu", extra: str = "") -> Mach
     return Machine(home, checkout / f"{recipe}.toml", checkout)
 
 
+def run_cli(*args: str, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """This checkout's CLI in a subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=cwd, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def build_on(m: Machine, url: str, *args: str, env: dict[str, str] | None = None,
-             cli: Callable[..., subprocess.CompletedProcess] = assemble) -> tuple[float, dict, str]:
+             cli: Callable[..., subprocess.CompletedProcess] = run_cli) -> tuple[float, dict, str]:
     """Build the recipe there through the remote cache: (seconds, the manifest's units[0].cache, stderr).
-    cli: how the CLI is run (tests.support.common.assemble's signature)."""
+    cli: how the CLI is run (run_cli's signature)."""
     out = m.work / "out" / f"runtime-{m.recipe.stem}"
     start = time.monotonic()
     proc = cli("build", "--recipe", str(m.recipe), "--out", str(out), "--remote-cache", url, "--no-verify", *args,

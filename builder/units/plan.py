@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.build.environment import BuildEnv, build_env
+from builder.units.environment import BuildEnv, build_env
 from builder.config.options import CONTAINER, BuildConfig, UnitConfig
 from builder.config.remotecache import RemoteCache
 from builder.paths import cache_dir
@@ -116,7 +116,7 @@ def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: 
               tree: str = "", environ=None) -> UnitPlan:
     """Everything needed to configure and build one unit; reads only, writes nothing.
     environ: the caller's environment (default os.environ), of which the plan keeps only what
-    builder.build.environment allows; a container unit sees none of it."""
+    builder.units.environment allows; a container unit sees none of it."""
     tools, env = tool_defines(unit, tc)
     environment = BuildEnv((), (), ()) if unit.where.kind == CONTAINER else build_env(environ)
     merged = dict(unit.cmake_defines())

@@ -18,7 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.build.plan import UnitPlan
+from builder.units.plan import UnitPlan
 from builder.config.options import BuildConfig, Define, UnitConfig
 from builder.config.recipe import Recipe
 from builder.config.targets import CudaArch, GfxTarget

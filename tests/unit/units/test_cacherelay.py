@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from builder.build.cacherelay import Endpoint, Relay, relayable
+from builder.units.cacherelay import Endpoint, Relay, relayable
 from builder.config import remotecache
 from builder.config.remotecache import parse
-from tests.support.remotecache import netns_works, redis_server
+from scripts.support.remotecache import netns_works, redis_server
 
 PASSWORD = "s3cr:et/pw"
 

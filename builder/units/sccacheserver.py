@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from builder import proc
-from builder.build import cachestats
+from builder.units import cachestats
 from builder.config.remotecache import RemoteCache
 from builder.errors import BuildFailed
 from builder.paths import socket_parent

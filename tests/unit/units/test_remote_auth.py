@@ -25,11 +25,11 @@ from urllib.parse import quote
 
 import pytest
 
-from builder.build import sccacheserver
-from builder.build.cacherelay import Relay
+from builder.units import sccacheserver
+from builder.units.cacherelay import Relay
 from builder.config import remotecache
 from builder.errors import BuildFailed
-from tests.support.remotecache import netns_works, redis_server
+from scripts.support.remotecache import netns_works, redis_server
 
 PASSWORD = "s3cr:et/p@ss w|rd*"   # ccache splits its setting at ' ' and '|', its user info at ':'
 USER, USER_PASSWORD = "builder", "us:er/pw"
@@ -107,7 +107,7 @@ def _sccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: st
     tier beside a remote store). 0 when the server does not start: it checks the store when it starts."""
     sccache, cc = _sccache(), shutil.which("cc") or shutil.which("gcc")
     argv = [sccache, cc, "-c", "hello.c", "-o", f"{machine}.o"]
-    if relay is None:                             # the build's own way: builder.build.sccacheserver
+    if relay is None:                             # the build's own way: builder.units.sccacheserver
         env = _base_env(SCCACHE_DIR=str(work / machine), **remotecache.launcher_env(cache, "sccache", work))
         try:
             with sccacheserver.dedicated(sccache, env, cache, "test") as served:

@@ -24,14 +24,19 @@ import os
 import secrets
 import shutil
 import signal
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from builder import locks, paths, ui
 from builder.errors import AssembleError, BuildFailed
+
+if TYPE_CHECKING:
+    from builder.check.report import Report
 
 STAGING_TAG = ".assembling-"
 OLD_TAG = ".previous-"
@@ -594,3 +599,51 @@ def publish(target: Target, fill: Callable[[Path], None], *, wait: bool = True, 
         with staged(target) as staging:
             fill(staging.path)
             swap_in(target, staging, keep=keep, protect=protect)
+
+
+def publish_runtime(out: Path, fill: Callable[[Path, Path], None], *, scratch: str,
+                    reads: Sequence[tuple[str, Path]] = (), source: Path | None = None, wait: bool = True,
+                    keep: int | None = None, check: Callable[[Path], Report] | None = None,
+                    checked: str = "the new runtime", preview: Callable[[Path], None] | None = None,
+                    scoped_tmp: bool = False) -> Path | None:
+    """The one way a flow makes a runtime folder. --out is checked first (reads only, well under a
+    second: a folder this tool did not make is refused before anything is fetched, unpacked or
+    compiled); `reads`: (words, path) of what the run reads besides the --source tree `source`: the
+    output may be none of them, and --keep never deletes one. Then a scratch folder for the run
+    (`scratch`: its prefix; under the cache, so a killed run leaves nothing in /tmp, and with
+    `scoped_tmp` also this process's and its tools' TMPDIR), `fill(staged, scratch)` into a staging
+    folder beside --out, `check(staged)` must pass (else nothing is swapped in), swap in.
+    --dry-run gives `preview`: it is shown the scratch folder, nothing is checked or written, None."""
+    if preview is not None:
+        with paths.scratch(scratch) as work:
+            preview(work)
+        return None
+    target = check_destination(out, cache=paths.cache_dir(), source=source, inputs=reads)
+
+    def fill_and_check(staged: Path) -> None:
+        fill(staged, work)
+        if check is not None:
+            from builder.check.verify import require_passed   # the checks load only when a runtime is made
+            require_passed(check(staged), str(target.path), checked)
+
+    protect = [*reads, *([("the --source tree", source)] if source else [])]
+    with paths.scratch(scratch) as work, (scoped_tempdir(work) if scoped_tmp else contextlib.nullcontext()):
+        publish(target, fill_and_check, wait=wait, keep=keep, protect=protect)
+    ui.step(ui.ok(f"runtime ready: {target.path}"))
+    return target.path
+
+
+@contextlib.contextmanager
+def scoped_tempdir(folder: Path) -> Iterator[None]:
+    """The temporary folder of this process (tempfile) and of the tools it runs (TMPDIR: a compiler
+    killed with us leaves its files there too) for the duration of the run."""
+    old, old_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir, os.environ["TMPDIR"] = str(folder), str(folder)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = old
+        if old_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_env

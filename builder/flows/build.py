@@ -7,22 +7,21 @@ and makes sure nothing is left half-written.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder import outdir, paths, ui
-from builder.build import cacherelay, cachestats, collect, merge, run, unitfolder
+from builder import paths, ui
+from builder.units import cacherelay, cachestats, collect, merge, run, unitfolder
 from builder.config import remotecache
-from builder.build.plan import UnitPlan, plan_unit
-from builder.build.unitfolder import UnitDescription
+from builder.units.plan import UnitPlan, plan_unit
+from builder.units.unitfolder import UnitDescription
+from builder.check.report import Report
 from builder.config import glibc, versions
 from builder.config.options import ADOPTED, CONTAINER, RELOCATABLE_UNITY_CMAKE, BuildConfig, UnitConfig
 from builder.errors import AssembleError
+from builder.flows import publish
 from builder.proc import git
 from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import plan_bundle
@@ -44,7 +43,7 @@ class BuildRequest:
     verify_static: bool = False                 # only the checks that read files (a runtime for another host)
     keep: int | None = None
     wait: bool = True
-    lib_paths: tuple[str, ...] = ()             # extra folders the bundler searches (e.g. cuBLAS from a wheel)
+    lib_paths: tuple[Path, ...] = ()            # extra folders the bundler searches (e.g. cuBLAS from a wheel)
     unit_out: Path | None = None                # --only-unit --out: where the unit folder is exported
 
 
@@ -215,7 +214,7 @@ def build_unit(req: BuildRequest) -> Path:
     --out, its bin/ and assemble-unit.json are exported there (a CI artifact), under the same rules
     as a runtime's --out: refused before anything is compiled unless new, empty or ours."""
     source = Path(req.config.source).expanduser() if req.config.source else None
-    target = None if req.unit_out is None else outdir.check_destination(req.unit_out, cache=paths.cache_dir(),
+    target = None if req.unit_out is None else publish.check_destination(req.unit_out, cache=paths.cache_dir(),
                                                                         source=source)
     prepared = prepare(req.config)
     plan = prepared.plans[0]
@@ -223,7 +222,7 @@ def build_unit(req: BuildRequest) -> Path:
     collect.collect_unit(plan)  # every target and module it owes is there
     folder = plan.build_dir
     if target is not None:
-        outdir.publish(target, lambda staged: unitfolder.export(plan.build_dir, staged), wait=req.wait, keep=req.keep,
+        publish.publish(target, lambda staged: unitfolder.export(plan.build_dir, staged), wait=req.wait, keep=req.keep,
                        protect=[("the --source tree", source)] if source else [])
         folder = target.path
     ui.step(ui.ok(f"unit {plan.unit.name} ready: {folder}"))
@@ -234,18 +233,11 @@ def build_unit(req: BuildRequest) -> Path:
 
 def build(req: BuildRequest) -> Path:
     recipe = req.config.recipe
-    lib_dirs = _lib_paths(req.lib_paths)  # a typo fails now, not after the compile
-    # --out is checked first (reads only, well under a second): a folder this tool did not make,
-    # or a dangerous one, is refused in one line before anything is fetched, compiled or written.
+    lib_dirs = list(req.lib_paths)
     source = Path(req.config.source).expanduser() if req.config.source else None
-    target = outdir.check_destination(req.out, cache=paths.cache_dir(), source=source, inputs=_inputs(req, lib_dirs))
-    out = target.path
-    ui.step(f"recipe {recipe.name}: {recipe.description}")
-    # Temporary folders of this build (checks, probes) go under the cache, named with our pid, so a
-    # killed build leaves nothing in /tmp: the next run removes them (paths.clean_stale_scratch).
-    # The staging folder is made before the compile, so an unwritable --out fails in a second; it is
-    # removed on any error, and only while it still is the folder made here (never the previous runtime).
-    def fill(staged: Path) -> None:
+
+    def fill(staged: Path, scratch: Path) -> None:
+        ui.step(f"recipe {recipe.name}: {recipe.description}")
         prepared = prepare(req.config)
         outputs = []
         for plan in prepared.plans:
@@ -258,16 +250,16 @@ def build(req: BuildRequest) -> Path:
         result = licenses.add_licenses(result, staged, licenses.tree_license(prepared.tree.path, ()),
                                        stated=recipe.bundle_licenses, roots=_toolkit_roots(prepared.plans))
         _manifest(recipe, prepared, result, staged).write(staged)
-        if req.verify:
-            from builder.check import verify
-            report = verify.verify_runtime(staged, recipe=recipe, extra_env=dict(req.check_env),
-                                           static=req.verify_static)
-            verify.require_passed(report, str(out))
 
-    with paths.scratch("build-") as scratch, _tempdir(scratch):
-        outdir.publish(target, fill, wait=req.wait, keep=req.keep,   # --keep never deletes what the build reads
-                       protect=_inputs(req, lib_dirs) + ([("the --source tree", source)] if source else []))
-    ui.step(ui.ok(f"runtime ready: {out}"))
+    def check(staged: Path) -> Report:
+        from builder.check import verify
+        return verify.verify_runtime(staged, recipe=recipe, extra_env=dict(req.check_env), static=req.verify_static)
+
+    # The scratch folder of the build (checks, probes, the compilers' TMPDIR) is named with our pid under
+    # the cache, so a killed build leaves nothing in /tmp: the next run removes it (paths.clean_stale_scratch).
+    out = publish.publish_runtime(req.out, fill, scratch="build-", reads=_inputs(req, lib_dirs), source=source,
+                                  wait=req.wait, keep=req.keep, check=check if req.verify else None, scoped_tmp=True)
+    assert out is not None
     return out
 
 
@@ -277,32 +269,6 @@ def _inputs(req: BuildRequest, lib_dirs: list[Path]) -> list[tuple[str, Path]]:
     return ([(f"the --unit-from folder of {u.name}", Path(u.where.folder).expanduser()) for u in req.config.units
              if u.where.kind == ADOPTED]
             + [("a --lib-path folder", d) for d in lib_dirs])
-
-
-@contextlib.contextmanager
-def _tempdir(folder: Path):
-    """The temporary folder of this process (tempfile) and of the tools it runs (TMPDIR: a compiler
-    killed with us leaves its files there too) for the duration of the build."""
-    old, old_env = tempfile.tempdir, os.environ.get("TMPDIR")
-    tempfile.tempdir, os.environ["TMPDIR"] = str(folder), str(folder)
-    try:
-        yield
-    finally:
-        tempfile.tempdir = old
-        if old_env is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = old_env
-
-
-def _lib_paths(paths: tuple[str, ...]) -> list[Path]:
-    out = []
-    for p in paths:
-        if not Path(p).is_dir():
-            raise AssembleError("no such folder", where=f"--lib-path {p}",
-                                fix="name a folder holding shared libraries (e.g. a wheel's nvidia/cublas/lib)")
-        out.append(Path(p).resolve())
-    return out
 
 
 def _toolkit_roots(plans: tuple[UnitPlan, ...]) -> list[Path]:

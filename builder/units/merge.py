@@ -3,7 +3,7 @@ backend modules. Units must be built from the same sha with the same ABI-relevan
 
 from __future__ import annotations
 
-from builder.build.collect import UnitOutput
+from builder.units.collect import UnitOutput
 from builder.errors import AssembleError
 from builder.runtime.layout import OwnFile, module_backend
 

@@ -1,4 +1,4 @@
-"""Find what a build unit produced (builder.build.merge puts several units together).
+"""Find what a build unit produced (builder.units.merge puts several units together).
 
 The set of libraries changes with the sha (libllama-common, libmtmd, the
 libllama-*-impl.so of the tools...), so nothing here is a fixed list: the build
@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from builder.runtime.layout import OwnFile, module_backend, own_file
-from builder.build.plan import UnitPlan
+from builder.units.plan import UnitPlan
 from builder.runtime.elf import read_elf
 from builder.errors import BuildFailed
 
