@@ -43,6 +43,7 @@ PLACEHOLDER = re.compile(r"<[^<>]+>")
 # runtimes are cross-built elsewhere, scripts/mingw-build-in-chroot.sh, and PE has no RPATH.)
 NO_NEW_DTAGS = "-Wl,--disable-new-dtags"
 LINKER_FLAGS = ("CMAKE_EXE_LINKER_FLAGS", "CMAKE_SHARED_LINKER_FLAGS", "CMAKE_MODULE_LINKER_FLAGS")
+RECIPE_RPATH = ("CMAKE_INSTALL_RPATH", "CMAKE_BUILD_WITH_INSTALL_RPATH", "CMAKE_SKIP_RPATH", "CMAKE_SKIP_BUILD_RPATH")
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,11 @@ def tool_defines(unit: UnitConfig, tc: Toolchain) -> tuple[tuple[tuple[str, str]
 
 
 def rpath_defines(defines: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    """The defines that link LINK_RPATH as DT_RPATH; a recipe's own linker flags are kept, ours after."""
+    """The defines that link LINK_RPATH as DT_RPATH; a recipe's own linker flags are kept, ours after.
+    None when the recipe chose an RPATH itself (the tests' stand-in for upstream's release build links
+    RUNPATH=$ORIGIN that way): it is linked as the recipe says, and the bundler edits it as before."""
+    if any(k in defines for k in RECIPE_RPATH):
+        return ()
     out = [("CMAKE_BUILD_WITH_INSTALL_RPATH", "ON"), ("CMAKE_INSTALL_RPATH", LINK_RPATH)]
     for key in LINKER_FLAGS:
         flags = defines.get(key, "")

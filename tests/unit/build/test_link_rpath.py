@@ -95,3 +95,12 @@ def test_a_rpath_that_is_not_exactly_the_folders_needed_is_still_set(tmp_path):
         exe = compile_c(SOURCES["main.c"], src / f"tool{i}", f"-L{src}", "-l:libcore.so.0", f"-Wl,{link}")
         plan = plan_bundle([own_file(exe, "executable"), own_file(src / "libcore.so.0", "library")])
         assert (plan.own[0].rpath is None) == (i == 3), link
+
+
+def test_a_recipe_that_chooses_its_own_rpath_keeps_it():
+    """upstream's release build (RUNPATH=$ORIGIN, the repair tests' stand-in) is linked as the recipe says."""
+    assert rpath_defines({"CMAKE_INSTALL_RPATH": "$ORIGIN", "CMAKE_BUILD_WITH_INSTALL_RPATH": "ON"}) == ()
+    assert rpath_defines({"CMAKE_SHARED_LINKER_FLAGS": "-Wl,--disable-new-dtags"}) == (
+        ("CMAKE_BUILD_WITH_INSTALL_RPATH", "ON"), ("CMAKE_INSTALL_RPATH", LINK_RPATH),
+        ("CMAKE_EXE_LINKER_FLAGS", "-Wl,--disable-new-dtags"), ("CMAKE_SHARED_LINKER_FLAGS", "-Wl,--disable-new-dtags"),
+        ("CMAKE_MODULE_LINKER_FLAGS", "-Wl,--disable-new-dtags"))
