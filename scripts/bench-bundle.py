@@ -7,7 +7,7 @@
 Libraries come from tests/support/vendorlibs.py (downloaded once, cached). A small program is
 built and patched to need them; plan_bundle (headers only) and place_bundle (copy +
 sha256 + patchelf) are timed and compared with plain `cp` of the same bytes and with
-`cp` + `sha256sum`. Numbers go to stdout as a Markdown table (docs/bundling.md).
+`cp` + `sha256sum`. Numbers go to stdout as a Markdown table (a recorded run: docs/lab/2026-11-29-bundle-bench.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,10 @@
 Each run writes the archive `assemble package` writes (the same tar stream: sorted entries, fixed
 mtime, normalised modes), with the compressor at one level, to a temporary file on the same file
 system, and times it end to end (read, tar, compress, write, fsync). zstd runs with a thread per
-core, as `assemble package` does. The level `package` uses is marked. Numbers go to docs/release.md.
+core, as `assemble package` does. The level `package` uses is marked.
+
+Keep a run's numbers with --out docs/results/<machine>-<date>/bench-compress.json, then run scripts/figures:
+docs/figures.md, the one place figures are quoted, gets their rows.
 """
 
 from __future__ import annotations

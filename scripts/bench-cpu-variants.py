@@ -16,6 +16,9 @@ and the ratios (shipped / best, haswell / best) come from this one run.
 Without --model a random-weight llama is generated (builder/check/tinymodel.py, ~170M
 parameters, Q4_0) and cached: the kernels are the real ones, but its shape is not a real
 model's, so the numbers say how the levels compare, not what a real model gets. Pass --model.
+
+Keep a run's numbers with --out docs/results/<machine>-<date>/cpu-variants.json, then run scripts/figures:
+docs/figures.md, the one place figures are quoted, gets their rows.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ prints the median.
     python3 scripts/bench-pin.py                        # synthetic, 10,000 commits
     python3 scripts/bench-pin.py --repo ~/src/llama.cpp --ref master   # a real clone
 
-Recorded (2 cores shared with other jobs, git 2.39, Python 3.11; see docs/features.md):
+Recorded (2 cores shared with other jobs, git 2.39, Python 3.11; see docs/lab/2026-11-29-features.md):
     synthetic, 10,000 first-parent commits:             median 0.547 s (5 runs)
     ngxson/llama.cpp master, 10,586 first-parent commits: median 0.761 s (5 runs)
 (writing the synthetic repository once takes about a minute; --keep DIR reuses it)

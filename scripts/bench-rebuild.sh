@@ -12,7 +12,7 @@
 # Builds run in a scratch ASSEMBLE_CACHE (sources are copied from yours when present, so no
 # network is needed). --no-cold skips the cold row and uses your own CCACHE_DIR, which must
 # already hold this recipe's objects (a previous build); the first build is then the warm row.
-# Not a test: numbers depend on the machine; docs/release.md records some.
+# Not a test: numbers depend on the machine; docs/lab/2026-11-29-release.md records some.
 set -euo pipefail
 
 RECIPE=cpu

@@ -9,6 +9,9 @@ path and ccache: a cold compile that fills the cache), deletes A, then builds on
 fresh HOME and path: only the remote cache is warm). Prints both times, their ratio and the hit
 counts each build's manifest records. The machines are tests/support/remotecache.py's, as the
 test uses them.
+
+Keep a run's numbers with --out docs/results/<machine>-<date>/bench-remote-cache.json, then run scripts/figures:
+docs/figures.md, the one place figures are quoted, gets their rows.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ tool that writes a manifest of digests. Goal (issue 18): repair <= 1.2x cp -a.
 times only the unpacking of .deb inputs (builder.prebuilt.inputs.unpack: every refusal of a hostile
 package included) against `dpkg-deb -x` of the same packages into one folder, alternating, each
 into a fresh folder after a sync. Goal (issue 28): unpack <= 1.2x dpkg-deb -x.
+
+Keep a run's numbers with --out docs/results/<machine>-<date>/bench-repair.json (bench-repair-unpack.json
+with --unpack), then run scripts/figures:
+docs/figures.md, the one place figures are quoted, gets their rows.
 """
 
 from __future__ import annotations

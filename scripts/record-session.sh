@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Record what a user sees in a terminal: doctor, a build with its progress bar, verify.
 # Runs the commands in a detached tmux session (a real TTY, so colours and the one-line
-# progress bar are on) and writes snapshots of the screen to docs/terminal-session.md.
+# progress bar are on) and writes snapshots of the screen to docs/lab/<date>-terminal-session.md.
 #   scripts/record-session.sh [OUT_MD]
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-OUT=${1:-$REPO/docs/terminal-session.md}
+OUT=${1:-$REPO/docs/lab/$(date -u +%F)-terminal-session.md}
 S=assemble-rec-$$
 tmp=$(mktemp -d)
 tmux new-session -d -s "$S" -x 118 -y 48 "cd $tmp && PS1='$ ' bash --norc -i"

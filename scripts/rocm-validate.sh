@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recorded ROCm validation (docs/rocm.md): the `rocm` recipe compiled for gfx1100 with
+# The recorded ROCm validation (docs/lab/2026-11-29-rocm.md): the `rocm` recipe compiled for gfx1100 with
 # Debian sid's ROCm 6.4 in a chroot, bundled, verified; the traps it must catch; and the
 # rocm-cuda-units merge of that HIP unit with a CUDA unit built on another machine.
 #

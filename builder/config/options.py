@@ -36,7 +36,7 @@ BASE_DEFINES = (
     ("LLAMA_BUILD_UI", "OFF"),       # no npm during a build
     ("LLAMA_USE_PREBUILT_UI", "OFF"),  # no network during a build: reproducible, offline-safe
     # libllama's unity sources #include by relative path (CMake >= 4.0; older ones ignore it): the same
-    # text on every machine, so a shared compile cache hits them too (docs/release.md)
+    # text on every machine, so a shared compile cache hits them too (docs/lab/2026-11-29-release.md)
     ("CMAKE_UNITY_BUILD_RELOCATABLE", "ON"),
 )
 RELOCATABLE_UNITY_CMAKE = ">=4.0"    # the CMake that honours CMAKE_UNITY_BUILD_RELOCATABLE

@@ -2,7 +2,7 @@
 and told to each launcher in the words it reads.
 
 What each launcher reads (measured with ccache 4.7.5 and sccache 0.16.0 against a Redis that asks
-for a password; docs/release.md has the matrix):
+for a password; docs/lab/2026-11-29-release.md has the matrix):
   ccache   CCACHE_REMOTE_STORAGE=redis://[[USER:]PASSWORD@]HOST[:PORT][/DB]
            or redis+unix:PATH[?db=DB] / redis+unix://[[USER:]PASSWORD@]localhost/PATH[?db=DB], http://...
            It splits the (percent-decoded) user info at its first ':'. `PASSWORD@` is a password;

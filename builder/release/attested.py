@@ -11,7 +11,7 @@ verify's file checks, never these: the file that differs is named.
 archive it names must be listed there with the same digests, and every file listed there that
 lies beside SHA256SUMS (the archive, the SBOM, the provenance as downloaded) must match, as
 `sha256sum -c --ignore-missing` would. The signature that makes any of it trustworthy is GitHub's
-(`gh attestation verify`), over the archive and the files beside it: docs/release.md.
+(`gh attestation verify`), over the archive and the files beside it: docs/lab/2026-11-29-release.md.
 """
 
 from __future__ import annotations

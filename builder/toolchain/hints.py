@@ -1,6 +1,6 @@
 """How to install what a rule finds missing, in this distribution's words: the one home of every
 install hint, so `build`'s refusal and `doctor`'s row give the same fix. Some Fedora/Arch
-package names are from their documentation, not tried here (docs/doctor.md says which)."""
+package names are from their documentation, not tried here (docs/reference/doctor.md says which)."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def debian12_vulkan_fix() -> str:
 DEBIAN12_ROCM = ("Debian 12's own ROCm is 5.2 (too old) and it has no libhipblas-dev/librocblas-dev; sid's "
                  "ROCm 6.4 packages need a newer glibc than Debian 12's, so do not apt install them here: use AMD's ROCm apt "
                  "repository (apt install rocm-hip-sdk, then --rocm-path /opt/rocm), or build in a Debian sid "
-                 "chroot (scripts/rocm-sid-chroot.sh and scripts/assemble-in-chroot.sh, docs/rocm.md)")
+                 "chroot (scripts/rocm-sid-chroot.sh and scripts/assemble-in-chroot.sh, docs/guide/rocm.md)")
 
 
 def install_hint(component: str, distro: Distro) -> str:

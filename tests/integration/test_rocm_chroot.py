@@ -5,9 +5,9 @@ The CI-sized part of the ROCm validation: the chroot is made by scripts/rocm-sid
 (about 4 min and 6 GB the first time), then scripts/rocm-configure-check.sh runs the
 project's own policy and plan in it, configures the HIP unit from a clean CMake cache and
 compiles one HIP translation unit. The whole compile, bundle and verify is a recorded run
-(scripts/rocm-validate.sh, docs/rocm.md): about an hour on two cores.
+(scripts/rocm-validate.sh, docs/lab/2026-11-29-rocm.md): about an hour on two cores.
 
-The documented path (docs/rocm.md) is also walked from an EMPTY cache, as a new user would:
+The documented path (docs/guide/rocm.md) is also walked from an EMPTY cache, as a new user would:
 `assemble fetch rocm` inside the chroot through scripts/assemble-in-chroot.sh (a real TLS
 download, with the host's CA bundle and proxies), `assemble show` reading that cache, and
 scripts/rocm-validate.sh using the same cache and the host's interpreter. The `assemble fetch`
@@ -37,7 +37,7 @@ PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY"
 
 
 def in_chroot(chroot: Path, cache: Path, *args: str, env: dict | None = None, timeout: float = 900):
-    """`scripts/assemble-in-chroot.sh --chroot CHROOT -- ARGS` with ASSEMBLE_CACHE=cache, as docs/rocm.md says."""
+    """`scripts/assemble-in-chroot.sh --chroot CHROOT -- ARGS` with ASSEMBLE_CACHE=cache, as docs/guide/rocm.md says."""
     full_env = dict(os.environ, ASSEMBLE_CACHE=str(cache))
     full_env.update(env or {})
     return subprocess.run([str(SCRIPTS / "assemble-in-chroot.sh"), "--chroot", str(chroot), "--", *args],
@@ -92,7 +92,7 @@ def test_configure_and_one_hip_object_for_gfx1100_with_sids_rocm(sid_chroot, tmp
 
 @pytest.mark.slow
 def test_documented_path_from_an_empty_cache(sid_chroot, tmp_path):
-    """docs/rocm.md as a new user walks it: nothing cached, the source downloaded inside the chroot
+    """docs/guide/rocm.md as a new user walks it: nothing cached, the source downloaded inside the chroot
     (GitHub, else the ~70 MB PyPI sdist: a real TLS download with the host's trust and proxies),
     then a plan that reads that cache, then the validation script on the same cache. No compile."""
     cache = tmp_path / "cache"

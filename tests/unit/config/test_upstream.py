@@ -55,7 +55,7 @@ def test_every_linux_release_name_we_print_or_write_is_one_upstream_publishes():
     help_text = subprocess.run([sys.executable, "-m", "builder", "repair", "--help"], capture_output=True, text=True,
                                cwd=root, check=True).stdout
     texts = {"repair --help": help_text}
-    for path in [*root.glob("builder/**/*.py"), *root.glob("docs/*.md")]:
+    for path in [*root.glob("builder/**/*.py"), *root.glob("docs/**/*.md")]:
         texts[str(path.relative_to(root))] = path.read_text()
     names = {(where, n) for where, text in texts.items() for n in _LINUX_NAME.findall(text)}
     assert any(where == "repair --help" and "cuda-12.8" in n for where, n in names)

@@ -85,7 +85,7 @@ def test_cmake_dependent_option_counts(tmp_path):
 
 
 def test_loader_cwd_regex_matches_every_known_form(tmp_path):
-    """The forms the loader's working-directory search has had upstream (see docs/features.md)."""
+    """The forms the loader's working-directory search has had upstream (see docs/lab/2026-11-29-features.md)."""
     forms = ['std::vector<std::string> search_paths = { "./", get_executable_path() };',
              'search_paths.push_back("./");',
              'search_paths.push_back(L"." + path_separator());',

@@ -1,0 +1,88 @@
+"""docs/figures.md, the one home of measured figures, is what scripts/figures writes from docs/results/
+(so a figure cannot go stale), and the script refuses what it cannot read instead of dropping it."""
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "figures"
+
+
+def _figures(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=cwd)
+
+
+def test_the_committed_figures_are_what_the_results_give():
+    got = _figures("--check")
+    assert got.returncode == 0, got.stderr
+
+
+def test_a_new_result_makes_the_committed_table_stale_until_it_is_regenerated(tmp_path):
+    results, out = tmp_path / "results", tmp_path / "figures.md"
+    shutil.copytree(ROOT / "docs" / "results", results)
+    assert _figures("--results", str(results), "--out", str(out)).returncode == 0
+    before = out.read_text()
+    new = results / "ci-2030-01-02"
+    new.mkdir()
+    (new / "bench-remote-cache.json").write_text(json.dumps({
+        "recipe": "cpu", "cpu": "Test CPU", "cores": 2, "cold_seconds": 301.2, "warm_seconds": 9.44,
+        "a": {"compiles": 10, "hits": 0, "remote_hits": 0, "launcher": "ccache"},
+        "b": {"compiles": 10, "hits": 9, "remote_hits": 9, "launcher": "ccache"}}))
+    stale = _figures("--check", "--results", str(results), "--out", str(out))
+    assert stale.returncode == 1
+    assert stale.stderr.count("\n") == 1 and "fix: run scripts/figures" in stale.stderr
+    assert out.read_text() == before                       # --check writes nothing
+    assert _figures("--results", str(results), "--out", str(out)).returncode == 0
+    text = out.read_text()
+    assert "## ci-2030-01-02 (Test CPU)" in text
+    assert "| machine A, cold compile into a shared cache (recipe cpu, 2 cores) | 5 min 01 s |" in text
+    assert "| machine B, remote hits | 9 of 10 (ccache) |" in text
+    assert _figures("--check", "--results", str(results), "--out", str(out)).returncode == 0
+
+
+def test_a_result_with_no_reader_is_refused_in_one_line_and_nothing_is_written(tmp_path):
+    results, out = tmp_path / "results", tmp_path / "figures.md"
+    (results / "dev-2030-01-01").mkdir(parents=True)
+    (results / "dev-2030-01-01" / "bench-new-thing.json").write_text("{}")
+    got = _figures("--results", str(results), "--out", str(out))
+    assert got.returncode == 2
+    assert got.stderr.count("\n") == 1
+    assert "bench-new-thing.json" in got.stderr and "no reader for 'bench-new-thing'" in got.stderr
+    assert "fix: add one to READERS" in got.stderr
+    assert not out.exists()
+
+
+def test_record_keeps_a_real_pytest_run_and_refuses_a_failing_one(tmp_path):
+    results, out = tmp_path / "results", tmp_path / "figures.md"
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_a.py").write_text("import pytest\n\ndef test_one():\n    pass\n\n"
+                                     "def test_two():\n    pass\n\n"
+                                     "@pytest.mark.skip(reason='shown as skipped')\ndef test_three():\n    pass\n")
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)]
+    got = _figures("--record", "tiny", "--machine", "ci", "--results", str(results), "--out", str(out), "--", *cmd)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "2 passed, 1 skipped" in got.stdout                # the run's own output is shown as it goes
+    (record,) = results.glob("ci-*/suite-tiny.json")
+    data = json.loads(record.read_text())
+    assert data["outcomes"] == {"passed": 2, "skipped": 1}
+    assert data["seconds"] > 0 and data["command"] == shlex.join(cmd)
+    assert "2 passed, 1 skipped" in out.read_text()
+
+    (tests / "test_b.py").write_text("def test_fails():\n    assert False\n")
+    failing = _figures("--record", "broken", "--machine", "ci", "--results", str(results), "--out", str(out),
+                       "--", *cmd)
+    assert failing.returncode == 1
+    assert "not recorded: the command exited 1" in failing.stderr
+    assert not list(results.glob("ci-*/suite-broken.json"))
+
+
+def test_record_refuses_a_bad_name_before_running_anything(tmp_path):
+    marker = tmp_path / "ran"
+    got = _figures("--record", "Quick Suite", "--machine", "dev", "--results", str(tmp_path), "--out",
+                   str(tmp_path / "f.md"), "--", "touch", str(marker))
+    assert got.returncode == 2 and "fix: e.g. --record quick --machine dev" in got.stderr
+    assert not marker.exists()
