@@ -451,7 +451,7 @@ def _rpath_check(runtime: Path, files: dict[str, ElfInfo], own: list[str]) -> Ch
             problems.append(f"{rel} has RPATH {':'.join(info.rpath)}, which does not name {LIB_DIR}/")
     if problems:
         return Check("RPATH of own files", FAIL, _join(problems),
-                     "rebuild with assemble build (it sets DT_RPATH=$ORIGIN/../lib with patchelf --force-rpath); "
+                     "rebuild with assemble build (it links DT_RPATH=$ORIGIN/../lib; repair sets it with patchelf --force-rpath); "
                      "never patch a runtime by hand without regenerating its manifest")
     note = f" ({inherited} backend modules without one use their loader's: {loader})" if inherited else ""
     return Check("RPATH of own files", PASS, f"{len(own)} files use DT_RPATH relative to $ORIGIN, no DT_RUNPATH"

@@ -16,6 +16,7 @@ library goes to lib/; a data folder goes beside the library that reads it.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
@@ -143,6 +144,22 @@ def _rpath_for(dest: str, needed_dirs: Sequence[str]) -> str:
         if entry not in parts:
             parts.append(entry)
     return ":".join(parts)
+
+
+def _carries_rpath(dest: str, info: ElfInfo, dirs: Sequence[str], pins) -> bool:
+    """A file already linked with a DT_RPATH that names exactly the folders it needs, relative to
+    $ORIGIN (as `build` links them: layout.LINK_RPATH), with no DT_RUNPATH and no pin to add,
+    stays byte for byte: editing it would change nothing the loader does."""
+    if pins or info.runpath or not info.rpath:
+        return False
+    here = posixpath.dirname(dest)
+    found = []
+    for entry in info.rpath:
+        origin = next((o for o in ("${ORIGIN}", "$ORIGIN") if entry == o or entry.startswith(o + "/")), None)
+        if origin is None:
+            return False
+        found.append(posixpath.normpath(posixpath.join(here, entry[len(origin):].lstrip("/"))))
+    return list(dict.fromkeys(found)) == list(dict.fromkeys(dirs))
 
 
 def _inherits_loader_rpath(f: OwnFile, info: ElfInfo, dirs: Sequence[str], pins, has_loader: bool) -> bool:
@@ -350,7 +367,8 @@ def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe, pr
         if info is not None and info.has_dynamic:
             dirs = [LIB_DIR] + [str(PurePosixPath(provided[n]).parent) for n in info.needed if n in provided]
             pins = _pins(f.dest, info, walk.nodes, walk.edges)
-            if not _inherits_loader_rpath(f, info, dirs, pins, has_loader):
+            if not _inherits_loader_rpath(f, info, dirs, pins, has_loader) \
+                    and not _carries_rpath(f.dest, info, dirs, pins):
                 rpath = _rpath_for(f.dest, dirs)
         own_plans.append(OwnPlan(source=Path(f.source), dest=f.dest, kind=f.kind, links=links_of[f.dest],
                                  rpath=rpath, pins=pins))

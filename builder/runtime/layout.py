@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+import posixpath
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from builder.runtime.policy import DataRule, data_rules_for
 
 BIN_DIR = "bin"                       # executables and backend modules
 LIB_DIR = "lib"                       # shared libraries, ours and the vendors'
+# The DT_RPATH `build` links into every file it compiles: lib/ seen from bin/ (executables, backend
+# modules) and, as lib/../lib, from lib/. The bundler copies files that carry it byte for byte.
+LINK_RPATH = "$ORIGIN/" + posixpath.relpath(LIB_DIR, BIN_DIR)
 LICENSES_DIR = "licenses"             # licenses/<component>/<text>: every runtime, Linux and Windows
 KINDS = ("executable", "module", "library")
 # The library whose code dlopen()s the backend modules (ggml-backend-reg.cpp is part of it).

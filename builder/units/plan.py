@@ -25,6 +25,7 @@ from builder.config.options import CONTAINER, BuildConfig, UnitConfig
 from builder.config.remotecache import RemoteCache
 from builder.paths import cache_dir
 from builder.proc import command_line
+from builder.runtime.layout import LINK_RPATH
 from builder.toolchain import toolstore
 from builder.toolchain.detect import Toolchain
 from builder.toolchain.toolstore import StoredTool
@@ -35,6 +36,14 @@ IMAGE_TOOLS = {"cmake": "cmake", "ninja": "ninja", "launcher": "ccache"}
 # What this host could not give (a tool it lacks, a tree not fetched yet) stands in a plan as a
 # word in angle brackets: "<no HIP compiler found>". A line holding one is not runnable as shown.
 PLACEHOLDER = re.compile(r"<[^<>]+>")
+# Every file a unit links carries its final DT_RPATH (layout.LINK_RPATH), as DT_RPATH rather than the
+# DT_RUNPATH most toolchains write by default (LD_LIBRARY_PATH is searched before a RUNPATH): the
+# bundler then copies our files byte for byte, build-id and all. The build tree's programs look in
+# build/lib, which does not exist: nothing runs them there. (`build` links ELF only; the Windows
+# runtimes are cross-built elsewhere, scripts/mingw-build-in-chroot.sh, and PE has no RPATH.)
+NO_NEW_DTAGS = "-Wl,--disable-new-dtags"
+LINKER_FLAGS = ("CMAKE_EXE_LINKER_FLAGS", "CMAKE_SHARED_LINKER_FLAGS", "CMAKE_MODULE_LINKER_FLAGS")
+RECIPE_RPATH = ("CMAKE_INSTALL_RPATH", "CMAKE_BUILD_WITH_INSTALL_RPATH", "CMAKE_SKIP_RPATH", "CMAKE_SKIP_BUILD_RPATH")
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,19 @@ def tool_defines(unit: UnitConfig, tc: Toolchain) -> tuple[tuple[tuple[str, str]
     return tuple(defines), tuple(env)
 
 
+def rpath_defines(defines: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The defines that link LINK_RPATH as DT_RPATH; a recipe's own linker flags are kept, ours after.
+    None when the recipe chose an RPATH itself (the tests' stand-in for upstream's release build links
+    RUNPATH=$ORIGIN that way): it is linked as the recipe says, and the bundler edits it as before."""
+    if any(k in defines for k in RECIPE_RPATH):
+        return ()
+    out = [("CMAKE_BUILD_WITH_INSTALL_RPATH", "ON"), ("CMAKE_INSTALL_RPATH", LINK_RPATH)]
+    for key in LINKER_FLAGS:
+        flags = defines.get(key, "")
+        out.append((key, flags if NO_NEW_DTAGS in flags.split() else f"{flags} {NO_NEW_DTAGS}".strip()))
+    return tuple(out)
+
+
 def _path(tool, fallback: str) -> str:
     return tool.path if tool is not None else f"<{fallback} not found>"
 
@@ -120,6 +142,7 @@ def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: 
     tools, env = tool_defines(unit, tc)
     environment = BuildEnv((), (), ()) if unit.where.kind == CONTAINER else build_env(environ)
     merged = dict(unit.cmake_defines())
+    merged.update(rpath_defines(merged))
     merged.update(tools)                 # a toolchain path never loses to a recipe define of the same name
     defines = tuple(merged.items())
     image = unit.where.kind == CONTAINER
