@@ -20,7 +20,7 @@ from builder.digest import sha256_file
 from builder.runtime.bundle import plan_bundle
 from builder.runtime.layout import LINK_RPATH, own_file
 from builder.runtime.place import place_bundle
-from tests.support.vendorlibs import compile_c, readelf_dynamic
+from scripts.support.vendorlibs import compile_c, readelf_dynamic
 
 PROJECT = """cmake_minimum_required(VERSION 3.16)
 project(tiny C)
