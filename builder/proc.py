@@ -48,7 +48,7 @@ def command_line(argv: Sequence[str]) -> str:
 
 
 def run(argv: Sequence[str | Path], *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
-        timeout: float | None = None, text: bool = True, input: str | bytes | None = None
+        timeout: float | None = None, text: bool = True, input: str | bytes | None = None  # noqa: A002 -- subprocess.run's name
         ) -> subprocess.CompletedProcess:
     """Run to completion with output captured; never raises for a non-zero exit (the caller words it)."""
     argv = [str(a) for a in argv]

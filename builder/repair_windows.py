@@ -57,8 +57,8 @@ def platform_of(inputs: tuple[str, ...]) -> str:
     if all(flags):
         return PLATFORM
     if any(flags):
-        windows = next(i for i, f in zip(inputs, flags) if f)
-        other = next(i for i, f in zip(inputs, flags) if not f)
+        windows = next(i for i, f in zip(inputs, flags, strict=True) if f)
+        other = next(i for i, f in zip(inputs, flags, strict=True) if not f)
         raise AssembleError(f"{windows} holds Windows binaries and {other} does not", where=other,
                             fix="repair Windows zips and Linux inputs separately: one runtime runs on one OS")
     return "linux"

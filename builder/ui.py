@@ -15,7 +15,7 @@ _level = NORMAL
 
 
 def set_level(level: int) -> None:
-    global _level
+    global _level  # noqa: PLW0603 -- the process-wide output level (-q, --json)
     _level = level
 
 

@@ -52,7 +52,7 @@ class UnitPlan:
     toolchain: dict = field(default_factory=dict)   # Toolchain.record(): for the manifest
     key: str = ""
     tree: str = ""                              # the patch set applied to the source ("" = pristine)
-    environment: BuildEnv = BuildEnv((), (), ())  # what CMake and the compilers see of ours (host units)
+    environment: BuildEnv = field(default_factory=lambda: BuildEnv((), (), ()))  # what CMake and the compilers see of ours (host units)
     launcher: str | None = None                 # "ccache" | "sccache" | None: what fronts the compilers
     remote_cache: RemoteCache | None = None     # the shared store (not in the key: it changes no output)
     stored: tuple[StoredTool, ...] = ()         # the tool copies the command lines run (made before the build)

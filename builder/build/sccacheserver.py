@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from builder import proc
 from builder.build import cachestats

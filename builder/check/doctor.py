@@ -119,9 +119,9 @@ def _cuda_checks(f: Facts) -> list[Check]:
         meaning = ("can target Blackwell (sm_120/121)" if rules.blackwell(tk.archs)
                    else "cannot target Blackwell (sm_120 needs CUDA >= 12.8)")
         if regression:
-            meaning += f"; CUDA {tk.version} Blackwell builds lose 50-80% generation past 8k context " \
-                       f"(the build policy refuses them unless CUDA 12.8, the {rules.BLACKWELL_PATCH} patch, " \
-                       "Vulkan, or an explicit acceptance)"
+            meaning += (f"; CUDA {tk.version} Blackwell builds lose 50-80% generation past 8k context "
+                        f"(the build policy refuses them unless CUDA 12.8, the {rules.BLACKWELL_PATCH} patch, "
+                        "Vulkan, or an explicit acceptance)")
         out.append(_row("CUDA archs", WARN if regression else OK, _archs_text(tk.archs), meaning))
         if tk.has_cublas:
             out.append(_row("cuBLAS", OK, "libcublas.so + cublas_v2.h", "ggml-cuda links it"))

@@ -21,6 +21,7 @@ from pathlib import Path
 import requests
 
 from builder.check.integrity import modules_in_bin
+from builder.errors import AssembleError
 from builder.paths import scratch
 from builder.proc import run, stop
 
@@ -283,7 +284,7 @@ def carried_names(runtime: Path) -> set[str]:
                 continue
             try:
                 info = read_elf(p)
-            except Exception:
+            except AssembleError:      # read_elf says every unreadable file this way
                 continue
             for n in (info.needed if info else ()):
                 if n not in host and classify(n)[0] == BUNDLE:
@@ -335,7 +336,7 @@ def foreign_libraries(pid: int, runtime: Path, owned_names: set[str]) -> tuple[s
             info = read_elf(path)      # maps shows the real file (libgomp.so.1.0.0); its SONAME is the name asked for
             if info is not None and info.soname:
                 names.add(info.soname)
-        except Exception:
+        except AssembleError:
             pass
         if names & owned_names:
             found.add(path)

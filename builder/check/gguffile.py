@@ -84,8 +84,7 @@ def write(path: Path, metadata: Sequence[tuple[str, Value]], tensors: Sequence[T
     """Write a GGUF file at path (the caller renames it into place)."""
     with open(path, "wb") as f:
         f.write(MAGIC + struct.pack("<IQQ", VERSION, len(tensors), len(metadata)))
-        for key, v in metadata:
-            f.write(_string(key) + struct.pack("<I", v.kind) + _value(v.kind, v.value, v.item))
+        f.writelines(_string(key) + struct.pack("<I", v.kind) + _value(v.kind, v.value, v.item) for key, v in metadata)
         offset = 0
         for t in tensors:
             dims = tuple(reversed(t.shape))   # GGUF lists the innermost dimension first

@@ -143,7 +143,7 @@ def hip_archs(module: Path) -> tuple[set[str], bool]:
 def _fatbin_range(f, size: int) -> tuple[int, int]:
     try:
         sec = ELFFile(f).get_section_by_name(".hip_fatbin")
-    except Exception:              # not an ELF file we can read: the whole file
+    except Exception:  # noqa: BLE001 -- not an ELF file we can read: the whole file
         return 0, size
     if sec is None or sec["sh_offset"] + sec["sh_size"] > size:
         return 0, size
@@ -257,7 +257,7 @@ def _truncated(path: Path, size: int) -> str | None:
             return f"truncated: its program headers end at byte {phoff + phentsize * phnum}, the file has {size}"
         try:
             segments = list(ELFFile(f).iter_segments())
-        except Exception as exc:   # pyelftools raises many types on a corrupt file
+        except Exception as exc:  # noqa: BLE001 -- pyelftools raises many types on a corrupt file
             return f"a corrupt ELF file ({type(exc).__name__})"
     end = max((seg["p_offset"] + seg["p_filesz"] for seg in segments), default=0)
     return f"truncated: its segments end at byte {end}, the file has {size}" if end > size else None

@@ -99,7 +99,7 @@ def _misplaced_option(p: argparse.ArgumentParser, argv: list[str]) -> str | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _json_asked
+    global _json_asked  # noqa: PLW0603 -- one process-wide flag the error paths read
     argv = sys.argv[1:] if argv is None else argv
     _json_asked = _asks_json(argv)
     try:
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         return refused(paths.full_disk(exc) or AssembleError(
             str(exc.strerror or exc), where=str(exc.filename) if getattr(exc, "filename", None) else None,
             fix="check free space and permissions there (--debug shows where)", code=FAILED), args.json)
-    except Exception as exc:  # a bug in assemble: still one line, the traceback on request
+    except Exception as exc:  # noqa: BLE001 -- a bug in assemble: still one line, the traceback on request
         if from_interrupt(exc):
             return interrupted()
         if args.debug:

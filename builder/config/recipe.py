@@ -238,7 +238,7 @@ def _mirror(c: _Checker, raw: object, key: str, pin_sha: str) -> Mirror:
                                   ("path", PATH_RE, "a folder")):
         if raw.get(field_) is not None:
             c.grammar(raw[field_], f"{key}.{field_}", pattern, what, f"write {field_} as {what}, on one line")
-    return Mirror(**{k: v for k, v in raw.items()})
+    return Mirror(**raw)
 
 
 def _backend_list(c: _Checker, raw: list, key: str) -> tuple[str, ...]:

@@ -233,8 +233,8 @@ class _Sorted:
             why = f"a symlink leaving the input (to {real})"
             (self.left.append(LeftOut(p, why)) if kind == "library" else self.refused.append((p, why)))
         elif kind == "module":
-            self.refused.append((p, f"a symlink (to {os.path.relpath(real, os.path.dirname(p))}): a backend module "
-                                    "is carried as its own file"))
+            self.refused.append((p, (f"a symlink (to {os.path.relpath(real, os.path.dirname(p))}): a backend module "
+                                     "is carried as its own file")))
         elif kind == "executable":
             self.left.append(LeftOut(p, f"a symlink to {os.path.relpath(real, os.path.dirname(p))}"))
 
@@ -294,7 +294,7 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
                                 "from the input, never from the host")
     own_libs = []
     for name in needed:
-        path, info = libs[name]
+        path, _info = libs[name]
         link_names = {*links.get(str(path.resolve()), []), name} - {path.name}
         own_libs.append(own_file(path, "library", tuple(sorted(link_names))))
     left += [LeftOut(p, "nothing carried needs it") for n, (p, _) in libs.items() if n not in needed]

@@ -178,7 +178,7 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
                 said += extract_trees([_tar_of(inp.path, how)], tree, limits, spool=spool, owners=held)
         elif inp.kind == "debs":
             tars = []
-            for deb, given in zip(inp.files, inp.givens or map(str, inp.files)):
+            for deb, given in zip(inp.files, inp.givens or map(str, inp.files), strict=True):
                 current = given
                 tars.append(_deb_data(deb))
             current = inp.given

@@ -77,7 +77,7 @@ def _in_process(fd: int, offset: int, length: int, codec: str) -> Iterator[Binar
         errors += (zstandard.ZstdError,)
         stream = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), _CHUNK)
     elif codec == "xz":
-        stream = lzma.LZMAFile(raw)
+        stream = lzma.LZMAFile(raw)  # noqa: SIM115 -- closed by `with stream` below
     elif codec == "gz":
         stream = gzip.GzipFile(fileobj=raw)
     elif codec == "bz2":

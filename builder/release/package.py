@@ -294,7 +294,7 @@ class _Temps:
         tmp = final.with_name(f".{final.name}{PART_TAG}{os.getpid()}-{secrets.token_hex(4)}")
         self.open[tmp] = locks.made("part", tmp)
         self._save()
-        f = open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb")
+        f = open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb")  # noqa: SIM115 -- the caller closes it
         self.open[tmp] = locks.made("part", tmp, mark=locks.mark(tmp))
         self._save()
         return tmp, f

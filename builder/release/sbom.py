@@ -15,7 +15,7 @@ import hashlib
 import os
 import uuid
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from packageurl import PackageURL
@@ -202,7 +202,7 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
         "serialNumber": f"urn:uuid:{serial}",
         "version": 1,
         "metadata": {
-            "timestamp": datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "timestamp": datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "tools": {"components": _tools(data)},
             "component": target,
         },

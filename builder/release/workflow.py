@@ -239,8 +239,8 @@ def _toolchain(e: Entry, runner: Runner | None) -> list[dict]:
              "run": "\n".join([
                  'wget -qO- "$LUNARG_KEY" | sudo tee /etc/apt/trusted.gpg.d/lunarg.asc > /dev/null',
                  'list="lunarg-vulkan-${VULKAN_SDK_VERSION}-${UBUNTU_CODENAME}.list"',
-                 'sudo wget -qO "/etc/apt/sources.list.d/$list" '
-                 '"https://packages.lunarg.com/vulkan/${VULKAN_SDK_VERSION}/$list"',
+                 ('sudo wget -qO "/etc/apt/sources.list.d/$list" '
+                  '"https://packages.lunarg.com/vulkan/${VULKAN_SDK_VERSION}/$list"'),
                  "sudo apt-get update -y",
                  "sudo apt-get install -y --no-install-recommends vulkan-sdk",
              ])}]
@@ -268,7 +268,7 @@ def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict:
     # The compile cache is the remote one (config.remotecache) when the secret is set, and none when it
     # is not: GitHub's actions/cache is not used, because a release built on a tag would restore
     # objects that any workflow of the default branch can write (cache poisoning, signed and shipped).
-    steps.append({"name": "Build", "env": {remotecache.ENV: "${{ secrets.%s }}" % CACHE_SECRET}, "run": line})
+    steps.append({"name": "Build", "env": {remotecache.ENV: "${{ secrets.%s }}" % CACHE_SECRET}, "run": line})  # noqa: UP031 -- no brace escaping
     if unit:
         steps.append({"uses": uses("upload-artifact"),
                       "with": {"name": e.artifact, "path": f"{out}/", "if-no-files-found": "error"}})
@@ -303,16 +303,16 @@ def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
         f"sort -k2 all-sums > release/{SUMS}",
         f"(cd release && sha256sum -c --strict {SUMS})",
         # a line is "<64 hex><space><space or *><name>": the name starts at column 67
-        f"unlisted=$(cd release && comm -23 <(find . -type f ! -name {SUMS} -printf '%P\\n' | sort) "
-        f"<(cut -c67- {SUMS} | sort))",
+        (f"unlisted=$(cd release && comm -23 <(find . -type f ! -name {SUMS} -printf '%P\\n' | sort) "
+         f"<(cut -c67- {SUMS} | sort))"),
         f'if [ -n "$unlisted" ]; then echo "::error::files no {SUMS} lists: $unlisted"; exit 1; fi',
     ])
     publish = "\n".join([
         # a runtime job that failed leaves the others' release as a draft, for a person to judge
         "draft=()",
         'if [ "$ALL_BUILT" != "true" ]; then draft=(--draft); echo "some runtime failed: a draft release"; fi',
-        'gh release create "$TAG" release/* --repo "$GH_REPO" --title "$TAG" "${draft[@]}" '
-        f'--notes "Runtimes built by assemble; verify with: sha256sum -c {SUMS} and gh attestation verify"',
+        ('gh release create "$TAG" release/* --repo "$GH_REPO" --title "$TAG" "${draft[@]}" '
+         f'--notes "Runtimes built by assemble; verify with: sha256sum -c {SUMS} and gh attestation verify"'),
     ])
     return {
         "name": "release",

@@ -15,18 +15,19 @@ library goes to lib/; a data folder goes beside the library that reads it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
-from typing import Sequence
 
 from builder.config.glibc import SYMBOL_PREFIX
 from builder.digest import sha256_file
-from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
 from builder.errors import FAILED, AssembleError, BuildFailed
-from builder.runtime.layout import LIB_DIR, KINDS, is_ggml_loader, OwnFile, arch_tokens, expected_places
+from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
+from builder.runtime.layout import KINDS, LIB_DIR, OwnFile, arch_tokens, expected_places, is_ggml_loader
 from builder.runtime.policy import BUNDLE, classify, companions_for, data_rules_for
 
 OWN, VENDOR, DATA = "own", "vendor", "data"
@@ -290,7 +291,7 @@ class _Walk:
                          reason=reason, via=found.via or "", loaders=(requester, *loaders))
             self.by_identity[(st.st_dev, st.st_ino)] = node
             self.queue.append((name, node.info, node.loaders))
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             node.links.setdefault(a, b)
         if chain[-1] != node.real.name:                   # same bytes reached under another real name
             node.links.setdefault(chain[-1], node.real.name)
@@ -413,7 +414,7 @@ def _pins(dest: str, info: ElfInfo, nodes: dict[str, _Node], edges: dict[str, li
     our DT_RPATH; a later lookup of the same soname reuses the loaded copy.
     """
     pins: dict[str, str] = {}
-    stack = [s for s in edges.get(dest, ())]
+    stack = list(edges.get(dest, ()))
     seen: set[str] = set()
     while stack:
         s = stack.pop()
@@ -484,7 +485,7 @@ def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe, pru
         archs = tuple(dict.fromkeys(t.arch for t in recipe.hip.targets))   # gfx90a:xnack- reads gfx90a's files
     plans: list[DataPlan] = []
     warnings: list[str] = []
-    for node, vp in zip(nodes, vendor):
+    for node, vp in zip(nodes, vendor, strict=True):
         for rule in data_rules_for(node.soname):
             places = expected_places(node.real, rule)
             bases = [node.source.parent] + ([node.real.parent] if node.real.parent != node.source.parent else [])

@@ -107,7 +107,7 @@ def read_cuda_code(path) -> CudaCode | None:
     """
     path = Path(path)
     try:
-        raw = open(path, "rb", buffering=0)   # unbuffered: each header read costs its own bytes only
+        raw = open(path, "rb", buffering=0)  # noqa: SIM115 -- closed by `with raw`; unbuffered: each header read costs its own bytes only
     except OSError as exc:
         raise AssembleError(f"cannot open ({exc.strerror})", where=str(path), fix="check permissions",
                             code=FAILED) from None
@@ -124,7 +124,7 @@ def scan(stream, where: str = "") -> CudaCode | None:
     size = stream.tell()
     try:
         found = _find_section(stream)
-    except Exception as exc:  # pyelftools/construct raise many types on a corrupt file
+    except Exception as exc:  # noqa: BLE001 -- pyelftools/construct raise many types on a corrupt file
         raise AssembleError(f"not a readable ELF file ({type(exc).__name__}: {exc})", where=where or None,
                             fix="the file is truncated or corrupt: rebuild or re-download it", code=FAILED) from None
     if found is None:

@@ -26,10 +26,10 @@ import glob
 import os
 import re
 import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
@@ -185,7 +185,7 @@ def read_elf(path: Path | str) -> ElfInfo | None:
 
 def _parse(path: Path, size: int) -> ElfInfo | None:
     try:
-        raw = open(path, "rb", buffering=64 * 1024)
+        raw = open(path, "rb", buffering=64 * 1024)  # noqa: SIM115 -- closed by `with raw` below
     except OSError as exc:
         raise AssembleError(f"cannot open ({exc.strerror})", where=str(path), fix="check permissions", code=FAILED) from None
     with raw:
@@ -196,7 +196,7 @@ def _parse(path: Path, size: int) -> ElfInfo | None:
         try:
             elf = ELFFile(stream)
             return _facts(elf, path, size, stream)
-        except Exception as exc:  # pyelftools/construct raise many types on a corrupt file
+        except Exception as exc:  # noqa: BLE001 -- pyelftools/construct raise many types on a corrupt file
             raise AssembleError(f"not a readable ELF file ({type(exc).__name__}: {exc})", where=str(path),
                                 fix="the file is truncated or corrupt: rebuild or re-download it", code=FAILED) from None
 
@@ -244,7 +244,7 @@ def _facts(elf: ELFFile, path: Path, size: int, stream: _CountingReader) -> ElfI
             if d["d_tag"] == "DT_NULL":
                 break
             tags.append((d["d_tag"], d["d_val"]))
-    first = {t: v for t, v in reversed(tags)}
+    first = dict(reversed(tags))
     strtab = offset_of(first["DT_STRTAB"]) if "DT_STRTAB" in first else None
 
     def string(at: int) -> str:
@@ -643,5 +643,5 @@ def read_code(path: Path | str, use):
                 return None
             f.seek(0)
             return use(ElfCode(f))
-    except Exception:  # pyelftools/construct raise many types on a corrupt file
+    except Exception:  # noqa: BLE001 -- pyelftools/construct raise many types on a corrupt file
         return None

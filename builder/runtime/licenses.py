@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Mapping, Sequence
 
 from builder.runtime.layout import LICENSES_DIR
 from builder.runtime.manifest import FileEntry, LicenseRecord

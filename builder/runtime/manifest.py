@@ -309,7 +309,7 @@ def check_files(runtime: Path, manifest: Manifest, hashes: bool = True) -> list[
     to_hash.sort(key=lambda r: -r.size)
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
         digests = list(pool.map(lambda r: sha256_file(runtime / r.path), to_hash))
-    problems += [f"{r.path}: content differs from the manifest (sha256)" for r, d in zip(to_hash, digests)
+    problems += [f"{r.path}: content differs from the manifest (sha256)" for r, d in zip(to_hash, digests, strict=True)
                  if d != r.sha256]
     for link in manifest.symlinks:
         p = runtime / link.path

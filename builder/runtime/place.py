@@ -13,23 +13,22 @@ import os
 import shutil
 import stat
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Sequence
 
 from builder import ui
 from builder.digest import sha256_file
-from builder.proc import run
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_files
+from builder.proc import run
 from builder.runtime import elfappend
+from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_files
 from builder.runtime.elf import read_elf
 from builder.runtime.layout import data_layout_problems
 from builder.runtime.manifest import FileEntry, LicenseRecord, LinkEntry, SystemLib
 from builder.toolchain.detect import find_tool, version_tuple
 from builder.toolchain.rules import MIN_PATCHELF
-
 
 _CHUNK = 4 << 20
 

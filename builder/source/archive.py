@@ -32,9 +32,10 @@ import shutil
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, ContextManager
+from typing import BinaryIO
 
 from builder.errors import is_full_disk
 
@@ -222,7 +223,7 @@ def _check(chosen: list[tuple[tuple[str, ...], str, tarfile.TarInfo]]) -> None:
             if kinds.get(target) != "file":
                 raise ArchiveRefused(f"hard link {m.name!r} -> {m.linkname!r}: the target is not a file extracted before it")
         kinds[rel] = kind
-    for rel, kind, m in chosen:
+    for rel, _kind, m in chosen:
         for i in range(1, len(rel)):
             through = kinds.get(rel[:i], "folder")
             if through != "folder":
@@ -358,7 +359,7 @@ def _from_root(link: tuple[str, ...], target: str) -> str:
 class TarStream:
     """One tar archive for extract_trees, read once from its start to its end (a pipe will do)."""
     name: str                                        # what refusals call it
-    open: Callable[[], ContextManager[BinaryIO]]     # the uncompressed tar as a stream
+    open: Callable[[], AbstractContextManager[BinaryIO]]     # the uncompressed tar as a stream
     packed: int                                      # its packed size, for the ratio limit
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol
 
 from builder.config.recipe import ALL_VARIANTS_FEATURE
 from builder.errors import AssembleError
@@ -59,7 +60,7 @@ class Detector:
         return _matcher(self.kind, self.value)(data)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _matcher(kind: str, value: str | None):
     if kind == "contains":
         needle = value.encode()

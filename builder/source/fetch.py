@@ -77,7 +77,7 @@ def verify_git_tree(tree: Path, sha: str) -> dict:
     if head != sha:
         raise MirrorFailed(f"tree is at {head}, not the pinned {sha}")
     body = git("cat-file", "commit", sha, cwd=tree, text=False).stdout
-    computed = hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest()
+    computed = hashlib.sha1(b"commit %d\0" % len(body) + body, usedforsecurity=False).hexdigest()
     if computed != sha:
         raise MirrorFailed(f"commit object of {sha} is missing or corrupt (hashes to {computed})")
     # read-tree re-hashes only the top tree: a swapped subtree object would pass

@@ -25,9 +25,9 @@ import json
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from builder import locks, paths, ui
 from builder.proc import git, last_line
@@ -171,7 +171,7 @@ def find_earliest(repo: GitRepo, head: str, features: Sequence[Feature]) -> Earl
         scans.append(scan)
         walks[f.name] = walk = scan.segments()
         newest_absent[f.name] = -1
-        for lo, hi, present in walk:
+        for _lo, hi, present in walk:
             if not present:
                 if hi == len(history) - 1:
                     raise AssembleError(f"{head[:12]} itself lacks {f.name}", fix="pin a ref that has it")
@@ -184,7 +184,7 @@ def find_earliest(repo: GitRepo, head: str, features: Sequence[Feature]) -> Earl
     # walk to the next older segment that has it (git log -S would say the same, slower).
     removals = []
     for name in deciding:
-        for lo, hi, present in walks[name]:
+        for _lo, hi, present in walks[name]:
             if present:
                 removals.append(Removal(name, history[hi], history[hi + 1]))
                 break

@@ -513,6 +513,7 @@ def rocm(path: str | None = None, timeout: float = PROBE_TIMEOUT) -> RocmInstall
         return RocmInstall(str(root), version, source, hipconfig, hip_lib, _find_lib([root], "libhipblas.so"),
                            _find_lib([root], "librocblas.so"), rb_data, rb_archs, lt_data, lt_archs,
                            clang, device_libs(root, clang, timeout) if clang else None)
+    return None
 
 
 def rocm_searched(rocm_path: str | None, origin: str = "--rocm-path") -> list[str]:

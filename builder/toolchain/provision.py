@@ -156,7 +156,7 @@ def select_archives(manifest: dict, components: tuple[str, ...] | None, plat: st
     """The archives to fetch: the named components, or the default set; each entry checked."""
     listed = sorted(k for k, v in manifest.items() if isinstance(v, dict) and plat in v)
     if components is None:
-        wanted = [c for c in REQUIRED] + [c for c in IF_PRESENT if c in listed]
+        wanted = list(REQUIRED) + [c for c in IF_PRESENT if c in listed]
     else:
         wanted = list(dict.fromkeys(components))
     missing = [c for c in wanted if c not in manifest or not isinstance(manifest[c], dict)]

@@ -11,7 +11,7 @@ cannot disagree because there is nothing else to consult.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.config.options import HOST, BuildConfig, UnitConfig
@@ -77,7 +77,7 @@ class Context:
     blackwell_patch: str | None = "not asked for"   # None: the build applies the Blackwell patch; else why not
     rocm_path: str | None = None                    # the resolved --rocm-path/ROCM_PATH/HIP_PATH, for messages
     rocm_origin: str = "--rocm-path"                # which of them gave it
-    distro: Distro = Distro("")                     # for install hints in this distribution's words
+    distro: Distro = field(default_factory=lambda: Distro(""))  # for install hints in this distribution's words
     provisioned: tuple[tuple[str, str], ...] = ()   # (version, root) of CUDA toolkits `assemble toolchain` laid out
 
     def hint(self, component: str) -> str:
@@ -378,7 +378,7 @@ HIP_TOPICS = (
              lambda c: f"{c.rocm_label()} is older than 6.1; llama.cpp's HIP backend stops at configure below it",
              lambda c: c.hint("rocm") or "install ROCm >= 6.1 and pass --rocm-path DIR (Debian 12 ships 5.2: use "
                                          "sid's packages, scripts/rocm-sid-chroot.sh)"),
-   
+
         Rule(REFUSE, lambda c: bool(_too_new(c)),
              lambda c: f"{c.rocm.version} at {c.rocm.root}; {' '.join(map(str, _too_new(c)))} needs >= "
                        f"{rocm_floor_text(_too_new(c))}",

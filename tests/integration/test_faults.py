@@ -209,7 +209,7 @@ def test_swap_interrupted_at_every_step_is_finished_or_undone(tmp_path, monkeypa
             def wrapped(*a, **kw):
                 count[0] += 1
                 if count[0] == kill_at:
-                    raise Killed()
+                    raise Killed
                 return fn(*a, **kw)
             return wrapped
         for name, fn in real.items():

@@ -33,10 +33,10 @@ import threading
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator
 
 from builder.runtime.layout import arch_tokens
 from builder.runtime.manifest import sha256_file

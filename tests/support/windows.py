@@ -12,10 +12,10 @@ import socket
 import subprocess
 import time
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from tests.support.common import REPO
 

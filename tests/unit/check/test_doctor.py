@@ -438,7 +438,7 @@ def test_vulkan_hints_per_distribution():
     assert "LunarG" in doctor.install_hint("glslc", tc.Distro("gentoo"))
     # Debian 12: trixie's glslc does not run there, so the hint says so instead of naming it
     f = base_facts(distro=d12, vulkan=tc.VulkanSdk("1.4.309", tc.Tool("glslc", "/usr/bin/glslc", "2023.2")),
-                   glslc=doctor.GlslcProbe(True, None, {e: False for e in ALL_EXTS}))
+                   glslc=doctor.GlslcProbe(True, None, dict.fromkeys(ALL_EXTS, False)))
     c = next(c for c in doctor.host_checks(f) if c.name == "glslc extensions")
     assert "glibc 2.38" in c.hint
 

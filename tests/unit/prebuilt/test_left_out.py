@@ -78,7 +78,7 @@ def _refused_then_left_out(tmp_path: Path, build: Path, name: str, words: list[s
 
     dry = assemble("repair", str(build), "--without", name, "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
-    assert f"left out\n" in dry.stdout and f"{name}  (--without)" in dry.stdout, dry.stdout
+    assert "left out\n" in dry.stdout and f"{name}  (--without)" in dry.stdout, dry.stdout
 
     proc, out = _repair(tmp_path, str(build), "--without", name)
     assert proc.returncode == 0, proc.stderr

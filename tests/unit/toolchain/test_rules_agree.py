@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from builder.config.targets import CudaArch
 from builder import pipeline
 from builder.check import doctor
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe
+from builder.config.targets import CudaArch
 from builder.errors import AssembleError
 from builder.toolchain import detect as tc
 from builder.toolchain.detect import CudaToolkit, GlslcProbe, RocmInstall, Tool, Toolchain, VulkanSdk
@@ -70,7 +70,7 @@ CASES = [
     case("rocm", "missing", rocm="no-clang"),
     case("rocm", "missing", rocm="gfx1030-only"),
     case("rocm", "missing", cmake=Tool("cmake", "/usr/bin/cmake", "3.20.0"), rocm="6.4.1"),
-    case("vulkan", "ready", vulkan=GOOD_VK, glslc=GlslcProbe(True, None, {e: True for e in EXTS})),
+    case("vulkan", "ready", vulkan=GOOD_VK, glslc=GlslcProbe(True, None, dict.fromkeys(EXTS, True))),
     case("vulkan", "slower", vulkan=GOOD_VK, glslc=GlslcProbe(True, None, {EXTS[0]: False, EXTS[1]: True})),
     case("vulkan", "missing", vulkan=dataclasses.replace(GOOD_VK, header_version="1.3.239",
                                                          header_extensions=frozenset())),
