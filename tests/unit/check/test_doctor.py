@@ -599,7 +599,7 @@ def test_gpus_from_rocminfo_and_vulkaninfo(fakes):
     assert [(g.name, g.arch) for g in rocm] == [("Radeon RX 7900 XTX", "gfx1100")]
     vk = report.facts.gpus["vulkaninfo"]
     assert [(g.vendor, g.arch) for g in vk] == [("amd", "discrete_gpu"), ("cpu", "cpu")]
-    lavapipe = [c for c in report.checks if "llvmpipe" in c.reason][0]
+    lavapipe = next(c for c in report.checks if "llvmpipe" in c.reason)
     assert "GGML_VK_VISIBLE_DEVICES" in lavapipe.meaning
 
 

@@ -222,7 +222,7 @@ def test_an_input_with_nothing_of_llama_is_refused(tmp_path, build):
 
 def _deb(folder: Path, package: str, out: Path) -> Path:
     """A package as Debian's tools write one: control and md5sums (which say what file is whose)."""
-    sums = "".join(f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.relative_to(folder).as_posix()}\n"
+    sums = "".join(f"{hashlib.md5(p.read_bytes(), usedforsecurity=False).hexdigest()}  {p.relative_to(folder).as_posix()}\n"
                    for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink())
     (folder / "DEBIAN").mkdir(parents=True, exist_ok=True)
     (folder / "DEBIAN" / "md5sums").write_text(sums)

@@ -105,7 +105,7 @@ def test_build_refuses_exactly_what_doctor_calls_missing(recipe_name, cli, parts
     # build: the pipeline's own enforcement, before CMake
     refused, warned = None, []
     try:
-        monkeypatch.setattr(pipeline.ui, "warn", lambda text: warned.append(text))
+        monkeypatch.setattr(pipeline.ui, "warn", warned.append)
         pipeline._enforce(config, config.wanted(), {u.name: toolchain for u in config.units}, patch)
     except AssembleError as exc:
         refused = exc
