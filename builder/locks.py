@@ -18,6 +18,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import ui
 
@@ -133,7 +134,7 @@ def made(kind: str, path: Path, **kw) -> Entry:
 class Ledger:
     place: str
     entries: tuple[Entry, ...] = ()
-    swap: dict | None = None    # a swap in progress (outdir's journal); None otherwise
+    swap: dict[str, Any] | None = None    # a swap in progress (outdir's journal); None otherwise
 
     def without(self, *paths: str | Path) -> Ledger:
         gone = {str(p) for p in paths}

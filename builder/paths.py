@@ -130,7 +130,7 @@ def socket_parent() -> Path:
     return own if len(str(own)) <= SOCKET_PATH_BUDGET else Path("/tmp")
 
 
-def full_disk(exc: BaseException, where: str | os.PathLike | None = None, *, fix: str | None = None,
+def full_disk(exc: BaseException, where: str | os.PathLike[str] | None = None, *, fix: str | None = None,
               untouched: str = "") -> AssembleError | None:
     """A full disk or quota (ENOSPC, EDQUOT) met anywhere, as one line: where (`where`, else the
     file that failed; the cache when it lies there), how much is free, how to fix it; None for any

@@ -14,6 +14,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder import outdir, paths, ui
 from builder.build import cacherelay, cachestats, collect, merge, run, unitfolder
@@ -56,8 +57,8 @@ class Prepared:
     build_tree: patches.PreparedTree
     feature_report: features.FeatureReport
     plans: tuple[UnitPlan, ...]                 # the units this run builds or merges, in recipe order
-    records: dict = field(default_factory=dict)   # unit name -> {"cuda_policy": ..., "hip_policy": ...}
-    adopted: dict = field(default_factory=dict)   # unit name -> UnitDescription of a folder built elsewhere
+    records: dict[str, Any] = field(default_factory=dict[str, Any])   # unit name -> {"cuda_policy": ..., "hip_policy": ...}
+    adopted: dict[str, Any] = field(default_factory=dict[str, Any])   # unit name -> UnitDescription of a folder built elsewhere
 
 
 def _adopt(config: BuildConfig) -> tuple[BuildConfig, dict[str, UnitDescription]]:
@@ -78,7 +79,7 @@ def patch_context(config: BuildConfig, toolchains: dict[str, Toolchain]) -> patc
 
 
 def _enforce(config: BuildConfig, units: tuple[UnitConfig, ...], toolchains: dict[str, Toolchain],
-             blackwell_patch: str | None) -> dict:
+             blackwell_patch: str | None) -> dict[str, Any]:
     """The rules for every unit: the first refusal stops the build here, before CMake runs."""
     records, host, cached = {}, distro(), provision.cached_toolkits()
     for unit in units:
@@ -326,7 +327,7 @@ def _toolchain_lib_dirs(plans: tuple[UnitPlan, ...]) -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
-def _cache_stats(build_dir: Path) -> dict | None:
+def _cache_stats(build_dir: Path) -> dict[str, Any] | None:
     """The compile cache's counters of the folder's last build (None: no stats, e.g. nothing was compiled)."""
     try:
         return json.loads((build_dir / cachestats.STATS_FILE).read_text())

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import ui
 from builder.errors import AssembleError, BuildFailed
@@ -27,7 +28,7 @@ PROBE_TIMEOUT = 5.0        # seconds; a healthy tool answers --version in well u
 _STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
-def stop(proc: subprocess.Popen, grace: float = 15) -> None:
+def stop(proc: subprocess.Popen[Any], grace: float = 15) -> None:
     """Ask a started process to end, then make it: SIGTERM, `grace` seconds, SIGKILL."""
     proc.terminate()
     try:
@@ -37,7 +38,7 @@ def stop(proc: subprocess.Popen, grace: float = 15) -> None:
         proc.wait()
 
 
-def last_line(proc: subprocess.CompletedProcess) -> str:
+def last_line(proc: subprocess.CompletedProcess[Any]) -> str:
     """What a failed command said last (stderr, else stdout): the one line an error quotes."""
     lines = (proc.stderr or proc.stdout or "").strip().splitlines()
     return lines[-1] if lines else "(no output)"
@@ -49,7 +50,7 @@ def command_line(argv: Sequence[str]) -> str:
 
 def run(argv: Sequence[str | Path], *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
         timeout: float | None = None, text: bool = True, input: str | bytes | None = None  # noqa: A002 -- subprocess.run's name
-        ) -> subprocess.CompletedProcess:
+        ) -> subprocess.CompletedProcess[Any]:
     """Run to completion with output captured; never raises for a non-zero exit (the caller words it)."""
     argv = [str(a) for a in argv]
     ui.detail(f"$ {command_line(argv)}" + (f"   (in {cwd})" if cwd else ""))
@@ -64,7 +65,7 @@ _GIT_REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRE
                   "GIT_CEILING_DIRECTORIES")
 
 
-def git_env(extra: Mapping[str, str] | None = None, ceiling: Path | None = None) -> dict:
+def git_env(extra: Mapping[str, str] | None = None, ceiling: Path | None = None) -> dict[str, str]:
     """git's environment: no prompts, C locale, none of the caller's repository-locating variables (a
     GIT_DIR or GIT_INDEX_FILE of the user's would point git elsewhere); with `ceiling`, a repository
     above that folder is never found."""
@@ -77,7 +78,7 @@ def git_env(extra: Mapping[str, str] | None = None, ceiling: Path | None = None)
 
 
 def git(*args: str, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
-        own_root: bool = False, timeout: float | None = 600, text: bool = True) -> subprocess.CompletedProcess:
+        own_root: bool = False, timeout: float | None = 600, text: bool = True) -> subprocess.CompletedProcess[Any]:
     """git ARGS in cwd. own_root: cwd is its own repository's top (a repository above it must not be
     found: git would treat cwd as a subfolder and, for `apply`, silently skip the patch's paths)."""
     full = git_env(env, ceiling=Path(cwd) if own_root and cwd else None)

@@ -17,6 +17,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import outdir, paths, repair_windows, ui
 from builder.check import verify
@@ -46,8 +47,8 @@ class BundleRules:
     """What the bundler reads of a recipe, for inputs that have none: the shipped policy as it is,
     and the cards whose AMD data (rocBLAS, hipBLASLt) to keep (all of them without --hip-target)."""
     hip: _Hip | None = None
-    bundle_always: tuple = ()
-    bundle_never: tuple = ()
+    bundle_always: tuple[str, ...] = ()
+    bundle_never: tuple[str, ...] = ()
     path: str = "assemble repair"
 
 
@@ -79,7 +80,7 @@ class Part:
 class Plan:
     parts: tuple[Part, ...]
     own: tuple[OwnFile, ...]
-    contributed: dict                           # input given -> backends taken from it
+    contributed: dict[str, Any]                           # input given -> backends taken from it
     left_out: tuple[tuple[str, str], ...]       # (file as the user knows it, why), every input's
     loader: LoaderFacts | None
     bundle: BundlePlan
@@ -131,7 +132,7 @@ def _read(inp: Input, root: Path, unpacked: origins.Unpacked, index: int, req: R
     return Part(inp, found, base, build, unpacked)
 
 
-def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict, list[tuple[Part, LeftOut]]]:
+def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict[str, Any], list[tuple[Part, LeftOut]]]:
     """The first input's files, plus the backends each later one adds; refusals before any copy. A
     later input without a base of its own is proved by its modules' imports alone."""
     first = parts[0]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 PASSED = ("PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES")
 PASSED_PREFIXES = ("CCACHE_", "SCCACHE_")        # the compiler cache's own settings: where hits come from
@@ -57,7 +58,7 @@ class BuildEnv:
     def mapping(self, extra: Mapping[str, str] = ()) -> dict[str, str]:
         return {**dict(self.passed), **dict(extra)}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """For the manifest: names, and values only where they are part of the key."""
         return {"passed": sorted(k for k, _ in self.passed), "keyed": dict(self.keyed),
                 "scrubbed": list(self.scrubbed)}

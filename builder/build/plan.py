@@ -19,6 +19,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.build.environment import BuildEnv, build_env
 from builder.config.options import CONTAINER, BuildConfig, UnitConfig
@@ -49,7 +50,7 @@ class UnitPlan:
     jobs: int
     cmake: str                                  # the cmake that runs it ("cmake" inside an image)
     env: tuple[tuple[str, str], ...] = ()       # ROCM_PATH / HIP_PATH for a HIP unit
-    toolchain: dict = field(default_factory=dict)   # Toolchain.record(): for the manifest
+    toolchain: dict[str, Any] = field(default_factory=dict[str, Any])   # Toolchain.record(): for the manifest
     key: str = ""
     tree: str = ""                              # the patch set applied to the source ("" = pristine)
     environment: BuildEnv = field(default_factory=lambda: BuildEnv((), (), ()))  # what CMake and the compilers see of ours (host units)

@@ -14,6 +14,7 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from builder import proc
 from builder.build import cachestats
@@ -30,7 +31,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(sccache: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def _run(sccache: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[Any]:
     return proc.run([sccache, *args], env=env, timeout=START_TIMEOUT)
 
 

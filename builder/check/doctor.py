@@ -8,6 +8,7 @@ so tests can feed them hand-made Facts, and the verdict logic is readable in one
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from builder import interpreter
 from builder.check.report import FAIL, INFO, PASS, SKIP, WARN, Check
@@ -40,7 +41,7 @@ class Facts:
     glslc: GlslcProbe | None
     rocm: tc.RocmInstall | None
     engines: tuple[tc.ContainerEngine, ...] = ()
-    gpus: dict = field(default_factory=dict)          # source -> tuple[Gpu] | None (tool absent)
+    gpus: dict[str, Any] = field(default_factory=dict[str, Any])          # source -> tuple[Gpu] | None (tool absent)
     pcie: tuple[tc.PcieLink, ...] | None = None       # None: lspci absent
     provisioned: tuple[tuple[str, str], ...] = ()     # (CUDA version, root) laid out by `assemble toolchain`
 
@@ -49,7 +50,7 @@ class Facts:
         return tc.Toolchain("host", self.cmake, self.ninja, self.cc, self.cxx, None, launcher_choice,
                             self.cuda, self.rocm, self.vulkan, self.glslc, self.patchelf, self.git)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         d = lambda x: x.as_dict() if x is not None else None  # noqa: E731
         return {"distro": self.distro.as_dict(), "python": d(self.python), "cmake": d(self.cmake),
                 "ninja": d(self.ninja), "patchelf": d(self.patchelf), "git": d(self.git), "cc": d(self.cc), "cxx": d(self.cxx),
@@ -397,7 +398,7 @@ def recipe_checks(config: BuildConfig, f: Facts) -> list[Check]:
     out: list[Check] = []
     host = f.toolchain(config.launcher.value)
     patch = blackwell_patch(config, host.cuda)
-    seen: set = set()
+    seen: set[str] = set()
     for unit in config.units:
         rows = _container_checks(unit, f) if unit.where.kind == CONTAINER else [
             _r(x.topic, _STATUS[x.level], x.found, x.means, x.fix)
@@ -418,7 +419,7 @@ class Verdict:
     state: str                   # ready | slower | missing
     line: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"state": self.state, "line": self.line}
 
 
@@ -457,7 +458,7 @@ class Diagnosis:
     verdict: Verdict | None = None
     config: BuildConfig | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"recipe": self.recipe, "verdict": self.verdict.as_dict() if self.verdict else None,
                 "config": self.config.as_dict() if self.config else None,
                 "checks": [row_json(c) for c in self.checks], "facts": self.facts.as_dict()}
@@ -486,6 +487,6 @@ def _row(name: str, status: str, found: str, meaning: str = "", hint: str = "", 
     return Check(name, status, found, hint=hint, meaning=meaning, section=section)
 
 
-def row_json(c: Check) -> dict:
+def row_json(c: Check) -> dict[str, Any]:
     return {"name": c.name, "status": DOCTOR_WORDS[c.status], "found": c.reason, "meaning": c.meaning,
             "hint": c.hint, "section": c.section}

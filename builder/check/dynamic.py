@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -73,11 +74,11 @@ def module_files(runtime: Path, backend: str) -> list[Path]:
     return [p for p, b in modules_in_bin(runtime) if b == backend]
 
 
-def _run(argv: list[str], env: dict, cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
     return run(argv, env=env, cwd=cwd, timeout=timeout)
 
 
-def probe_module(runtime: Path, module: Path, env: dict) -> Probe:
+def probe_module(runtime: Path, module: Path, env: dict[str, str]) -> Probe:
     with scratch("probe-") as cwd:
         try:
             proc = _run([sys.executable, "-c", _PROBE, str(runtime), str(module)], env, cwd)
@@ -104,7 +105,7 @@ class Listed:
 _DEVICE_LINE = re.compile(r"^\s+([A-Za-z]+\d+): ")
 
 
-def list_devices(runtime: Path, env: dict) -> Listed:
+def list_devices(runtime: Path, env: dict[str, str]) -> Listed:
     with scratch("neutral-") as cwd:
         run = server_run(runtime, env, cwd)
     if run.not_started:
@@ -115,7 +116,7 @@ def list_devices(runtime: Path, env: dict) -> Listed:
 @dataclass(frozen=True)
 class ServerRun:
     """One `llama-server --list-devices`: a check may read its output only if it started."""
-    proc: subprocess.CompletedProcess | None
+    proc: subprocess.CompletedProcess[str] | None
     not_started: str | None = None    # why not: the first error line (None: it ran and listed devices)
 
 
@@ -123,7 +124,7 @@ class ServerRun:
 _TRACE_LINE = re.compile(r"^\s*\d+:\s")
 
 
-def server_run(runtime: Path, env: dict, cwd: Path) -> ServerRun:
+def server_run(runtime: Path, env: dict[str, str], cwd: Path) -> ServerRun:
     """Run llama-server --list-devices; it started only if it exited 0 and listed its devices."""
     try:
         proc = _run([str(runtime / "bin" / "llama-server"), "--list-devices"], env, cwd)
@@ -170,7 +171,7 @@ class Planted:
     how: str                          # which proof was used, or why none
 
 
-def planted_module_loaded(runtime: Path, env: dict) -> Planted:
+def planted_module_loaded(runtime: Path, env: dict[str, str]) -> Planted:
     """Start llama-server from a scratch folder holding a planted libggml-cpu-*.so: was it loaded?
 
     With a C compiler the plant's constructor leaves a marker (proof that its code ran);
@@ -213,7 +214,7 @@ class Searched:
     not_run: str | None = None                # why it could not tell
 
 
-def ld_library_path_searched(runtime: Path, env: dict) -> Searched:
+def ld_library_path_searched(runtime: Path, env: dict[str, str]) -> Searched:
     """(library, requester) for each carried library ld.so looked for on LD_LIBRARY_PATH before finding it.
 
     llama-server --list-devices runs with LD_LIBRARY_PATH naming an empty folder and
@@ -302,7 +303,7 @@ class Smoke:
     predicted_per_second: float | None = None
     foreign: tuple[str, ...] = ()
     log: str | None = None
-    observed: dict = field(default_factory=dict)   # what while_loaded saw
+    observed: dict[str, Any] = field(default_factory=dict[str, Any])   # what while_loaded saw
 
 
 def _free_port() -> int:
@@ -343,7 +344,7 @@ def foreign_libraries(pid: int, runtime: Path, owned_names: set[str]) -> tuple[s
     return tuple(sorted(found))
 
 
-def smoke(runtime: Path, model: Path, device_args: list[str], env: dict, timeout: float = 240,
+def smoke(runtime: Path, model: Path, device_args: list[str], env: dict[str, str], timeout: float = 240,
           while_loaded=None) -> Smoke:
     """Start llama-server, wait for /health, send a real completion with a long prompt.
 

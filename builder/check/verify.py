@@ -11,6 +11,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import ui
 from builder import windows
@@ -25,7 +26,7 @@ from builder.runtime.gpuruntime import CudaRuntimeRecord, RocmRecord
 from builder.paths import scratch
 
 
-def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict,
+def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict[str, str],
                    host: _GpuHost) -> tuple[list[Check], list[str]]:
     """Each backend module must load; every device it reports must appear in --list-devices."""
     checks, expected = [], []
@@ -62,7 +63,7 @@ def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict,
     return checks, listed.devices
 
 
-def _cpu_variants_loaded(probes: list) -> Check:
+def _cpu_variants_loaded(probes: list[Any]) -> Check:
     failed = [(m, p) for m, p in probes if p.error]
     if failed:
         m, p = failed[0]
@@ -75,7 +76,7 @@ def _cpu_variants_loaded(probes: list) -> Check:
                  f"environment{note}")
 
 
-def _planted_check(runtime: Path, env: dict, accepted: str | None = None) -> Check:
+def _planted_check(runtime: Path, env: dict[str, str], accepted: str | None = None) -> Check:
     result = devices.planted_module_loaded(runtime, env)
     if result.loaded is None:
         return Check("working-directory modules", SKIP, f"not run: {result.how}")
@@ -89,7 +90,7 @@ def _planted_check(runtime: Path, env: dict, accepted: str | None = None) -> Che
     return Check("working-directory modules", PASS, result.how)
 
 
-def _ld_library_path_check(runtime: Path, env: dict) -> Check:
+def _ld_library_path_check(runtime: Path, env: dict[str, str]) -> Check:
     searched = devices.ld_library_path_searched(runtime, env)
     if searched.not_run:
         return Check("LD_LIBRARY_PATH decoys", SKIP, f"not run: {searched.not_run}")
@@ -102,7 +103,7 @@ def _ld_library_path_check(runtime: Path, env: dict) -> Check:
                  "library the runtime carries")
 
 
-def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict, model: Path | None) -> list[Check]:
+def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict[str, str], model: Path | None) -> list[Check]:
     checks = []
     with scratch("smoke-") as tmp:
         if model is None:
@@ -142,7 +143,7 @@ def _speeds(result: devices.Smoke) -> str:
 
 
 def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = False, model: Path | None = None,
-                   extra_env: dict | None = None, static: bool = False, hip_targets: tuple[str, ...] = (),
+                   extra_env: dict[str, str] | None = None, static: bool = False, hip_targets: tuple[str, ...] = (),
                    cuda_archs: tuple[CudaArch, ...] = ()) -> Report:
     """static: read files only (for a runtime meant for another host); hip_targets / cuda_archs: also
     check the code (and AMD data) for these cards."""

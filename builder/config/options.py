@@ -14,6 +14,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from builder.config import cpulevels, remotecache
 from builder.config.recipe import Mirror, Recipe, Unit
@@ -90,7 +91,7 @@ class Setting:
     value: object
     origin: str                       # "default", "recipe", "CUDAToolkit_ROOT", "--cuda-root", ...
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "from": self.origin}
 
 
@@ -127,10 +128,10 @@ class UnitConfig:
     def cmake_defines(self) -> tuple[tuple[str, str], ...]:
         return tuple((d.key, d.value) for d in self.defines)
 
-    def abi(self) -> dict:
+    def abi(self) -> dict[str, Any]:
         return {k: self.value(k) for k in ABI_DEFINES}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "backends": list(self.backends), "where": self.where.label(),
                 "cuda_archs": [str(a) for a in self.cuda_archs], "hip_targets": [str(t) for t in self.hip_targets],
                 "defines": {d.key: d.value for d in self.defines}}
@@ -166,7 +167,7 @@ class BuildConfig:
     def cuda_unit(self) -> UnitConfig | None:
         return next((u for u in self.units if "cuda" in u.backends), None)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """What `show`, `doctor` and `matrix` print and the manifest records: the same values."""
         return {"recipe": self.recipe.name, "sha": self.recipe.pin.sha, "backends": list(self.recipe.backends),
                 "targets": list(self.targets), "patches": list(self.recipe.patches_on),
@@ -211,7 +212,7 @@ class ToolPlaces:
     cc: Setting
     cxx: Setting
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"cuda_root": self.cuda_root.as_dict(), "rocm_path": self.rocm_path.as_dict(),
                 "cc": self.cc.as_dict(), "cxx": self.cxx.as_dict()}
 

@@ -37,6 +37,7 @@ import ipaddress
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
 from builder.errors import AssembleError
@@ -225,7 +226,7 @@ def _authority(authority: str | None, scheme: str, refuse) -> tuple[str | None, 
     return user, password, host, int(port_text) if port_text is not None else None
 
 
-def _query(query: str, scheme: str, refuse) -> dict:
+def _query(query: str, scheme: str, refuse) -> dict[str, Any]:
     """db, password and user from a Redis URL's query (redis-py's and the redis crate's names)."""
     if not query:
         return {}
@@ -235,7 +236,7 @@ def _query(query: str, scheme: str, refuse) -> dict:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
     except ValueError:
         raise refuse("its query is not name=value pairs") from None
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name, value in pairs:
         key = _QUERY_NAMES.get(name.lower())
         if key is None:

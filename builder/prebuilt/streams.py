@@ -156,6 +156,6 @@ def _drained(stream: BinaryIO, most: int = 64 << 20) -> bool:
     return False
 
 
-def _said(proc: subprocess.Popen) -> str:
+def _said(proc: subprocess.Popen[bytes]) -> str:
     lines = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
     return lines[-1] if lines else f"exit status {proc.returncode}"

@@ -16,6 +16,7 @@ import re
 import shlex
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.config.options import CONTAINER, BuildConfig, CliOptions, resolve
 from builder.config.recipe import Recipe, all_recipes, recipe_dir
@@ -54,7 +55,7 @@ class Entry:
     needs: Needs
     unit: str | None = None         # the one unit this job builds (--only-unit), or None: a whole runtime
     after: tuple[str, ...] = ()     # jobs whose unit folders this one merges (--unit-from UNIT=<their artifact>)
-    units: tuple[dict, ...] = ()    # the resolved units (builder.config.options): where each builds, its targets
+    units: tuple[dict[str, Any], ...] = ()    # the resolved units (builder.config.options): where each builds, its targets
     build_args: tuple[tuple[str, str], ...] = ()   # the same arguments as (option, value) pairs
     pin: str = ""                   # the llama.cpp commit it builds
 
@@ -168,7 +169,7 @@ def _sm(archs: tuple[CudaArch, ...]) -> str:
     return ",".join(f"sm_{a}" for a in archs)
 
 
-def _units(config: BuildConfig, names: tuple[str, ...] | None = None) -> tuple[dict, ...]:
+def _units(config: BuildConfig, names: tuple[str, ...] | None = None) -> tuple[dict[str, Any], ...]:
     return tuple({k: v for k, v in u.as_dict().items() if k != "defines"} for u in config.units
                  if names is None or u.name in names)
 

@@ -153,7 +153,7 @@ class _Hashing(io.RawIOBase):
 
 
 @contextlib.contextmanager
-def _compressed(raw, fmt: str, mtime: int) -> Iterator:
+def _compressed(raw, fmt: str, mtime: int) -> Iterator[bytes]:
     if fmt == "tar.gz":
         # filename="" and a fixed mtime: no name or wall-clock time in the gzip header
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=mtime, compresslevel=_GZIP_LEVEL) as z:

@@ -17,6 +17,7 @@ import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from packageurl import PackageURL
 
@@ -32,7 +33,7 @@ SPEC = "1.5"
 
 # --- the document -----------------------------------------------------------------
 
-def _glibc_floor(data: Manifest) -> list[dict]:
+def _glibc_floor(data: Manifest) -> list[dict[str, Any]]:
     """The glibc the runtime promises to start on, who promised it, and the file needing the newest GLIBC_."""
     f = data.glibc_floor
     if f is None:
@@ -41,7 +42,7 @@ def _glibc_floor(data: Manifest) -> list[dict]:
                                       ("glibc_min_needed_by", f.needed_by)) if v]
 
 
-def _prop(name: str, value) -> dict:
+def _prop(name: str, value) -> dict[str, Any]:
     return {"name": f"assemble:{name}", "value": str(value)}
 
 
@@ -54,7 +55,7 @@ def _toolchain_root(origin: str, units: tuple[UnitRecord, ...]) -> str | None:
     return None
 
 
-def _licensing(rec: LicenseRecord | None) -> tuple[list[dict], list[dict]]:
+def _licensing(rec: LicenseRecord | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(CycloneDX licenses, properties) of a component under `rec`: its SPDX id or expression, or a named
     licence when none is known; the text in the archive is referenced (license.url, and a property)."""
     if rec is None:
@@ -69,7 +70,7 @@ def _licensing(rec: LicenseRecord | None) -> tuple[list[dict], list[dict]]:
     return [{"license": named}], props
 
 
-def _llama(data: Manifest) -> dict:
+def _llama(data: Manifest) -> dict[str, Any]:
     ll = data.llama_cpp
     sha = ll.sha
     src = ll.source
@@ -104,9 +105,9 @@ def _llama(data: Manifest) -> dict:
     return comp
 
 
-def _tools(data: Manifest) -> list[dict]:
+def _tools(data: Manifest) -> list[dict[str, Any]]:
     """Each toolchain the units used, once, naming the units (and containers) that used it."""
-    used: dict[tuple, list[str]] = defaultdict(list)
+    used: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for u in data.units:
         who = u.name + (f" (container {u.container})" if u.container else "")
         for tool in u.tools():
@@ -126,7 +127,7 @@ def _targets(targets: GpuTargets) -> str:
                      if any(v))
 
 
-def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
+def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict[str, Any]:
     """The SBOM of a runtime folder as a dict (CycloneDX 1.5 JSON)."""
     from builder.toolchain.detect import distro
 
@@ -136,7 +137,7 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
     units = data.units
     components = [_llama(data)]
     licence_of = {p: rec for rec in data.licenses for p in rec.covers}
-    data_groups: dict[str, list[dict]] = defaultdict(list)
+    data_groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for f in files:
         role = f.role
         if role == "data":

@@ -22,6 +22,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import interpreter
 from builder.config import remotecache
@@ -94,7 +95,7 @@ def uses(key: str) -> Pinned:
     return out
 
 
-class Commented(dict):
+class Commented(dict[str, Any]):
     """A mapping the YAML writer opens with a comment line."""
     def __init__(self, comment: str, *args, **kw):
         super().__init__(*args, **kw)
@@ -166,7 +167,7 @@ def _label(v: str) -> bool:
     return LABEL_RE.fullmatch(v) is not None
 
 
-def _toml(path: Path) -> dict:
+def _toml(path: Path) -> dict[str, Any]:
     if path.exists() and not path.is_file():      # a FIFO or a device would block the read, a folder fails it
         raise AssembleError("the runner map is not a regular file", where=str(path),
                             fix="pass a TOML file with a [runners] table")
@@ -203,7 +204,7 @@ def _arg_env(flag: str, i: int) -> str:
     return "BUILD_" + flag.strip("-").upper().replace("-", "_") + (f"_{i}" if i else "")
 
 
-def _build_line(e: Entry, out: str) -> tuple[str, dict]:
+def _build_line(e: Entry, out: str) -> tuple[str, dict[str, Any]]:
     """`assemble build` with each argument in a variable of its own (the values live in env)."""
     env, words, seen = {}, [], {}
     for flag, value in e.build_args:
@@ -214,11 +215,11 @@ def _build_line(e: Entry, out: str) -> tuple[str, dict]:
     return f'assemble build {" ".join(words)} --out "{out}"', env
 
 
-def _checkout() -> dict:
+def _checkout() -> dict[str, Any]:
     return {"uses": uses("checkout"), "with": {"persist-credentials": False}}
 
 
-def _install(pin: Pinning) -> list[dict]:
+def _install(pin: Pinning) -> list[dict[str, Any]]:
     repo = pin.repo or "${{ github.server_url }}/${{ github.repository }}"
     return [
         {"uses": uses("setup-python"), "with": {"python-version": PYTHON}},
@@ -228,7 +229,7 @@ def _install(pin: Pinning) -> list[dict]:
     ]
 
 
-def _toolchain(e: Entry, runner: Runner | None) -> list[dict]:
+def _toolchain(e: Entry, runner: Runner | None) -> list[dict[str, Any]]:
     """What the job's recipe needs on a GitHub-hosted image; on any other runner, `doctor` alone judges."""
     if runner is None or runner.codename is None or not e.needs.vulkan_sdk or e.needs.container_engine:
         return []
@@ -253,7 +254,7 @@ def _floor(e: Entry, runner: Runner | None, runs_on) -> str:
     return f"glibc floor: {runner.note if runner else 'the runner map chose ' + labels + ': its'} glibc"
 
 
-def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict:
+def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict[str, Any]:
     unit = e.unit is not None
     out = "unit-out" if unit else "runtime"
     line, args_env = _build_line(e, out)
@@ -287,7 +288,7 @@ def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict:
     })
 
 
-def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
+def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict[str, Any]:
     # GitHub runs it under `bash -eo pipefail`, where a failing command left of `&&` or inside a loop
     # does not stop the script: every check exits itself, and a file no SHA256SUMS lists is refused
     # (else a file changed or added after its job summed it would be attested and published).
@@ -339,8 +340,8 @@ def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
     }
 
 
-def workflow(entries: list[Entry], runners: RunnerMap, pin: Pinning, name: str = "release") -> dict:
-    jobs: dict = {}
+def workflow(entries: list[Entry], runners: RunnerMap, pin: Pinning, name: str = "release") -> dict[str, Any]:
+    jobs: dict[str, Any] = {}
     for e in [e for e in entries if e.unit is not None] + [e for e in entries if e.unit is None]:
         in_repository(e)
         if job_id(e) in jobs:
@@ -373,7 +374,7 @@ def _plain(text: str, what: str, newlines: bool = False) -> str:
     return text
 
 
-def to_yaml(doc: dict, header: str = "") -> str:
+def to_yaml(doc: dict[str, Any], header: str = "") -> str:
     # split at "\n" alone: splitlines() would also split at \x0b or \u2028, hiding them from the guard
     lines = [f"# {_plain(ln, 'comment')}" if ln else "#" for ln in header.rstrip("\n").split("\n") if header]
     _block(doc, 0, lines)

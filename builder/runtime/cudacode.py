@@ -35,6 +35,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from elftools.common.utils import struct_parse
 from elftools.elf.elffile import ELFFile
@@ -63,7 +64,7 @@ def _key(name: str) -> tuple[int, str]:
     return int(m.group(1)), m.group(2)
 
 
-def _normalised(names, pattern: re.Pattern, what: str) -> tuple[str, ...]:
+def _normalised(names, pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
     if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)) \
             or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{what} must be a list of names")
@@ -84,7 +85,7 @@ class CudaCode:
         object.__setattr__(self, "sass", _normalised(self.sass, _SASS_RE, "sass"))
         object.__setattr__(self, "ptx", _normalised(self.ptx, _PTX_RE, "ptx"))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"sass": list(self.sass), "ptx": list(self.ptx)}
 
     @classmethod

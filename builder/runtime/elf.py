@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
@@ -159,7 +160,7 @@ class _CountingReader:
         return self._raw.tell()
 
 
-_CACHE: dict[tuple, ElfInfo | None] = {}
+_CACHE: dict[tuple[Any, ...], ElfInfo | None] = {}
 
 
 def read_elf(path: Path | str) -> ElfInfo | None:
@@ -281,7 +282,7 @@ def _cstring(stream: _CountingReader, offset: int) -> str:
     return buf.decode("utf-8", "replace")
 
 
-def _verneed(elf: ELFFile, stream: _CountingReader, offset: int, count: int, string) -> tuple:
+def _verneed(elf: ELFFile, stream: _CountingReader, offset: int, count: int, string) -> tuple[Any, ...]:
     """GNU version needs (DT_VERNEED): which symbol versions each library must provide."""
     vn, vna = elf.structs.Elf_Verneed, elf.structs.Elf_Vernaux
     out = []

@@ -111,8 +111,8 @@ def vendor_licenses(files: Sequence[tuple[str, str]], *, stated: Sequence[tuple[
                     known: Mapping[str, Owner] | None = None, roots: Sequence[Path] = ()) -> list[LicenseSource]:
     """files: (runtime path, origin path) of every vendor library and data file. Each is given the
     licence of the first place that has one (see the module's docstring); the rest stay uncovered."""
-    found: dict[tuple, list[str]] = defaultdict(list)
-    meta: dict[tuple, tuple[str, tuple[Path, ...], str | None, str]] = {}
+    found: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    meta: dict[tuple[str, ...], tuple[str, tuple[Path, ...], str | None, str]] = {}
     rest = []
     for rel, origin in files:
         name = PurePosixPath(rel).name

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from builder.errors import is_full_disk
 
@@ -140,7 +140,7 @@ def _own_data_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
     return _replace(member, {"mode": mode, "uid": os.geteuid(), "gid": os.getegid(), "uname": "", "gname": ""})
 
 
-def _replace(member: tarfile.TarInfo, changes: dict) -> tarfile.TarInfo:
+def _replace(member: tarfile.TarInfo, changes: dict[str, Any]) -> tarfile.TarInfo:
     """A shallow copy of member with `changes` applied: TarInfo.replace(deep=False) where it exists."""
     if STDLIB_FILTER:
         return member.replace(**changes, deep=False)

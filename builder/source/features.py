@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from builder.config.recipe import ALL_VARIANTS_FEATURE
 from builder.errors import AssembleError
@@ -203,7 +203,7 @@ class DirView:
         return detector.matches((self.root / path).read_bytes())
 
 
-class BlobCache(dict):
+class BlobCache(dict[str, Any]):
     """(detector, blob id) -> result. Told which detectors read which path, it runs them
     all on a blob it had to read, so several features never read one blob twice."""
 
@@ -216,7 +216,7 @@ class BlobCache(dict):
                     self.readers.setdefault(path, []).append(d)
 
 
-def _blob_matches(repo: GitRepo, cache: dict, detector: Detector, oid: str, path: str) -> bool:
+def _blob_matches(repo: GitRepo, cache: dict[str, Any], detector: Detector, oid: str, path: str) -> bool:
     key = (detector, oid)
     hit = cache.get(key)
     if hit is None:
@@ -230,7 +230,7 @@ def _blob_matches(repo: GitRepo, cache: dict, detector: Detector, oid: str, path
 class CommitView:
     """A commit read through GitRepo; content checks are cached by blob id in `cache`."""
 
-    def __init__(self, repo: GitRepo, sha: str, cache: dict):
+    def __init__(self, repo: GitRepo, sha: str, cache: dict[str, Any]):
         self.repo, self.sha, self.cache = repo, sha, cache
 
     def kind(self, path: str) -> str | None:
@@ -247,7 +247,7 @@ class StateView:
     """Some paths' entries, already known (pin reconstructs them from git's log without
     reading any tree); content checks are cached by blob id like CommitView's."""
 
-    def __init__(self, repo: GitRepo, state: dict, cache: dict):
+    def __init__(self, repo: GitRepo, state: dict[str, Any], cache: dict[str, Any]):
         self.repo, self.state, self.cache = repo, state, cache   # state: path -> Entry | None
 
     def kind(self, path: str) -> str | None:
@@ -302,7 +302,7 @@ def check_tree(tree: Path, names: Sequence[str]) -> FeatureReport:
     return check_view(DirView(tree), lookup(names))
 
 
-def check_commit(repo: GitRepo, sha: str, names: Sequence[str], cache: dict | None = None) -> FeatureReport:
+def check_commit(repo: GitRepo, sha: str, names: Sequence[str], cache: dict[str, Any] | None = None) -> FeatureReport:
     """The same check on a commit, reading git objects (no checkout)."""
     return check_view(CommitView(repo, sha, {} if cache is None else cache), lookup(names))
 

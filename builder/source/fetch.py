@@ -21,6 +21,7 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import requests
@@ -42,14 +43,14 @@ PYPI_SIMPLE = os.environ.get("ASSEMBLE_PYPI_SIMPLE", "https://pypi.org/simple")
 class SourceTree:
     path: Path
     sha: str | None        # None only for a local tree that is not a git checkout
-    provenance: dict       # how the tree was obtained and verified (goes into the manifest)
+    provenance: dict[str, Any]       # how the tree was obtained and verified (goes into the manifest)
 
 
 class MirrorFailed(Exception):
     """This mirror cannot give the pinned tree; try the next one."""
 
 
-def _git(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> str:
+def _git(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600) -> str:
     """stdout of git, or MirrorFailed with its last line: this mirror is done, try the next."""
     proc = git(*args, cwd=cwd, env=env, timeout=timeout)
     if proc.returncode != 0:
@@ -71,7 +72,7 @@ def _reachable(url: str) -> None:
         raise MirrorFailed(f"cannot reach {host}:{port} ({exc.strerror or exc})") from None
 
 
-def verify_git_tree(tree: Path, sha: str) -> dict:
+def verify_git_tree(tree: Path, sha: str) -> dict[str, Any]:
     """Prove with git that `tree` is exactly commit `sha`: HEAD, the commit's own hash, every file."""
     head = _git("rev-parse", "HEAD", cwd=tree).strip()
     if head != sha:
@@ -156,7 +157,7 @@ def _neutralise_gitdir(gitdir: Path) -> None:
     (gitdir / "config").write_text(_GIT_CONFIG)
 
 
-def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
+def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
     archive = _sdist_archive(m)
     subdir = m.subdir.strip("/")
     wanted = (subdir, f".git/modules/{subdir}")
@@ -180,7 +181,7 @@ def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
             "subdir": subdir, **proof}
 
 
-def _from_git(m: Mirror, sha: str, dest: Path) -> dict:
+def _from_git(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
     _reachable(m.url)
     dest.mkdir()
     _git("init", "-q", cwd=dest)
@@ -192,7 +193,7 @@ def _from_git(m: Mirror, sha: str, dest: Path) -> dict:
     return {"kind": "git", "url": m.url, **proof}
 
 
-def _from_local_mirror(m: Mirror, sha: str, dest: Path) -> dict:
+def _from_local_mirror(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
     """A mirror that is a git repository on this machine (a clone, a shallow copy, a site mirror)."""
     src = Path(m.path).expanduser().resolve()
     if not (src / ".git").exists() and not (src / "HEAD").is_file():

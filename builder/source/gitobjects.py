@@ -11,6 +11,7 @@ import subprocess
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.errors import AssembleError
 from builder.proc import git, git_env, last_line
@@ -42,7 +43,7 @@ class GitRepo:
             raise AssembleError("not a git repository", where=str(self.path),
                                 fix="pass --repo with a git clone of llama.cpp (bare or not)")
         self.git_dir = Path(proc.stdout.strip())
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._lookups: OrderedDict[tuple[str, str], Entry | None] = OrderedDict()
         self._commit_trees: dict[str, str] = {}
 
@@ -69,7 +70,7 @@ class GitRepo:
                                 fix="check the repository and the ref")
         return proc.stdout
 
-    def _batch(self) -> subprocess.Popen:
+    def _batch(self) -> subprocess.Popen[bytes]:
         if self._proc is None:
             self._proc = subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", "--batch"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=git_env())
@@ -110,7 +111,7 @@ class GitRepo:
         """Commits on head's first-parent chain, oldest first."""
         return self.git("rev-list", "--first-parent", "--reverse", head).split()
 
-    def commit_info(self, sha: str) -> dict:
+    def commit_info(self, sha: str) -> dict[str, Any]:
         """Author date (ISO 8601, committer's zone) and subject of a commit."""
         out = self.git("show", "-s", "--format=%cI%x00%s", sha)
         date, _, subject = out.rstrip("\n").partition("\x00")

@@ -21,6 +21,7 @@ import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import paths, ui
 from builder.proc import git
@@ -227,7 +228,7 @@ def select(patches: list[Patch], tree: Path | None, sha: str | None, recipe: Rec
 
 # --- checking and applying ---------------------------------------------------------
 
-def _git_apply(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess:
+def _git_apply(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess[Any]:
     """git apply in `tree`, which is its own root (proc.git's own_root: else git silently skips the
     patch's paths when a repository sits above the tree)."""
     return git("apply", "--whitespace=nowarn", *extra, str(patch.resolve()), cwd=tree, own_root=True)

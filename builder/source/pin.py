@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import locks, paths, ui
 from builder.proc import git, last_line
@@ -116,7 +117,7 @@ class _Scan:
     """
 
     def __init__(self, repo: GitRepo, history: list[str], feature: Feature,
-                 changes: list[tuple[int, dict[str, Change]]], cache: dict):
+                 changes: list[tuple[int, dict[str, Change]]], cache: dict[str, Any]):
         self.repo, self.history, self.feature, self.cache = repo, history, feature, cache
         self.changes = changes  # (first-parent index, what it changes), newest first
         self.checked = 0
@@ -191,7 +192,7 @@ def find_earliest(repo: GitRepo, head: str, features: Sequence[Feature]) -> Earl
     found = history[pos]
     parent = history[pos - 1] if pos > 0 else None
     # Independent re-check through full path resolution: found has all, parent lacks the deciding ones.
-    fresh: dict = {}
+    fresh: dict[str, Any] = {}
     at_found = check_view(CommitView(repo, found, fresh), features)
     reasons = {}
     if parent is not None:
@@ -317,7 +318,7 @@ def write_recipe_pin(path: Path, sha: str, build: str | None) -> bool:
     return True
 
 
-def _key_line(key: str) -> re.Pattern:
+def _key_line(key: str) -> re.Pattern[str]:
     return re.compile(rf'(\s*{key}\s*=\s*)(["\'])([^"\']*)\2(.*)')
 
 
@@ -338,7 +339,7 @@ def _atomic_write(path: Path, text: str) -> None:
                             fix="copy the recipe somewhere writable and pin the copy, or use --lock") from None
 
 
-def result_json(recipe: Recipe, result: PinResult) -> dict:
+def result_json(recipe: Recipe, result: PinResult) -> dict[str, Any]:
     e = result.earliest
     return {
         "recipe": recipe.name,

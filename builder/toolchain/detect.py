@@ -16,6 +16,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.config.targets import CudaArch, gfx_tokens
 from builder.config.versions import version_tuple  # noqa: F401 (read from here by the toolchain's users)
@@ -24,7 +25,7 @@ from builder.paths import builtin_data, scratch
 from builder.proc import PROBE_TIMEOUT, probe, run_probe
 
 
-def parallel(calls: dict, workers: int = 8) -> dict:
+def parallel(calls: dict[str, Any], workers: int = 8) -> dict[str, Any]:
     """Run independent zero-argument callables at once; {name: result}. Doctor's wall time
     is then the slowest probe, not the sum of them."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -51,12 +52,12 @@ class Tool:
     data: str = ""               # cmake: its CMAKE_ROOT (the modules that go with the binary)
     machine: str = ""            # a compiler's target (-dumpmachine)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = {"path": self.path, "version": self.version}
         out.update({k: v for k, v in (("sha256", self.sha256), ("machine", self.machine)) if v})
         return out
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """What the tool is, never where: its version, its target and its content digest (the path
         only when no digest could be taken). Part of the build key (builder.build.plan)."""
         out = {"version": self.version, **({"sha256": self.sha256} if self.sha256 else {"path": self.path})}
@@ -168,7 +169,7 @@ class Distro:
                 return "arch"
         return "other"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "like": list(self.like), "version": self.version_id,
                 "codename": self.codename, "name": self.pretty}
 
@@ -219,12 +220,12 @@ class CudaToolkit:
     has_cublas: bool             # libcublas.so and cublas_v2.h: the CUDA backend can link
     cublas_runtime_only: bool = False  # libcublas.so.N without the development files
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"root": self.root, "nvcc": self.nvcc, "version": self.version,
                 "archs": [str(a) for a in self.archs], "cublas": self.has_cublas}
 
     @classmethod
-    def from_dict(cls, d: dict) -> CudaToolkit:
+    def from_dict(cls, d: dict[str, Any]) -> CudaToolkit:
         """The inverse of as_dict: a toolkit recorded in a unit folder on another machine."""
         return cls(root=str(d.get("root", "")), nvcc=str(d.get("nvcc", "")), version=str(d.get("version", "")),
                    archs=tuple(CudaArch.parse(a, "recorded toolkit archs") for a in d.get("archs") or ()),
@@ -273,7 +274,7 @@ class NvidiaDriver:
     version: str | None          # "580.82.07"
     cuda: str | None             # newest CUDA runtime the driver accepts, "13.0"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"version": self.version, "cuda": self.cuda}
 
 
@@ -296,13 +297,13 @@ class VulkanSdk:
     header_version: str | None   # from vulkan_core.h VK_HEADER_VERSION_COMPLETE
     glslc: Tool | None
     header_dir: str | None = None                 # the include dir holding vulkan/vulkan_core.h
-    header_extensions: frozenset = frozenset()    # every VK_* extension the header declares
+    header_extensions: frozenset[str] = frozenset()    # every VK_* extension the header declares
     has_hpp: bool = False                         # vulkan/vulkan.hpp (ggml-vulkan is C++)
     loader_dev: str | None = None                 # libvulkan.so: what the link needs
     loader: str | None = None                     # libvulkan.so.1: what a run needs
     spirv_headers: str | None = None              # SPIRV-HeadersConfig.cmake (find_package CONFIG)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"headers": self.header_version, "glslc": self.glslc.as_dict() if self.glslc else None,
                 "header_dir": self.header_dir, "hpp": self.has_hpp, "loader_dev": self.loader_dev,
                 "loader": self.loader, "spirv_headers": self.spirv_headers}
@@ -425,7 +426,7 @@ class RocmInstall:
             return ()
         return (f"--rocm-device-lib-path={self.device_libs}",)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"root": self.root, "version": self.version, "version_source": self.version_source,
                 "hipconfig": self.hipconfig, "hip": self.hip_lib, "hipblas": self.hipblas,
                 "rocblas": self.rocblas, "rocblas_data": self.rocblas_data,
@@ -575,7 +576,7 @@ class Gpu:
     arch: str | None = None      # "9.0" (compute capability) or "gfx1100"
     pci: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"vendor": self.vendor, "name": self.name, "source": self.source, "arch": self.arch, "pci": self.pci}
 
 
@@ -653,7 +654,7 @@ class PcieLink:
     downgraded: bool = False
     access_denied: bool = False        # lspci without root hides capabilities
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"slot": self.slot, "name": self.name, "atomics_cap": self.atomics_cap,
                 "atomics_requester": self.atomics_requester, "link_cap": self.link_cap,
                 "link_status": self.link_status, "downgraded": self.downgraded,
@@ -704,7 +705,7 @@ class ContainerEngine:
     version: str
     usable: bool                 # the daemon (docker) or the engine itself (podman) answered
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "version": self.version, "usable": self.usable}
 
 
@@ -724,9 +725,9 @@ def container_engines(timeout: float = PROBE_TIMEOUT) -> tuple[ContainerEngine, 
 class GlslcProbe:
     works: bool                  # compiled a shader with no extension at all
     error: str | None            # first line of why not
-    extensions: dict = field(default_factory=dict)   # {GL_ext: True | False | None (timed out)}
+    extensions: dict[str, Any] = field(default_factory=dict[str, Any])   # {GL_ext: True | False | None (timed out)}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"works": self.works, "error": self.error, "extensions": dict(self.extensions)}
 
 
@@ -763,9 +764,9 @@ class Toolchain:
     patchelf: Tool | None = None             # the bundler sets our files' RPATH with it (host only)
     git: Tool | None = None                  # fetches, verifies and patches the source (host only)
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """What a manifest and a unit folder record of it (also part of the build folder's key)."""
-        out: dict = {}
+        out: dict[str, Any] = {}
         for key in ("cmake", "ninja", "cc", "cxx"):
             tool = getattr(self, key)
             if tool is not None:
@@ -780,7 +781,7 @@ class Toolchain:
             out["launcher"] = {"name": self.launcher.name, **self.launcher.as_dict()}
         return out
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """What the build key names of the toolchain: versions, targets and digests of the build tools,
         never the folder they were installed in (a second virtual environment with the same versions
         builds in the same folder); the GPU toolkits as recorded (their paths are in the link lines)."""

@@ -24,6 +24,7 @@ import tarfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin
 
 import requests
@@ -74,7 +75,7 @@ class ProvisionedToolkit:
     platform: str                           # "linux-x86_64"
     components: tuple[tuple[str, str], ...]  # (component, its own version)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "version": self.version, "platform": self.platform,
                 "components": dict(self.components)}
 
@@ -119,7 +120,7 @@ def cached_toolkits() -> tuple[tuple[str, str], ...]:
 
 # --- manifest --------------------------------------------------------------
 
-def fetch_manifest(version: str, url: str, session: requests.Session) -> dict:
+def fetch_manifest(version: str, url: str, session: requests.Session) -> dict[str, Any]:
     """redistrib_<version>.json, from the cache when a readable copy is there."""
     cached = _downloads(version) / f"redistrib_{version}.json"
     try:
@@ -152,7 +153,7 @@ def fetch_manifest(version: str, url: str, session: requests.Session) -> dict:
     return data
 
 
-def select_archives(manifest: dict, components: tuple[str, ...] | None, plat: str, where: str) -> list[Archive]:
+def select_archives(manifest: dict[str, Any], components: tuple[str, ...] | None, plat: str, where: str) -> list[Archive]:
     """The archives to fetch: the named components, or the default set; each entry checked."""
     listed = sorted(k for k, v in manifest.items() if isinstance(v, dict) and plat in v)
     if components is None:
@@ -175,7 +176,7 @@ def select_archives(manifest: dict, components: tuple[str, ...] | None, plat: st
     return out
 
 
-def _archive(comp: str, version: str, entry: dict, where: str) -> Archive:
+def _archive(comp: str, version: str, entry: dict[str, Any], where: str) -> Archive:
     rel, sha, size = entry.get("relative_path"), entry.get("sha256"), entry.get("size")
     if (not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/") or "\\" in rel
             or not _FILE_RE.fullmatch(rel.rsplit("/", 1)[-1]) or not rel.endswith((".tar.xz", ".tar.gz"))):
@@ -401,7 +402,7 @@ def ensure_cuda(version: str, components: tuple[str, ...] | None = None, *, url:
         return result
 
 
-def _assemble(root: Path, version: str, plat: str, files: list[tuple[Archive, Path]], kept: dict,
+def _assemble(root: Path, version: str, plat: str, files: list[tuple[Archive, Path]], kept: dict[str, Any],
               url: str, defaults: bool) -> ProvisionedToolkit:
     """Build the root in a temporary sibling, check it, then swap it in."""
     triple = TARGET_DIRS[plat]
@@ -444,7 +445,7 @@ def _assemble(root: Path, version: str, plat: str, files: list[tuple[Archive, Pa
     return installed(version, plat)  # type: ignore[return-value]
 
 
-def _check_root(root: Path, version: str, plat: str, records: dict) -> None:
+def _check_root(root: Path, version: str, plat: str, records: dict[str, Any]) -> None:
     """The nvcc we laid out must run and report the release we asked for (when it can run here)."""
     if "cuda_nvcc" not in records or plat != host_platform():
         return

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.config.options import HOST, BuildConfig, UnitConfig
 from builder.config.recipe import Recipe
@@ -600,13 +601,13 @@ def enforce(c: Context, where: str) -> tuple[Finding, ...]:
 
 # --- what the manifest records of a unit's toolkits -------------------------------------------
 
-def cuda_record(c: Context) -> dict:
+def cuda_record(c: Context) -> dict[str, Any]:
     state = NOT_APPLICABLE if not c.regression else PATCHED if c.blackwell_patch is None else ACCEPTED
     return {"toolkit": c.cuda.version, "root": c.cuda.root, "archs": [str(a) for a in c.archs],
             "blackwell_targets": [str(a) for a in c.blackwell], "blackwell_regression": state}
 
 
-def hip_record(c: Context, findings: Sequence[Finding] = ()) -> dict:
+def hip_record(c: Context, findings: Sequence[Finding] = ()) -> dict[str, Any]:
     """notes: what the HIP rules said short of a refusal (hipBLASLt falling back)."""
     r = c.rocm
     notes = [f.means for f in findings if f.backend == "hip" and f.level == SLOWER]

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.errors import AssembleError
 from builder.prebuilt.inputs import Input
@@ -101,7 +102,7 @@ class WinPlan:
     parts: tuple[WinPart, ...]
     carried: tuple[Carried, ...]
     host: tuple[HostDll, ...]
-    contributed: dict                      # input given -> backends taken from it
+    contributed: dict[str, Any]                      # input given -> backends taken from it
     left_out: tuple[str, ...]              # driver DLLs an input shipped, not carried (why: the policy)
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.cli.args import EXAMPLES, add_plan_options, add_recipe, cli_options, env_pairs
+from builder.cli.args import EXAMPLES, Subparsers, add_plan_options, add_recipe, cli_options, env_pairs
 from builder.config.options import BuildConfig, resolve
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
 from builder.runtime.layout import runtime_dir_name
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("build", parents=[common], help="build, bundle and verify a runtime",
                        description="Build llama.cpp at the recipe's pinned sha, bundle every library it needs "
                        "into a relocatable runtime-<recipe>/ folder, and verify it.",
@@ -47,7 +47,7 @@ def config_of(args) -> BuildConfig:
                                                          only_unit=args.only_unit))
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from builder.pipeline import BuildRequest, build, build_unit  # heavy imports only when building
 
     recipe = load_recipe(args.recipe)

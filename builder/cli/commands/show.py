@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from builder import ui
 from builder.build.plan import PLACEHOLDER
-from builder.cli.args import add_plan_options, add_recipe, cli_options
+from builder.cli.args import Subparsers, add_plan_options, add_recipe, cli_options
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
 
@@ -22,7 +23,7 @@ A line holding a placeholder (a tool this host lacks, a tree not fetched yet: <.
 commented out; a unit this host's build would refuse gets a warning in build's own words."""
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("show", parents=[common], help="print a recipe's resolved plan and cmake command lines",
                        description="Print the resolved configuration of a recipe (every value with the step of the "
                        "cascade it came from) and the exact cmake command lines, without fetching, configuring or "
@@ -34,7 +35,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from builder.pipeline import preview
 
     recipe = load_recipe(args.recipe)
@@ -90,7 +91,7 @@ def run(args) -> int:
     return 0
 
 
-def _refusal(finding) -> dict | None:
+def _refusal(finding) -> dict[str, Any] | None:
     """build's refusal of a unit on this host, in the rules' words (None: build would go on)."""
     if finding is None:
         return None
