@@ -88,7 +88,7 @@ class CliOptions:
 @dataclass(frozen=True)
 class Setting:
     """A resolved value and the step of the cascade that gave it."""
-    value: object
+    value: Any                        # each field's own type (int jobs, str paths, a RemoteCache, None)
     origin: str                       # "default", "recipe", "CUDAToolkit_ROOT", "--cuda-root", ...
 
     def as_dict(self) -> dict[str, Any]:
