@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from builder import interpreter
-from builder.check.report import FAIL, INFO, PASS, SKIP, WARN, Check
+from builder.check.report import FAIL, INFO as INFO, PASS, SKIP, WARN as WARN, Check  # the CLI reads INFO, WARN here
 from builder.config.options import CONTAINER, BuildConfig, CliOptions, UnitConfig, resolve, resolve_places
 from builder.config.recipe import Recipe
 from builder.config.targets import CudaArch
@@ -51,7 +51,9 @@ class Facts:
                             self.cuda, self.rocm, self.vulkan, self.glslc, self.patchelf, self.git)
 
     def as_dict(self) -> dict[str, Any]:
-        d = lambda x: x.as_dict() if x is not None else None  # noqa: E731
+        def d(x: Any) -> Any:
+            return x.as_dict() if x is not None else None
+
         return {"distro": self.distro.as_dict(), "python": d(self.python), "cmake": d(self.cmake),
                 "ninja": d(self.ninja), "patchelf": d(self.patchelf), "git": d(self.git), "cc": d(self.cc), "cxx": d(self.cxx),
                 "cuda": d(self.cuda), "driver": d(self.driver), "vulkan": self.vulkan.as_dict(),
@@ -68,7 +70,7 @@ class Facts:
 def gather(timeout: float = tc.PROBE_TIMEOUT, cuda_root: str | None = None, rocm_path: str | None = None,
            cc: str = "cc", cxx: str = "c++") -> Facts:
     """Every probe at once; each is bounded by `timeout`, the slowest chain by about 3x that."""
-    def vulkan():
+    def vulkan() -> tuple[tc.VulkanSdk, GlslcProbe | None]:
         sdk = tc.vulkan_sdk(timeout)
         return sdk, (probe_glslc(sdk.glslc.path, timeout) if sdk.glslc else None)
 
@@ -398,7 +400,7 @@ def recipe_checks(config: BuildConfig, f: Facts) -> list[Check]:
     out: list[Check] = []
     host = f.toolchain(config.launcher.value)
     patch = blackwell_patch(config, host.cuda)
-    seen: set[str] = set()
+    seen: set[tuple[str, str]] = set()
     for unit in config.units:
         rows = _container_checks(unit, f) if unit.where.kind == CONTAINER else [
             _r(x.topic, _STATUS[x.level], x.found, x.means, x.fix)

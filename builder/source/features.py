@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-from builder.config.recipe import ALL_VARIANTS_FEATURE
+from builder.config.recipe import ALL_VARIANTS_FEATURE, Recipe
 from builder.errors import AssembleError
 from builder.paths import builtin_data
 from builder.source.gitobjects import GitRepo
@@ -57,11 +57,13 @@ class Detector:
         return f"{path} {verb}"
 
     def matches(self, data: bytes) -> bool:
-        return _matcher(self.kind, self.value)(data)
+        return bool(_matcher(self.kind, self.value)(data))
 
 
 @cache
-def _matcher(kind: str, value: str | None):
+def _matcher(kind: str, value: str | None) -> Callable[[bytes], object]:
+    if value is None:                  # the kinds that take no value
+        return lambda data: True
     if kind == "contains":
         needle = value.encode()
         return lambda data: needle in data
@@ -127,7 +129,7 @@ def _detector(path: Path, key: str, raw: object) -> Detector:
         raise _fail(path, f"{key}.{kind}", "needs a non-empty string", f'write {kind} = "..."')
     if kind == "regex":
         try:
-            re.compile(value)
+            re.compile(cast(str, value))   # checked just above
         except re.error as exc:
             raise _fail(path, f"{key}.regex", f"invalid regular expression ({exc})", "fix the pattern") from None
     return Detector(tuple(f.strip("/") for f in files), kind, value)
@@ -203,7 +205,7 @@ class DirView:
         return detector.matches((self.root / path).read_bytes())
 
 
-class BlobCache(dict[str, Any]):
+class BlobCache(dict[tuple["Detector", str], bool]):
     """(detector, blob id) -> result. Told which detectors read which path, it runs them
     all on a blob it had to read, so several features never read one blob twice."""
 
@@ -216,7 +218,7 @@ class BlobCache(dict[str, Any]):
                     self.readers.setdefault(path, []).append(d)
 
 
-def _blob_matches(repo: GitRepo, cache: dict[str, Any], detector: Detector, oid: str, path: str) -> bool:
+def _blob_matches(repo: GitRepo, cache: dict[tuple[Detector, str], bool], detector: Detector, oid: str, path: str) -> bool:
     key = (detector, oid)
     hit = cache.get(key)
     if hit is None:
@@ -307,7 +309,7 @@ def check_commit(repo: GitRepo, sha: str, names: Sequence[str], cache: dict[str,
     return check_view(CommitView(repo, sha, {} if cache is None else cache), lookup(names))
 
 
-def require(tree: Path, recipe) -> FeatureReport:
+def require(tree: Path, recipe: Recipe) -> FeatureReport:
     """Check the recipe's features on the tree about to be built; refuse if any is absent."""
     report = check_tree(tree, recipe.pin.features)
     if report.missing:

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from builder.config.targets import CudaArch, gfx_tokens
-from builder.config.versions import version_tuple  # noqa: F401 (read from here by the toolchain's users)
+from builder.config.versions import version_tuple as version_tuple  # read from here by the toolchain's users
 from builder.digest import sha256_file
 from builder.paths import builtin_data, scratch
-from builder.proc import PROBE_TIMEOUT, probe, run_probe
+from builder.proc import PROBE_TIMEOUT as PROBE_TIMEOUT, probe, run_probe   # PROBE_TIMEOUT: read from here too
 
 
 def parallel(calls: dict[str, Any], workers: int = 8) -> dict[str, Any]:

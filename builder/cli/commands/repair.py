@@ -83,7 +83,8 @@ def default_name(first: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from builder.repair import RepairRequest, repair
+    from builder.prebuilt.request import RepairRequest
+    from builder.repair import repair
 
     if args.keep is not None and args.keep < 0:
         raise AssembleError("--keep must be 0 or more", fix="write e.g. --keep 3")
