@@ -130,7 +130,7 @@ class Relay:
         self._threads.append(accept)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._listener is not None:
             try:
                 self._listener.shutdown(socket.SHUT_RDWR)

@@ -19,7 +19,7 @@ class Check:
     meaning: str = ""  # what it means for a build (doctor's rows)
     section: str = ""  # doctor: "host" or "recipe"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown check status {self.status!r}")
 

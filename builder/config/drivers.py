@@ -70,7 +70,7 @@ def _text(path: Path, key: str, raw: dict[str, Any], name: str, pattern: re.Patt
     return value
 
 
-def _keys(path: Path, key: str, raw, required: set[str], optional: set[str] | frozenset[str] = frozenset()) -> None:
+def _keys(path: Path, key: str, raw: object, required: set[str], optional: set[str] | frozenset[str] = frozenset()) -> None:
     if not isinstance(raw, dict) or not required <= set(raw) <= required | optional:
         names = ", ".join(sorted(required)) + (f" (and optionally {', '.join(sorted(optional))})" if optional else "")
         raise _fail(path, key, f"an entry has exactly {names}")
@@ -86,7 +86,7 @@ def parse_table(path: Path, text: str | None = None) -> DriverTable:
     extra = set(data) - {"cuda_major", "cuda_toolkit", "rocm"}
     if extra:
         raise _fail(path, min(extra), "unknown table (cuda_major, cuda_toolkit and rocm are known)")
-    majors: dict[str, Any] = {}
+    majors: dict[int, tuple[str, str, str]] = {}
     for i, raw in enumerate(data.get("cuda_major", [])):
         key = f"cuda_major[{i}]"
         _keys(path, key, raw, {"major", "minimum", "source"}, {"note"})
@@ -141,7 +141,7 @@ def table(path: Path | None = None) -> DriverTable:
     return _load(path or TABLE)
 
 
-def _line(version, pattern: re.Pattern[str], what: str) -> tuple[int, int]:
+def _line(version: object, pattern: re.Pattern[str], what: str) -> tuple[int, int]:
     m = pattern.fullmatch(version.strip()) if isinstance(version, str) else None
     if not m:
         raise ValueError(f"{version!r} is not a {what}")

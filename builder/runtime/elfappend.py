@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")
 _PHDR = struct.Struct("<IIQQQQQQ")
@@ -168,7 +169,7 @@ def _patch(path: Path, rpath: str, add_needed: tuple[str, ...]) -> bool:
     return True
 
 
-def _holds_property(f, note: _Phdr) -> bool:
+def _holds_property(f: BinaryIO, note: _Phdr) -> bool:
     """Whether a PT_NOTE holds an NT_GNU_PROPERTY_TYPE_0 note (x86 CET, aarch64 BTI markers)."""
     f.seek(note.offset)
     data = f.read(min(note.filesz, 1 << 16))

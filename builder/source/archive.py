@@ -35,9 +35,12 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from builder.errors import is_full_disk
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 MAX_LINK_HOPS = 40  # what Linux allows before ELOOP
 
@@ -229,11 +232,11 @@ def _check(chosen: list[tuple[tuple[str, ...], str, tarfile.TarInfo]]) -> None:
             if through != "folder":
                 raise ArchiveRefused(f"member {m.name!r} would be written through the {through} {'/'.join(rel[:i])!r}")
     links = {rel: m.linkname for rel, kind, m in chosen if kind == "symlink"}
-    for rel, target in links.items():
-        if not target:
+    for rel, link in links.items():
+        if not link:
             raise ArchiveRefused(f"symlink {'/'.join(rel)!r} has an empty target")
-        if target.startswith("/"):
-            raise ArchiveRefused(f"symlink {'/'.join(rel)!r} -> {target!r} is absolute")
+        if link.startswith("/"):
+            raise ArchiveRefused(f"symlink {'/'.join(rel)!r} -> {link!r} is absolute")
         _resolve(rel, links, [0])
 
 
@@ -429,8 +432,8 @@ class _Forward(io.RawIOBase):
     def tell(self) -> int:
         return self.pos
 
-    def readinto(self, b) -> int:
-        n = self._f.readinto(b)
+    def readinto(self, b: Buffer) -> int:
+        n: int = self._f.readinto(b)  # type: ignore[attr-defined]  # a raw stream: BinaryIO omits readinto
         self.pos += n
         return n
 

@@ -9,7 +9,7 @@ from builder.source import pin as pinning
 from builder import ui
 from builder.cli.args import Subparsers, add_recipe
 from builder.errors import AssembleError
-from builder.config.recipe import load_recipe
+from builder.config.recipe import Recipe, load_recipe
 
 EPILOG = """examples:
   assemble pin cpu --repo ~/src/llama.cpp                  pin origin's HEAD, if it has the features
@@ -39,7 +39,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def _default_repo(recipe) -> str:
+def _default_repo(recipe: Recipe) -> str:
     for m in recipe.pin.mirrors:
         if m.kind == "git" and m.url:
             return m.url
