@@ -100,7 +100,7 @@ def extract_members(tar: tarfile.TarFile, dest: Path, members: Iterable[tarfile.
         return
     folders = []
     # forced on a newer interpreter (tests), extract() must not filter again, nor warn that it does not
-    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+    trusted: dict[str, Any] = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
     for member in (tar if members is None else members):
         safe = _own_data_filter(member, str(dest))
         if safe.isdir():
@@ -475,7 +475,9 @@ def _read_stream(source: TarStream, g: int, limits: Limits, spool: Path) -> list
                              0o600)
                 with os.fdopen(fd, "wb") as out:
                     if m.issparse():
-                        shutil.copyfileobj(tar.extractfile(m), out, _CHUNK)
+                        sparse = tar.extractfile(m)
+                        assert sparse is not None, "a sparse member is a regular file"
+                        shutil.copyfileobj(sparse, out, _CHUNK)
                         continue
                     stream.seek(m.offset_data)
                     left = m.size
