@@ -55,7 +55,7 @@ def _git(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
     proc = git(*args, cwd=cwd, env=env, timeout=timeout)
     if proc.returncode != 0:
         raise MirrorFailed(f"git {args[0]} failed: {last_line(proc)}")
-    return proc.stdout
+    return str(proc.stdout)
 
 
 def _reachable(url: str) -> None:
@@ -116,7 +116,7 @@ def _sdist_url(m: Mirror) -> str:
             listed = (f.get("hashes") if isinstance(f.get("hashes"), dict) else {}).get("sha256")
             if listed not in (None, m.sha256):
                 raise MirrorFailed(f"PyPI lists sha256 {listed} for {f['filename']}, the recipe pins {m.sha256}")
-            return f["url"]
+            return str(f["url"])
     raise MirrorFailed(f"no sdist {m.package}=={m.version} on the index")
 
 

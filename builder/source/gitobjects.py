@@ -52,11 +52,12 @@ class GitRepo:
     def __enter__(self) -> GitRepo:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
         if self._proc is not None:
+            assert self._proc.stdin is not None and self._proc.stdout is not None   # both piped
             self._proc.stdin.close()
             self._proc.wait()
             self._proc.stdout.close()
@@ -68,7 +69,7 @@ class GitRepo:
         if check and proc.returncode != 0:
             raise AssembleError(f"git {args[0]} failed: {last_line(proc)}", where=str(self.path),
                                 fix="check the repository and the ref")
-        return proc.stdout
+        return str(proc.stdout)
 
     def _batch(self) -> subprocess.Popen[bytes]:
         if self._proc is None:
@@ -79,6 +80,7 @@ class GitRepo:
     def read(self, oid: str) -> tuple[str, bytes]:
         """(type, content) of one object; raises AssembleError if it is missing."""
         proc = self._batch()
+        assert proc.stdin is not None and proc.stdout is not None   # both piped
         proc.stdin.write(oid.encode() + b"\n")
         proc.stdin.flush()
         header = proc.stdout.readline().split()
@@ -101,7 +103,7 @@ class GitRepo:
             if self.is_shallow():
                 fix = "this clone is shallow: git fetch --unshallow, or give a ref inside its history"
             raise AssembleError(f"'{ref}' names no commit in this repository", where=str(self.path), fix=fix)
-        return proc.stdout.strip()
+        return str(proc.stdout).strip()
 
     def is_shallow(self) -> bool:
         """Whether history is cut off (a --depth clone): older commits look like roots."""
@@ -162,9 +164,10 @@ class GitRepo:
         for part in [p for p in path.split("/") if p]:
             if not current.is_tree:
                 return None
-            current = self._lookup(current.oid, part)
-            if current is None:
+            found = self._lookup(current.oid, part)
+            if found is None:
                 return None
+            current = found
         return current
 
     def path_changes(self, head: str, paths: list[str]) -> dict[str, dict[str, Change]]:
