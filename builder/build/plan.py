@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from builder.config.remotecache import RemoteCache
 from builder.paths import cache_dir
 from builder.proc import command_line
 from builder.toolchain import toolstore
-from builder.toolchain.detect import Toolchain
+from builder.toolchain.detect import Tool, Toolchain
 from builder.toolchain.toolstore import StoredTool
 
 # Where the build images keep their tools (containers/cuda12.8-build.Containerfile).
@@ -109,12 +110,12 @@ def tool_defines(unit: UnitConfig, tc: Toolchain) -> tuple[tuple[tuple[str, str]
     return tuple(defines), tuple(env)
 
 
-def _path(tool, fallback: str) -> str:
+def _path(tool: Tool | None, fallback: str) -> str:
     return tool.path if tool is not None else f"<{fallback} not found>"
 
 
 def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: Path, sha: str | None,
-              tree: str = "", environ=None) -> UnitPlan:
+              tree: str = "", environ: Mapping[str, str] | None = None) -> UnitPlan:
     """Everything needed to configure and build one unit; reads only, writes nothing.
     environ: the caller's environment (default os.environ), of which the plan keeps only what
     builder.build.environment allows; a container unit sees none of it."""

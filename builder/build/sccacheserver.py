@@ -28,7 +28,7 @@ START_TIMEOUT = 60
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def _run(sccache: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[Any]:

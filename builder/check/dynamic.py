@@ -309,7 +309,7 @@ class Smoke:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 SMOKE_PROMPT = " ".join(["the quick brown fox jumps over the lazy dog"] * 15)  # several hundred tokens
@@ -398,7 +398,7 @@ def smoke(runtime: Path, model: Path, device_args: list[str], env: dict[str, str
             stop(proc)
 
 
-def _rate(value) -> float | None:
+def _rate(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 

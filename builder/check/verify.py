@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from builder.paths import scratch
 def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict[str, str],
                    host: _GpuHost) -> tuple[list[Check], list[str]]:
     """Each backend module must load; every device it reports must appear in --list-devices."""
-    checks, expected = [], []
+    checks: list[Check] = []
+    expected: list[str] = []
     for backend in backends:
         probes = [(module, devices.probe_module(runtime, module, env)) for module in devices.module_files(runtime, backend)]
         if backend == "cpu" and len(probes) > 1:      # CPU variants: one line for all of them
@@ -218,7 +220,7 @@ def _width(report: Report) -> int:
 
 
 def _line(c: Check, width: int) -> str:
-    colour = {PASS: ui.ok, FAIL: ui.bad, WARN: lambda s: s, SKIP: lambda s: s}
+    colour: dict[str, Callable[[str], str]] = {PASS: ui.ok, FAIL: ui.bad, WARN: str, SKIP: str}
     line = f"  {c.name.ljust(width)}  {colour[c.status](c.status.upper().ljust(4))}  {c.reason}"
     if c.hint and c.status in (FAIL, WARN):
         line += f"\n  {' ' * width}        hint: {c.hint}"

@@ -97,7 +97,7 @@ def uses(key: str) -> Pinned:
 
 class Commented(dict[str, Any]):
     """A mapping the YAML writer opens with a comment line."""
-    def __init__(self, comment: str, *args, **kw):
+    def __init__(self, comment: str, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.comment = comment
 
@@ -247,7 +247,7 @@ def _toolchain(e: Entry, runner: Runner | None) -> list[dict[str, Any]]:
              ])}]
 
 
-def _floor(e: Entry, runner: Runner | None, runs_on) -> str:
+def _floor(e: Entry, runner: Runner | None, runs_on: str | list[str]) -> str:
     labels = runs_on if isinstance(runs_on, str) else ", ".join(runs_on)
     if runner is not None and runner.glibc:
         return f"glibc floor {runner.glibc}: its runtimes are built on {labels} (glibc {runner.glibc})"
@@ -381,7 +381,7 @@ def to_yaml(doc: dict[str, Any], header: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _scalar(v) -> str:
+def _scalar(v: object) -> str:
     if isinstance(v, str):
         _plain(v, "scalar")
     if isinstance(v, Pinned):
@@ -406,7 +406,7 @@ def _key(k: str) -> str:
     return k if plain else json.dumps(k)
 
 
-def _block(v, indent: int, out: list[str]) -> None:
+def _block(v: object, indent: int, out: list[str]) -> None:
     pad = "  " * indent
     if isinstance(v, Commented):
         out.append(f"{pad}# {_plain(v.comment, 'comment')}")

@@ -14,6 +14,7 @@ import os
 import posixpath
 import re
 import stat
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -367,7 +368,8 @@ class _Reader:
             raise self.fail(key, f"must be an object, not {type(v).__name__}")
         return v
 
-    def get(self, d: dict[str, Any], name: str, key: str, kind, *, required: bool = True, default=None):
+    def get(self, d: dict[str, Any], name: str, key: str, kind: type, *, required: bool = True,
+            default: Any = None) -> Any:
         full = f"{key}.{name}" if key else name
         if name not in d or d[name] is None:
             if required:
@@ -393,7 +395,7 @@ class _Reader:
             raise self.fail(f"{key}.{name}" if key else name, f"{v[:40]!r} is not {what}")
         return v
 
-    def targets(self, d: dict[str, Any], name: str, grammar) -> tuple[str, ...]:
+    def targets(self, d: dict[str, Any], name: str, grammar: Callable[[str], object]) -> tuple[str, ...]:
         """GPU targets, each in the grammar build took it in (config/targets.py)."""
         values = self.strings(d, name, "gpu_targets", required=False)
         for v in values:

@@ -290,7 +290,7 @@ def _stamp_ok(dest: Path, applied: tuple[AppliedPatch, ...]) -> bool:
         data = json.loads((dest / STAMP).read_text())
     except (OSError, ValueError):
         return False
-    return data.get("applied") == [vars(a) for a in applied]
+    return bool(data.get("applied") == [vars(a) for a in applied])
 
 
 def _fixed(source: SourceTree) -> bool:

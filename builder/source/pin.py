@@ -25,7 +25,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,7 +134,7 @@ class _Scan:
             view = CommitView(self.repo, self.history[i], self.cache)
         return all(evaluate(view, d)[0] for d in self.feature.detectors)
 
-    def segments(self):
+    def segments(self) -> Iterator[tuple[int, int, bool]]:
         """(lo, hi, present) for each stretch in which the feature's paths do not change."""
         hi = len(self.history) - 1
         for i, change in self.changes:

@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -201,7 +202,7 @@ def _lib_dirs(prefix: str | Path) -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
-def _find_lib(prefixes: list[str | Path], name: str) -> str | None:
+def _find_lib(prefixes: Sequence[str | Path], name: str) -> str | None:
     for prefix in prefixes:
         for d in _lib_dirs(prefix):
             if (d / name).exists():
@@ -383,8 +384,11 @@ GLSLC_EXTENSIONS = (
 )
 
 
+_GLSLC_EXTENSION_NAMES = tuple(e for e, _ in GLSLC_EXTENSIONS)
+
+
 def glslc_extensions(glslc: str, timeout: float = PROBE_TIMEOUT,
-                     extensions: tuple[str, ...] = tuple(e for e, _ in GLSLC_EXTENSIONS)) -> dict[str, bool | None]:
+                     extensions: tuple[str, ...] = _GLSLC_EXTENSION_NAMES) -> dict[str, bool | None]:
     """{extension: supported?} probed exactly as ggml's CMake does: compile a compute shader that
     requires the extension; only "extension not supported: NAME" on stderr means no.
     None: glslc did not answer in time, so the configure step will not know either."""
@@ -812,7 +816,7 @@ def host_toolchain(backends: set[str], *, cc: str = "cc", cxx: str = "c++", laun
     """This host's toolchain for units with these backends: every probe at once, each bounded,
     and only those the backends need (a CPU build never asks nvcc). glslc=False: leave out the
     shader compiler's feature probes (they write shaders to a scratch folder; a plan needs none)."""
-    calls = {"cmake": lambda: cmake(timeout), "ninja": lambda: build_tool("ninja", timeout),
+    calls: dict[str, Callable[[], object]] = {"cmake": lambda: cmake(timeout), "ninja": lambda: build_tool("ninja", timeout),
              "cc": lambda: compiler(cc, timeout), "cxx": lambda: compiler(cxx, timeout),
              "launcher": lambda: launcher(launcher_choice, timeout),
              "patchelf": lambda: find_tool("patchelf", timeout=timeout),
@@ -822,11 +826,11 @@ def host_toolchain(backends: set[str], *, cc: str = "cc", cxx: str = "c++", laun
     if "hip" in backends:
         calls["rocm"] = lambda: rocm(rocm_path, timeout)
     if "vulkan" in backends:
-        def vulkan_and_glslc():
+        def vulkan_and_glslc() -> tuple[VulkanSdk, GlslcProbe | None]:
             sdk = vulkan_sdk(timeout)
             return sdk, (probe_glslc(sdk.glslc.path, timeout) if sdk.glslc and glslc else None)
         calls["vulkan"] = vulkan_and_glslc
     r = parallel(calls, workers=len(calls))
-    sdk, glslc = r.get("vulkan") or (None, None)
+    sdk, probe = r.get("vulkan") or (None, None)
     return Toolchain("host", r["cmake"], r["ninja"], r["cc"], r["cxx"], r["launcher"], launcher_choice,
-                     r.get("cuda"), r.get("rocm"), sdk, glslc, r["patchelf"], r["git"])
+                     r.get("cuda"), r.get("rocm"), sdk, probe, r["patchelf"], r["git"])

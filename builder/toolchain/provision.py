@@ -21,6 +21,7 @@ import platform as _platform
 import re
 import shutil
 import tarfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +125,7 @@ def fetch_manifest(version: str, url: str, session: requests.Session) -> dict[st
     """redistrib_<version>.json, from the cache when a readable copy is there."""
     cached = _downloads(version) / f"redistrib_{version}.json"
     try:
-        return json.loads(cached.read_text())
+        return dict(json.loads(cached.read_text()))
     except (OSError, ValueError):
         pass
     full = urljoin(url, f"redistrib_{version}.json")
@@ -358,7 +359,7 @@ def _finish_root(root: Path, triple: str) -> None:
 
 
 @contextmanager
-def _locked(root: Path):
+def _locked(root: Path) -> Iterator[None]:
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(root.parent / f".{root.name}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)  # a second assemble waits instead of unpacking beside us

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from builder.config.options import ADOPTED, CONTAINER, HOST, BuildConfig, UnitConfig
 from builder.toolchain import container
-from builder.toolchain.detect import Tool, Toolchain, host_toolchain
+from builder.toolchain.detect import CudaToolkit, Tool, Toolchain, host_toolchain
 from builder.toolchain.container import Engine
 
 
@@ -29,12 +29,14 @@ def image(config: BuildConfig, unit: UnitConfig, engine: Engine | None, probe: b
     if probe and engine is not None and "cuda" in unit.backends:
         tag = container.ensure_image(engine, unit.where.image)
         cuda = container.probe_cuda(engine, tag)
-    image_tool = lambda name: Tool(name, name, f"image {unit.where.image}")  # noqa: E731
+    def image_tool(name: str) -> Tool:
+        return Tool(name, name, f"image {unit.where.image}")
+
     return Toolchain(CONTAINER, cmake=image_tool("cmake"), ninja=image_tool("ninja"), launcher_choice=config.launcher.value,
                      launcher=image_tool("ccache") if config.launcher.value != "none" else None, cuda=cuda)
 
 
-def adopted(unit_host: Toolchain, recorded_cuda) -> Toolchain:
+def adopted(unit_host: Toolchain, recorded_cuda: CudaToolkit | None) -> Toolchain:
     return Toolchain(ADOPTED, cuda=recorded_cuda, rocm=unit_host.rocm)
 
 
