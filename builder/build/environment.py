@@ -55,8 +55,8 @@ class BuildEnv:
     keyed: tuple[tuple[str, str], ...]      # the passed ones that are part of the build key
     scrubbed: tuple[str, ...]               # set by the caller, known to change results, not passed
 
-    def mapping(self, extra: Mapping[str, str] = ()) -> dict[str, str]:
-        return {**dict(self.passed), **dict(extra)}
+    def mapping(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {**dict(self.passed), **dict(extra or {})}
 
     def as_dict(self) -> dict[str, Any]:
         """For the manifest: names, and values only where they are part of the key."""

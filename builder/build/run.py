@@ -68,7 +68,7 @@ def container_run(plan: UnitPlan, engine: Engine, *, image: str | None = None,
     """The engine command that runs `plan` in its unit's image. Refuses (exit 2) a define naming a
     host path the container cannot see, before anything runs. With an open `relay`, its folder is
     mounted and the container's ccache uses the remote cache through it (and through nothing else)."""
-    name = plan.unit.where.image
+    name = plan.unit.where.image_name()
     where = f"unit {plan.unit.name} (container {name})"
     container.containerfile(name)   # unknown names fail here, before anything runs
     source, build_dir, cache = plan.source_dir.resolve(), plan.build_dir.resolve(), cache_dir().resolve()

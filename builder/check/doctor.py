@@ -374,7 +374,7 @@ def blackwell_patch(config: BuildConfig, cuda: tc.CudaToolkit | None) -> str | N
 def _container_checks(unit: UnitConfig, f: Facts) -> list[Check]:
     name = f"unit {unit.name} ({unit.where.image})"
     try:
-        container.containerfile(unit.where.image)
+        container.containerfile(unit.where.image_name())
     except AssembleError as exc:
         return [_r(name, MISSING, "no Containerfile", exc.what, f"{exc.fix}; or build the unit on the host "
                    "(--container none)")]

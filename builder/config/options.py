@@ -102,6 +102,11 @@ class Where:
     image: str | None = None          # containers/<image>.Containerfile
     folder: str | None = None         # the --unit-from folder
 
+    def image_name(self) -> str:
+        """A container unit's image (every one names it; the others have none)."""
+        assert self.image is not None, f"a {self.kind} unit has no image"
+        return self.image
+
     def label(self) -> str:
         return {HOST: "host", CONTAINER: f"container {self.image}", ADOPTED: f"built elsewhere ({self.folder})"}[self.kind]
 
@@ -234,8 +239,8 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
         image = None if cli.container == "none" else (unit.container or cli.container)
         where = Where(CONTAINER, image=image) if image else Where(HOST)
     backends = set(unit.backends)
-    cuda = (cli.cuda_archs or recipe.cuda.architectures) if "cuda" in backends else ()
-    hip = (((cli.hip_target,) if cli.hip_target else recipe.hip.targets) if "hip" in backends else ())
+    cuda = (cli.cuda_archs or (recipe.cuda.architectures if recipe.cuda else ())) if "cuda" in backends else ()
+    hip = (((cli.hip_target,) if cli.hip_target else (recipe.hip.targets if recipe.hip else ())) if "hip" in backends else ())
     cascade: list[Define] = [Define(k, v, "default") for k, v in BASE_DEFINES]
     cascade += [Define(f"GGML_{b.upper()}", "ON" if b in backends else "OFF", "backend") for b in ("cuda", "hip", "vulkan")]
     cascade += _cpu_defines(recipe)
@@ -244,7 +249,7 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
     if hip:
         gpu = ";".join(map(str, hip))
         cascade += [Define("GPU_TARGETS", gpu, "targets"), Define("AMDGPU_TARGETS", gpu, "targets"),
-                    Define("GGML_HIP_RCCL", "ON" if recipe.hip.rccl else "OFF", "recipe [hip]")]
+                    Define("GGML_HIP_RCCL", "ON" if recipe.hip and recipe.hip.rccl else "OFF", "recipe [hip]")]
     cascade += [Define(k, v, "recipe") for k, v in recipe.defines]
     cascade += [Define(k, v, f"unit {unit.name}") for k, v in unit.defines]
     cascade += [Define(k, v, "--define") for k, v in cli.defines]
@@ -266,6 +271,7 @@ def _cpu_defines(recipe: Recipe) -> list[Define]:
         return [Define("GGML_CPU_ALL_VARIANTS", "ON", "recipe [cpu]")] + [
             Define(k, v, "recipe [cpu] (each variant sets its own)") for k, v in cpulevels.ALL_VARIANTS_DEFINES]
     chosen = cpulevels.level(recipe.cpu.variants)
+    assert chosen is not None, "the recipe's check accepts only known levels"
     return [Define("GGML_CPU_ALL_VARIANTS", "OFF", "recipe [cpu]")] + [
         Define(k, v, f"recipe [cpu] level {chosen.name}") for k, v in chosen.defines()]
 

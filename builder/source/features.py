@@ -232,7 +232,7 @@ def _blob_matches(repo: GitRepo, cache: dict[tuple[Detector, str], bool], detect
 class CommitView:
     """A commit read through GitRepo; content checks are cached by blob id in `cache`."""
 
-    def __init__(self, repo: GitRepo, sha: str, cache: dict[str, Any]):
+    def __init__(self, repo: GitRepo, sha: str, cache: dict[tuple[Detector, str], bool]):
         self.repo, self.sha, self.cache = repo, sha, cache
 
     def kind(self, path: str) -> str | None:
@@ -242,14 +242,16 @@ class CommitView:
         return "dir" if entry.is_tree else "file"
 
     def check(self, path: str, detector: Detector) -> bool:
-        return _blob_matches(self.repo, self.cache, detector, self.repo.entry(self.sha, path).oid, path)
+        entry = self.repo.entry(self.sha, path)
+        assert entry is not None, "check() runs on a path kind() found"
+        return _blob_matches(self.repo, self.cache, detector, entry.oid, path)
 
 
 class StateView:
     """Some paths' entries, already known (pin reconstructs them from git's log without
     reading any tree); content checks are cached by blob id like CommitView's."""
 
-    def __init__(self, repo: GitRepo, state: dict[str, Any], cache: dict[str, Any]):
+    def __init__(self, repo: GitRepo, state: dict[str, Any], cache: dict[tuple[Detector, str], bool]):
         self.repo, self.state, self.cache = repo, state, cache   # state: path -> Entry | None
 
     def kind(self, path: str) -> str | None:
@@ -304,7 +306,7 @@ def check_tree(tree: Path, names: Sequence[str]) -> FeatureReport:
     return check_view(DirView(tree), lookup(names))
 
 
-def check_commit(repo: GitRepo, sha: str, names: Sequence[str], cache: dict[str, Any] | None = None) -> FeatureReport:
+def check_commit(repo: GitRepo, sha: str, names: Sequence[str], cache: dict[tuple[Detector, str], bool] | None = None) -> FeatureReport:
     """The same check on a commit, reading git objects (no checkout)."""
     return check_view(CommitView(repo, sha, {} if cache is None else cache), lookup(names))
 

@@ -34,7 +34,8 @@ from builder import locks, paths, ui
 from builder.proc import git, last_line
 from builder.errors import AssembleError, BuildFailed
 from builder.source.features import implied_fix
-from builder.source.features import (BlobCache, CommitView, Feature, FeatureReport, StateView, check_view, evaluate, lookup)
+from builder.source.features import (BlobCache, CommitView, Detector, Feature, FeatureReport, StateView, check_view,
+                                     evaluate, lookup)
 from builder.source.gitobjects import Change, GitRepo
 from builder.paths import cache_dir
 from builder.config.recipe import Recipe, lock_path, parse_recipe
@@ -117,7 +118,7 @@ class _Scan:
     """
 
     def __init__(self, repo: GitRepo, history: list[str], feature: Feature,
-                 changes: list[tuple[int, dict[str, Change]]], cache: dict[str, Any]):
+                 changes: list[tuple[int, dict[str, Change]]], cache: dict[tuple[Detector, str], bool]):
         self.repo, self.history, self.feature, self.cache = repo, history, feature, cache
         self.changes = changes  # (first-parent index, what it changes), newest first
         self.checked = 0
@@ -128,6 +129,7 @@ class _Scan:
 
     def value(self, i: int) -> bool:
         self.checked += 1
+        view: StateView | CommitView
         if self.files_only:
             view = StateView(self.repo, self.state, self.cache)
         else:
@@ -192,7 +194,7 @@ def find_earliest(repo: GitRepo, head: str, features: Sequence[Feature]) -> Earl
     found = history[pos]
     parent = history[pos - 1] if pos > 0 else None
     # Independent re-check through full path resolution: found has all, parent lacks the deciding ones.
-    fresh: dict[str, Any] = {}
+    fresh: dict[tuple[Detector, str], bool] = {}
     at_found = check_view(CommitView(repo, found, fresh), features)
     reasons = {}
     if parent is not None:
@@ -308,6 +310,7 @@ def write_recipe_pin(path: Path, sha: str, build: str | None) -> bool:
             end -= 1
             continue
         m = _key_line(key).fullmatch(lines[at].rstrip("\r\n"))
+        assert m is not None      # `at` was found by this very match
         newline = lines[at][len(lines[at].rstrip("\r\n")):]
         lines[at] = f"{m.group(1)}{m.group(2)}{value}{m.group(2)}{m.group(4)}{newline}"
     new = "".join(lines)

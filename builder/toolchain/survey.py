@@ -4,6 +4,7 @@ container units from their image, units built elsewhere from what their folder r
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from builder.config.options import ADOPTED, CONTAINER, HOST, BuildConfig, UnitConfig
 from builder.toolchain import container
@@ -27,7 +28,7 @@ def image(config: BuildConfig, unit: UnitConfig, engine: Engine | None, probe: b
     (building the image when the engine lacks it) when `probe`, else unknown (`show`)."""
     cuda = None
     if probe and engine is not None and "cuda" in unit.backends:
-        tag = container.ensure_image(engine, unit.where.image)
+        tag = container.ensure_image(engine, unit.where.image_name())
         cuda = container.probe_cuda(engine, tag)
     def image_tool(name: str) -> Tool:
         return Tool(name, name, f"image {unit.where.image}")
@@ -40,7 +41,12 @@ def adopted(unit_host: Toolchain, recorded_cuda: CudaToolkit | None) -> Toolchai
     return Toolchain(ADOPTED, cuda=recorded_cuda, rocm=unit_host.rocm)
 
 
-def for_units(config: BuildConfig, units: tuple[UnitConfig, ...], recorded: Mapping[str, object] = {},
+class Recorded(Protocol):
+    """What a folder built elsewhere tells of its toolchain (builder.build.unitfolder.UnitDescription)."""
+    def cuda_toolkit(self) -> CudaToolkit | None: ...
+
+
+def for_units(config: BuildConfig, units: tuple[UnitConfig, ...], recorded: Mapping[str, Recorded] = {},
               engine: Engine | None = None, probe_images: bool = True) -> dict[str, Toolchain]:
     """unit name -> its Toolchain. recorded: unit name -> its UnitDescription (built elsewhere).
     probe_images=False (`show`): nothing is built or written, images and shader compilers unasked."""
