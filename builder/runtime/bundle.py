@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from builder.config.glibc import SYMBOL_PREFIX
 from builder.digest import sha256_file
@@ -146,7 +147,8 @@ def _rpath_for(dest: str, needed_dirs: Sequence[str]) -> str:
     return ":".join(parts)
 
 
-def _inherits_loader_rpath(f: OwnFile, info: ElfInfo, dirs: Sequence[str], pins, has_loader: bool) -> bool:
+def _inherits_loader_rpath(f: OwnFile, info: ElfInfo, dirs: Sequence[str], pins: tuple[tuple[str, str], ...],
+                           has_loader: bool) -> bool:
     """A backend module with neither DT_RPATH nor DT_RUNPATH, needing only lib/, stays byte for byte.
 
     glibc searches such an object's dependencies in the DT_RPATH of its loader chain: libggml,
@@ -215,7 +217,7 @@ def _own_names(own: Sequence[OwnFile]) -> tuple[dict[str, ElfInfo | None], dict[
 class _Walk:
     """The closure: every NEEDED (and policy-listed dlopen) of our files, resolved as ld.so would."""
 
-    def __init__(self, provided: dict[str, str], search_dirs: tuple[Path, ...], recipe):
+    def __init__(self, provided: dict[str, str], search_dirs: tuple[Path, ...], recipe: Any) -> None:
         self.provided, self.search_dirs, self.recipe = provided, search_dirs, recipe
         self.nodes: dict[str, _Node] = {}                 # every name a vendor library is needed as
         self.by_identity: dict[tuple[int, int], _Node] = {}
@@ -241,8 +243,8 @@ class _Walk:
         for comp in companions_for(label):
             found = section_strings(self.nodes[label].real, _glob_regex(comp.dlopens))
             # "...failed to open libx.so.13.5." ends a sentence: the name stops before the dot
-            names = dict.fromkeys(n.rstrip(".-_+") for n in found)
-            names = [n for n in names if fnmatchcase(n, comp.dlopens)]
+            candidates = dict.fromkeys(n.rstrip(".-_+") for n in found)
+            names = [n for n in candidates if fnmatchcase(n, comp.dlopens)]
             if not names:
                 self.warnings.append(f"{label} names no {comp.dlopens} to dlopen: not carried ({comp.reason})")
             for n in names:
@@ -280,6 +282,7 @@ class _Walk:
 
     def _node(self, name: str, found: Lookup, requester: ElfInfo, loaders: tuple[ElfInfo, ...],
               reason: str) -> _Node:
+        assert found.path is not None, "a node is made for a library that was found"
         chain, real = symlink_chain(found.path)
         st = real.stat()
         node = self.by_identity.get((st.st_dev, st.st_ino))
@@ -313,7 +316,7 @@ class _Walk:
         return list(self.by_identity.values())
 
 
-def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), recipe=None,
+def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), recipe: Any = None,
                 prune_archs: bool = True, refusals: Refusals = BUILD_REFUSALS) -> BundlePlan:
     """Everything to place, from ELF headers: closure, policy, data folders, pins.
 
@@ -330,11 +333,11 @@ def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), rec
         raise
 
 
-def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe, prune_archs: bool,
+def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe: Any, prune_archs: bool,
                  refusals: Refusals) -> BundlePlan:
     infos, provided, links_of = _own_names(own)
     walk = _Walk(provided, tuple(Path(d) for d in search_dirs), recipe)
-    walk.run([(f.dest, infos[f.dest]) for f in own if infos[f.dest] is not None])
+    walk.run([(f.dest, info) for f in own if (info := infos[f.dest]) is not None])
     walk.fail_if_incomplete(refusals)
 
     libraries = walk.libraries()
@@ -347,7 +350,8 @@ def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe, pr
     own_plans = []
     for f in own:
         info = infos[f.dest]
-        rpath, pins = None, ()
+        rpath = None
+        pins: tuple[tuple[str, str], ...] = ()
         if info is not None and info.has_dynamic:
             dirs = [LIB_DIR] + [str(PurePosixPath(provided[n]).parent) for n in info.needed if n in provided]
             pins = _pins(f.dest, info, walk.nodes, walk.edges)
@@ -478,7 +482,7 @@ def walk_files(folder: Path) -> list[tuple[str, int]]:
     return out
 
 
-def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe, prune: bool
+def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe: Any, prune: bool
                ) -> tuple[tuple[DataPlan, ...], list[str]]:
     archs: tuple[str, ...] = ()
     if prune and recipe is not None and getattr(recipe, "hip", None) is not None:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from builder import __version__
 from builder.config import glibc
@@ -387,10 +387,18 @@ class _Reader:
             raise self.fail(f"{key}.{name}" if key else name, "must be a list of strings")
         return tuple(v)
 
+    @overload
+    def matching(self, d: dict[str, Any], name: str, key: str, pattern: re.Pattern[str], what: str,
+                 required: Literal[True]) -> str: ...
+
+    @overload
+    def matching(self, d: dict[str, Any], name: str, key: str, pattern: re.Pattern[str], what: str,
+                 required: bool = False) -> str | None: ...
+
     def matching(self, d: dict[str, Any], name: str, key: str, pattern: re.Pattern[str], what: str,
                  required: bool = False) -> str | None:
         """A string that other stages use as a name or a number: checked here, once."""
-        v = self.get(d, name, key, str, required=required)
+        v: str | None = self.get(d, name, key, str, required=required)
         if v is not None and not pattern.fullmatch(v):
             raise self.fail(f"{key}.{name}" if key else name, f"{v[:40]!r} is not {what}")
         return v
@@ -552,7 +560,7 @@ def _glibc_floor(r: _Reader, d: dict[str, Any] | None) -> GlibcFloor | None:
 
 
 def _platform(r: _Reader, top: dict[str, Any]) -> str:
-    platform = r.get(top, "platform", "", str, required=False, default="linux")
+    platform: str = r.get(top, "platform", "", str, required=False, default="linux")
     if platform not in PLATFORMS:
         raise r.fail("platform", f"is {platform!r}, not one of {', '.join(PLATFORMS)}")
     return platform
@@ -648,7 +656,7 @@ def _provenance(r: _Reader, d: dict[str, Any]) -> Provenance:
 
 def _recipe_name(r: _Reader, rec: dict[str, Any]) -> str:
     """Archive and folder names are made from it: only the recipe grammar, never a path."""
-    name = r.get(rec, "name", "recipe", str)
+    name: str = r.get(rec, "name", "recipe", str)
     if not NAME_RE.fullmatch(name):
         raise r.fail("recipe.name", f"{name!r} is not a recipe name")
     return name
