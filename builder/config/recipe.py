@@ -128,6 +128,16 @@ class Recipe:
     def gpu_backends(self) -> tuple[str, ...]:
         return tuple(b for b in self.backends if b != "cpu")
 
+    @property
+    def cuda_toolkit(self) -> str | None:
+        """[cuda] toolkit, the version constraint; None when none is given (or no [cuda])."""
+        return self.cuda.toolkit if self.cuda else None
+
+    @property
+    def hip_targets(self) -> tuple[GfxTarget, ...]:
+        """[hip] targets; () when the recipe has no [hip]."""
+        return self.hip.targets if self.hip else ()
+
 
 # --- schema ----------------------------------------------------------------
 

@@ -129,7 +129,7 @@ class Context:
     @property
     def cuda_constraint(self) -> str | None:
         """The recipe's [cuda] toolkit constraint, if any."""
-        return self.recipe.cuda.toolkit if self.recipe.cuda else None
+        return self.recipe.cuda_toolkit
 
     @property
     def multi_arch_risk(self) -> str | None:
