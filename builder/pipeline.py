@@ -57,8 +57,8 @@ class Prepared:
     build_tree: patches.PreparedTree
     feature_report: features.FeatureReport
     plans: tuple[UnitPlan, ...]                 # the units this run builds or merges, in recipe order
-    records: dict[str, Any] = field(default_factory=dict[str, Any])   # unit name -> {"cuda_policy": ..., "hip_policy": ...}
-    adopted: dict[str, Any] = field(default_factory=dict[str, Any])   # unit name -> UnitDescription of a folder built elsewhere
+    records: dict[str, Any] = field(default_factory=dict)   # unit name -> {"cuda_policy": ..., "hip_policy": ...}
+    adopted: dict[str, Any] = field(default_factory=dict)   # unit name -> UnitDescription of a folder built elsewhere
 
 
 def _adopt(config: BuildConfig) -> tuple[BuildConfig, dict[str, UnitDescription]]:

@@ -51,7 +51,7 @@ class UnitPlan:
     jobs: int
     cmake: str                                  # the cmake that runs it ("cmake" inside an image)
     env: tuple[tuple[str, str], ...] = ()       # ROCM_PATH / HIP_PATH for a HIP unit
-    toolchain: dict[str, Any] = field(default_factory=dict[str, Any])   # Toolchain.record(): for the manifest
+    toolchain: dict[str, Any] = field(default_factory=dict)   # Toolchain.record(): for the manifest
     key: str = ""
     tree: str = ""                              # the patch set applied to the source ("" = pristine)
     environment: BuildEnv = field(default_factory=lambda: BuildEnv((), (), ()))  # what CMake and the compilers see of ours (host units)

@@ -45,10 +45,10 @@ class UnitDescription:
     build_dir: str
     jobs: int
     env: tuple[tuple[str, str], ...] = ()
-    toolchain: dict[str, Any] = field(default_factory=dict[str, Any])
+    toolchain: dict[str, Any] = field(default_factory=dict)
     key: str = ""
     container: str | None = None
-    built_on: dict[str, Any] = field(default_factory=dict[str, Any])   # machine, libc
+    built_on: dict[str, Any] = field(default_factory=dict)   # machine, libc
     folder: str = ""                          # where it is now (not written: the reader fills it in)
 
     def define(self, key: str) -> str | None:

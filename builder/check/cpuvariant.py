@@ -276,7 +276,7 @@ def cpu_variant_check(runtime: Path, env: dict[str, str], flags: frozenset[str] 
 def _compiled_as_named(runtime: Path, module: str | None, verdict: Check) -> Check:
     """A pass only if the module loaded holds its level's code: the best name over x64 code loses speed too."""
     level = cpulevels.level(cpulevels.variant_of(module) or "") if module else None
-    if level is None:
+    if level is None or module is None:
         return verdict
     features = compiled_features(runtime / "bin" / module)
     if isinstance(features, str) or features == level.reported():

@@ -41,7 +41,7 @@ class Facts:
     glslc: GlslcProbe | None
     rocm: tc.RocmInstall | None
     engines: tuple[tc.ContainerEngine, ...] = ()
-    gpus: dict[str, Any] = field(default_factory=dict[str, Any])          # source -> tuple[Gpu] | None (tool absent)
+    gpus: dict[str, Any] = field(default_factory=dict)          # source -> tuple[Gpu] | None (tool absent)
     pcie: tuple[tc.PcieLink, ...] | None = None       # None: lspci absent
     provisioned: tuple[tuple[str, str], ...] = ()     # (CUDA version, root) laid out by `assemble toolchain`
 

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,7 @@ def list_devices(runtime: Path, env: dict[str, str]) -> Listed:
         run = server_run(runtime, env, cwd)
     if run.not_started:
         return Listed(error=f"llama-server --list-devices did not start ({run.not_started})")
+    assert run.proc is not None          # it started
     return Listed([m.group(1) for ln in run.proc.stdout.splitlines() if (m := _DEVICE_LINE.match(ln))])
 
 
@@ -199,6 +201,7 @@ def planted_module_loaded(runtime: Path, env: dict[str, str]) -> Planted:
         if run.not_started:       # a server that never started proves nothing about what it would load
             return Planted(None, f"llama-server did not start ({run.not_started})")
         proc = run.proc
+        assert proc is not None          # it started
         if compiled:
             return Planted(False, "a planted libggml-cpu-*.so in the working directory was ignored "
                            "(its constructor never ran)")
@@ -232,6 +235,7 @@ def ld_library_path_searched(runtime: Path, env: dict[str, str]) -> Searched:
     if run.not_started:
         return Searched(not_run=f"llama-server did not start ({run.not_started})")
     proc = run.proc
+    assert proc is not None              # it started
     if "find library=" not in proc.stderr:
         return Searched(not_run="no ld.so search trace (LD_DEBUG) on this host")
     root, found, requester = str(runtime) + os.sep, [], {}
@@ -303,7 +307,7 @@ class Smoke:
     predicted_per_second: float | None = None
     foreign: tuple[str, ...] = ()
     log: str | None = None
-    observed: dict[str, Any] = field(default_factory=dict[str, Any])   # what while_loaded saw
+    observed: dict[str, Any] = field(default_factory=dict)   # what while_loaded saw
 
 
 def _free_port() -> int:
@@ -345,7 +349,7 @@ def foreign_libraries(pid: int, runtime: Path, owned_names: set[str]) -> tuple[s
 
 
 def smoke(runtime: Path, model: Path, device_args: list[str], env: dict[str, str], timeout: float = 240,
-          while_loaded=None) -> Smoke:
+          while_loaded: Callable[[int], dict[str, Any]] | None = None) -> Smoke:
     """Start llama-server, wait for /health, send a real completion with a long prompt.
 
     `while_loaded(pid) -> dict`, if given, runs once the model is loaded (e.g. to sample GPU memory).

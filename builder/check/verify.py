@@ -177,13 +177,13 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     elif (runtime / "bin" / "llama-server").is_file():
         if driver := gpufit.cuda_driver_check(host.cuda, host.nvidia):
             checks.append(driver)
-        device_checks, listed = _device_checks(runtime, backends, env, host)
+        device_checks, listed_devices = _device_checks(runtime, backends, env, host)
         checks += device_checks
         checks.append(cpuvariant.cpu_variant_check(runtime, env))
         checks.append(_planted_check(runtime, env, accepted))
         checks.append(_ld_library_path_check(runtime, env))
         if smoke:
-            gpu_listed = [d for d in listed if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
+            gpu_listed = [d for d in listed_devices if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
             checks += _smoke_checks(runtime, gpu_listed, env, model)
             for b in backends:   # a GPU backend with nothing to run on is reported, never passed silently
                 if b in DEVICE_PREFIX and not any(d.startswith(DEVICE_PREFIX[b]) for d in gpu_listed):

@@ -122,7 +122,7 @@ def load_sums(path: Path | str) -> dict[str, str]:
     if not lines or not all(matched):
         bad = next((line for line, m in zip(lines, matched, strict=True) if not m), "")
         raise _refuse(f"is not in sha256sum's format ({'empty' if not lines else repr(bad[:60])})", path, fix)
-    return {m.group(2): m.group(1) for m in matched}
+    return {m.group(2): m.group(1) for m in matched if m}
 
 
 # --- the checks ----------------------------------------------------------------------

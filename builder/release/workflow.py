@@ -206,7 +206,8 @@ def _arg_env(flag: str, i: int) -> str:
 
 def _build_line(e: Entry, out: str) -> tuple[str, dict[str, Any]]:
     """`assemble build` with each argument in a variable of its own (the values live in env)."""
-    env, words, seen = {}, [], {}
+    env, words = {}, []
+    seen: dict[str, int] = {}
     for flag, value in e.build_args:
         i = seen[flag] = seen.get(flag, -1) + 1
         name = _arg_env(flag, i)

@@ -119,7 +119,7 @@ def vendor_licenses(files: Sequence[tuple[str, str]], *, stated: Sequence[tuple[
         glob = next((g for g, _ in stated if fnmatchcase(name, g) or fnmatchcase(Path(origin).name, g)), None)
         if glob is not None:
             text = Path(dict(stated)[glob])
-            key = ("stated", glob)
+            key: tuple[str, ...] = ("stated", glob)
             meta[key] = (_component(name.split(".so")[0]), (text,), None, f"recipe [bundle.licenses] {glob!r}")
             found[key].append(rel)
         else:
@@ -138,7 +138,7 @@ def vendor_licenses(files: Sequence[tuple[str, str]], *, stated: Sequence[tuple[
             continue
         root = next((Path(r) for r in roots if Path(origin).is_relative_to(Path(r).resolve())), None)
         texts = _root_texts(root) if root else ()
-        if texts:
+        if root is not None and texts:
             key = ("root", str(root))
             meta[key] = (_component(root.name), texts, spdx_for("cuda") if (root / "EULA.txt").is_file() else None,
                          f"the toolkit at {root}")

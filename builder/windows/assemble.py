@@ -156,6 +156,7 @@ def plan(parts: Sequence[WinPart], targets: Sequence[str] = ()) -> WinPlan:
     for part in [first] + [p for p in parts if p is not first]:
         for m in part.modules():
             backend = module_backend(m.path.name)
+            assert backend is not None           # modules() are the files module_backend names
             if m.path.name.lower() in carried or (part is not first and backend in first_backends):
                 continue               # the first input's own modules win; a later one adds what it lacks
             lacking = sorted((m.imported_from(BASE) | m.imported_from(LOADER)) - provided)

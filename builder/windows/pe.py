@@ -60,7 +60,7 @@ def read_pe(path: Path) -> PeFile:
         dll = bool(pe.FILE_HEADER.Characteristics & 0x2000)
         imports: list[str] = []
         delay: list[str] = []
-        symbols: list[str] = []
+        symbols: list[tuple[str, str]] = []
         for attr, into in (("DIRECTORY_ENTRY_IMPORT", imports), ("DIRECTORY_ENTRY_DELAY_IMPORT", delay)):
             for entry in getattr(pe, attr, []):
                 name = _name(entry.dll)

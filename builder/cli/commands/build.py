@@ -40,7 +40,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def config_of(args) -> BuildConfig:
+def config_of(args: argparse.Namespace) -> BuildConfig:
     """The build's resolved configuration: what `show`, `doctor` and `matrix` resolve the same way."""
     from builder.build import unitfolder
     return resolve(load_recipe(args.recipe), cli_options(args, unit_from=unitfolder.parse_specs(args.unit_from),

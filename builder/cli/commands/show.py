@@ -11,6 +11,7 @@ from builder.build.plan import PLACEHOLDER
 from builder.cli.args import Subparsers, add_plan_options, add_recipe, cli_options
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
+from builder.toolchain.rules import Finding
 
 
 # show takes the plan options only: build's examples with --out or --check-env would not parse here
@@ -74,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
         targets = [str(a) for a in u.cuda_archs] + [str(t) for t in u.hip_targets]
         print(f"\nunit {u.name} [{', '.join(u.backends)}] on {u.where.label()}"
               + (f"; targets {' '.join(targets)}" if targets else ""))
-        for k, v in p.env:           # one holding a placeholder is commented out, as the cmake lines are
-            print(f"  {'# ' if PLACEHOLDER.search(v) else ''}env {k}={v}")
+        for k, value in p.env:       # one holding a placeholder is commented out, as the cmake lines are
+            print(f"  {'# ' if PLACEHOLDER.search(value) else ''}env {k}={value}")
         if notice := p.environment.notice():
             print(f"  env {notice[0]}")
         configure, build = p.lines()
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refusal(finding) -> dict[str, Any] | None:
+def _refusal(finding: Finding | None) -> dict[str, Any] | None:
     """build's refusal of a unit on this host, in the rules' words (None: build would go on)."""
     if finding is None:
         return None
