@@ -66,6 +66,12 @@ class Mirror:
             return f"sdist {self.package}=={self.version}"
         return f"local {self.path}"
 
+    def field(self, name: str) -> str:
+        """A field this kind of mirror always has (the recipe check refuses one without it)."""
+        value = getattr(self, name)
+        assert isinstance(value, str), f"a {self.kind} mirror without {name}"
+        return value
+
 
 @dataclass(frozen=True)
 class Pin:

@@ -106,14 +106,15 @@ def _sdist_url(m: Mirror) -> str:
         files = resp.json()["files"]
     except (requests.RequestException, ValueError, KeyError) as exc:
         raise MirrorFailed(f"PyPI index for {m.package} unusable ({exc})") from None
-    norm = m.package.replace("-", "_").lower()
-    names = (f"{norm}-{m.version}.tar.gz", f"{m.package.lower()}-{m.version}.tar.gz")
+    norm = m.field("package").replace("-", "_").lower()
+    names = (f"{norm}-{m.version}.tar.gz", f"{m.field('package').lower()}-{m.version}.tar.gz")
     # An index is someone else's JSON: entries of the wrong shape are skipped, not trusted.
     for f in files if isinstance(files, list) else ():
         if not isinstance(f, dict) or not isinstance(f.get("url"), str) or not isinstance(f.get("filename"), str):
             continue
         if f["filename"].lower() in names:
-            listed = (f.get("hashes") if isinstance(f.get("hashes"), dict) else {}).get("sha256")
+            hashes = f.get("hashes")
+            listed = hashes.get("sha256") if isinstance(hashes, dict) else None
             if listed not in (None, m.sha256):
                 raise MirrorFailed(f"PyPI lists sha256 {listed} for {f['filename']}, the recipe pins {m.sha256}")
             return str(f["url"])
@@ -127,7 +128,7 @@ def _sdist_archive(m: Mirror) -> Path:
     archive = downloads / f"{m.package}-{m.version}.tar.gz"
     if not archive.is_file() or sha256_file(archive) != m.sha256:  # the index is asked only when needed
         try:
-            fetch_verified(_sdist_url(m), archive, m.sha256, None, requests.Session(),
+            fetch_verified(_sdist_url(m), archive, m.field("sha256"), None, requests.Session(),
                            other_mirror="the next mirror of the recipe is tried")
         except BuildFailed as exc:
             raise MirrorFailed(exc.what) from None
@@ -159,7 +160,7 @@ def _neutralise_gitdir(gitdir: Path) -> None:
 
 def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
     archive = _sdist_archive(m)
-    subdir = m.subdir.strip("/")
+    subdir = m.field("subdir").strip("/")
     wanted = (subdir, f".git/modules/{subdir}")
     with paths.scratch("extract-") as tmp:     # in the cache: a killed run's copy is removed by the next
         root = Path(tmp) / "sdist"
@@ -182,12 +183,12 @@ def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
 
 
 def _from_git(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
-    _reachable(m.url)
+    _reachable(m.field("url"))
     dest.mkdir()
     _git("init", "-q", cwd=dest)
     # A slow or silent server must not hold the build for minutes.
     _git("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=20",
-         "fetch", "--depth", "1", "--no-tags", m.url, sha, cwd=dest, timeout=1800)
+         "fetch", "--depth", "1", "--no-tags", m.field("url"), sha, cwd=dest, timeout=1800)
     _git("-c", "advice.detachedHead=false", "checkout", "-q", sha, cwd=dest)
     proof = verify_git_tree(dest, sha)
     return {"kind": "git", "url": m.url, **proof}
@@ -195,7 +196,7 @@ def _from_git(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
 
 def _from_local_mirror(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
     """A mirror that is a git repository on this machine (a clone, a shallow copy, a site mirror)."""
-    src = Path(m.path).expanduser().resolve()
+    src = Path(m.field("path")).expanduser().resolve()
     if not (src / ".git").exists() and not (src / "HEAD").is_file():
         raise MirrorFailed(f"{src} is not a git repository")
     dest.mkdir()
