@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,12 +24,13 @@ from builder.build.plan import UnitPlan, plan_unit
 from builder.build.unitfolder import UnitDescription
 from builder.config import glibc, versions
 from builder.config.options import ADOPTED, CONTAINER, RELOCATABLE_UNITY_CMAKE, BuildConfig, UnitConfig
+from builder.config.recipe import Recipe
 from builder.errors import AssembleError
 from builder.proc import git
 from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import plan_bundle
 from builder.runtime.elf import folder_need
-from builder.runtime.place import place_bundle
+from builder.runtime.place import BundleResult, place_bundle
 from builder.runtime import licenses
 from builder.source import features, patches
 from builder.source.fetch import SourceTree, cached_tree, local_tree, pinned_tree
@@ -63,7 +65,7 @@ class Prepared:
 
 def _adopt(config: BuildConfig) -> tuple[BuildConfig, dict[str, UnitDescription]]:
     """Units named by --unit-from take their targets and defines from their folders."""
-    recorded = {u.name: unitfolder.read(u.where.folder, config.recipe, u.name)
+    recorded = {u.name: unitfolder.read(u.where.folder_name(), config.recipe, u.name)
                 for u in config.units if u.where.kind == ADOPTED}
     if not recorded:
         return config, {}
@@ -93,7 +95,7 @@ def _enforce(config: BuildConfig, units: tuple[UnitConfig, ...], toolchains: dic
     return records
 
 
-def _engine(config: BuildConfig, units: tuple[UnitConfig, ...]):
+def _engine(config: BuildConfig, units: tuple[UnitConfig, ...]) -> container.Engine | None:
     return container.find_engine(config.engine.value) if any(u.where.kind == CONTAINER for u in units) else None
 
 
@@ -180,14 +182,15 @@ def preview(config: BuildConfig) -> tuple[UnitPreview, ...]:
     units = config.wanted()
     toolchains = survey.for_units(config, units, probe_images=False)
     tree = local_tree(config.source, config.recipe) if config.source else cached_tree(config.recipe.pin.sha)
+    sha: str | None
     if tree is None:
         src, tree_id, sha = Path("<cache>/trees/<sha>-<patch set>/src"), "", config.recipe.pin.sha
         blackwell_patch = rules.blackwell_patch_state(config.recipe.patches_on, ())
     else:
-        plan = patches.plan_tree(tree, config.recipe, patch_context(config, toolchains))
-        src, sha = plan.dest or tree.path, tree.sha
-        tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in plan.applied)
-        blackwell_patch = rules.blackwell_patch_state([p.name for p in plan.applied], plan.skipped)
+        tree_plan = patches.plan_tree(tree, config.recipe, patch_context(config, toolchains))
+        src, sha = tree_plan.dest or tree.path, tree.sha
+        tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in tree_plan.applied)
+        blackwell_patch = rules.blackwell_patch_state([p.name for p in tree_plan.applied], tree_plan.skipped)
     host, cached = distro(), provision.cached_toolkits()
     out = []
     for u in units:
@@ -275,13 +278,13 @@ def build(req: BuildRequest) -> Path:
 def _inputs(req: BuildRequest, lib_dirs: list[Path]) -> list[tuple[str, Path]]:
     """Folders the build reads besides the source: the output may be none of them, hold none and lie
     inside none, and --keep never deletes one."""
-    return ([(f"the --unit-from folder of {u.name}", Path(u.where.folder).expanduser()) for u in req.config.units
+    return ([(f"the --unit-from folder of {u.name}", Path(u.where.folder_name()).expanduser()) for u in req.config.units
              if u.where.kind == ADOPTED]
             + [("a --lib-path folder", d) for d in lib_dirs])
 
 
 @contextlib.contextmanager
-def _tempdir(folder: Path):
+def _tempdir(folder: Path) -> Iterator[None]:
     """The temporary folder of this process (tempfile) and of the tools it runs (TMPDIR: a compiler
     killed with us leaves its files there too) for the duration of the build."""
     old, old_env = tempfile.tempdir, os.environ.get("TMPDIR")
@@ -330,7 +333,7 @@ def _toolchain_lib_dirs(plans: tuple[UnitPlan, ...]) -> list[Path]:
 def _cache_stats(build_dir: Path) -> dict[str, Any] | None:
     """The compile cache's counters of the folder's last build (None: no stats, e.g. nothing was compiled)."""
     try:
-        return json.loads((build_dir / cachestats.STATS_FILE).read_text())
+        return dict(json.loads((build_dir / cachestats.STATS_FILE).read_text()))
     except (OSError, ValueError):
         return None
 
@@ -342,7 +345,7 @@ def _commit_time(tree: Path, sha: str | None) -> int | None:
     return int(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Manifest:
+def _manifest(recipe: Recipe, prepared: Prepared, result: BundleResult, staged: Path) -> manifest.Manifest:
     tree = prepared.tree
     plans = prepared.plans
     toolkits = {k: str(p.toolchain[k].get("version") or "") for p in plans for k in ("cuda", "rocm")
@@ -372,7 +375,7 @@ def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Mani
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         glibc_floor=manifest.GlibcFloor(*glibc.default_promise(recipe.glibc_floor, built_here=not any(
                                             p.unit.where.kind in (CONTAINER, ADOPTED) for p in plans)),
-                                        needed_by=(need := folder_need(staged)) and need.file),
+                                        needed_by=need.file if (need := folder_need(staged)) else None),
         system_libs=result.system_libs, files=result.files, symlinks=result.symlinks,
         config=prepared.config.as_dict(),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], toolkits),

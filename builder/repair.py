@@ -75,6 +75,11 @@ class Part:
     def describe(self) -> str:
         return self.base.describe() if self.base else "backend modules only (no ggml base of its own)"
 
+    def own_base(self) -> identity.BaseIdentity:
+        """The base of an input that carries one: the first always does (_read refuses it otherwise)."""
+        assert self.base is not None, "the first input has a ggml base"
+        return self.base
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -136,10 +141,11 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict[str, Any], list[tuple
     """The first input's files, plus the backends each later one adds; refusals before any copy. A
     later input without a base of its own is proved by its modules' imports alone."""
     first = parts[0]
+    assert first.found.base is not None, "the first input has a ggml base (_read refuses it otherwise)"
     for other in parts[1:]:
-        why = identity.same_base(first.base, other.base) if other.base else _declared_base_differs(first, other)
+        why = identity.same_base(first.own_base(), other.base) if other.base else _declared_base_differs(first, other)
         if why:
-            versus = f" ({first.base.describe()} vs {other.base.describe()})" if other.base else ""
+            versus = f" ({first.own_base().describe()} vs {other.base.describe()})" if other.base else ""
             raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: "
                                 f"{why}{versus}",
                                 where=other.input.given,
@@ -157,6 +163,7 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict[str, Any], list[tuple
     for part in parts:
         for m in part.found.modules:
             backend = module_backend(m.source.name)
+            assert backend is not None           # found.modules are the files module_backend names
             if m.dest in modules or (part is not first and backend in first_backends):
                 # the first input's own modules win; a later one adds what it lacks
                 skipped.append((part, LeftOut(m.source, f"{first.input.given} gives the {backend} backend")))
@@ -186,14 +193,14 @@ def _declared_base_differs(first: Part, other: Part) -> str | None:
     checked against the first base afterwards either way."""
     if first.build and other.build and first.build != other.build:
         return f"their build tags differ ({first.build} vs {other.build})"
-    if other.input.kind != "debs" or not first.base.version:
+    if other.input.kind != "debs" or not first.own_base().version:
         return None
     owners = deb_owners(other.input, other.found.root)
     for m in other.found.modules:
         owner = owners.get(str(m.source.resolve()))
-        if owner and owner.version and _upstream_version(owner.version) != first.base.version:
+        if owner and owner.version and _upstream_version(owner.version) != first.own_base().version:
             return (f"{m.source.name} is of ggml {_upstream_version(owner.version)} (package {owner.name} "
-                    f"{owner.version}), the first input's base is ggml {first.base.version}")
+                    f"{owner.version}), the first input's base is ggml {first.own_base().version}")
     return None
 
 
@@ -294,7 +301,7 @@ def show(p: Plan, accepted: str | None = None) -> None:
               + (f"accepted: {accepted}" if accepted else "verify fails until --accept-loader-risk REASON"))
 
 
-def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Manifest:
+def _manifest(req: RepairRequest, p: Plan, result: BundleResult, staged: Path) -> manifest.Manifest:
     first = p.parts[0]
     backends = tuple(dict.fromkeys(b for o in p.own if o.kind == "module" and (b := module_backend(o.source.name))))
     backends = tuple(sorted(backends, key=lambda b: (b != "cpu", b)))
@@ -303,14 +310,14 @@ def _manifest(req: RepairRequest, p: Plan, result, staged: Path) -> manifest.Man
                                      backends, tuple(o.source.name for o in p.own if o.kind == "executable"), ""),
         llama_cpp=manifest.SourceRecord(sha=None, commit_time=None,
                                         source=manifest.Provenance(kind="prebuilt", path=first.input.given,
-                                                                   version=first.base.version),
+                                                                   version=first.own_base().version),
                                         features={}, patches=(),
                                         build=first.build if first.build and BUILD_RE.fullmatch(first.build)
                                         else None),
         files=result.files, symlinks=result.symlinks, system_libs=result.system_libs,
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         # built elsewhere: no build host vouches for a floor, so none is promised; verify says what it needs
-        glibc_floor=manifest.GlibcFloor(None, None, (need := folder_need(staged)) and need.file),
+        glibc_floor=manifest.GlibcFloor(None, None, need.file if (need := folder_need(staged)) else None),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], {}),
         inputs=tuple(manifest.InputRecord(x.input.given, x.input.kind, x.input.sha256,
                                           x.base.version if x.base else None, x.build,
@@ -374,6 +381,7 @@ def repair(req: RepairRequest) -> Path | None:
         if req.dry_run:
             show(plan(req, work), req.accept_loader_risk)
             return None
+        assert target is not None           # checked above unless a dry run
 
         def fill(staged: Path) -> None:
             p = plan(req, work)

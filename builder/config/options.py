@@ -107,6 +107,11 @@ class Where:
         assert self.image is not None, f"a {self.kind} unit has no image"
         return self.image
 
+    def folder_name(self) -> str:
+        """An adopted unit's --unit-from folder (every one names it; the others have none)."""
+        assert self.folder is not None, f"a {self.kind} unit has no folder"
+        return self.folder
+
     def label(self) -> str:
         return {HOST: "host", CONTAINER: f"container {self.image}", ADOPTED: f"built elsewhere ({self.folder})"}[self.kind]
 
