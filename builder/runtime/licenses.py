@@ -192,7 +192,8 @@ def debian_spdx(copyright_file: Path) -> str | None:
             if not m:
                 return None
             parts = [_DEBIAN_SPDX.get(p.strip().lower()) for p in re.split(r"\s+or\s+", m.group(1).strip())]
-            return " OR ".join(parts) if parts and all(parts) else None   # type: ignore[arg-type]
+            known = [p for p in parts if p]
+            return " OR ".join(known) if known and len(known) == len(parts) else None
     return None
 
 

@@ -443,7 +443,9 @@ def _assemble(root: Path, version: str, plat: str, files: list[tuple[Archive, Pa
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     ui.info(f"CUDA {version} ready: {root}")
-    return installed(version, plat)  # type: ignore[return-value]
+    found = installed(version, plat)
+    assert found is not None, "the toolkit just laid out is installed"
+    return found
 
 
 def _check_root(root: Path, version: str, plat: str, records: dict[str, Any]) -> None:
