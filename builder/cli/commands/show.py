@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builder import ui
 from builder.build.plan import PLACEHOLDER
 from builder.cli.args import Subparsers, add_plan_options, add_recipe, cli_options
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
-from builder.toolchain.rules import Finding
+
+if TYPE_CHECKING:
+    from builder.toolchain.rules import Finding
 
 
 # show takes the plan options only: build's examples with --out or --check-env would not parse here
