@@ -7,6 +7,7 @@ itself in git), so after the first run of a checkout both cost about a second.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -25,3 +26,15 @@ def test_ruff() -> None:
 def test_mypy() -> None:
     proc = _run("mypy")          # files, strictness and python_version come from pyproject.toml
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_settings_are_live(tmp_path):
+    """The settings catch what they are there for: an unused import and a closure over a loop variable
+    (ruff), an unannotated function (mypy strict). A file outside the checkout, checked with its config."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import os\n\n\ndef later(xs):\n    return [lambda: x for x in xs]\n")
+    config = str(REPO / "pyproject.toml")
+    ruff = _run("ruff", "check", "--no-cache", "--no-fix", "--output-format=concise", "--config", config, str(bad))
+    assert ruff.returncode == 1 and "F401" in ruff.stdout and "B023" in ruff.stdout, ruff.stdout + ruff.stderr
+    mypy = _run("mypy", "--config-file", config, "--cache-dir", os.devnull, str(bad))
+    assert mypy.returncode == 1 and "[no-untyped-def]" in mypy.stdout, mypy.stdout + mypy.stderr
