@@ -17,7 +17,7 @@ if _sys.argv[:1] == ["-m"]:
 
     _signal.signal(_signal.SIGINT, _interrupted_while_starting)
 
-    def _unraisable_while_starting(hook_args: _sys.UnraisableHookArgs) -> None:   # builder.__main__._unraisable's words, until it is loaded
+    def _unraisable_while_starting(hook_args: "_sys.UnraisableHookArgs") -> None:   # builder.__main__._unraisable's words, until it is loaded
         if isinstance(hook_args.exc_value, KeyboardInterrupt):
             _interrupted_while_starting(None, None)
         _sys.__unraisablehook__(hook_args)
