@@ -11,13 +11,13 @@ if _sys.argv[:1] == ["-m"]:
     import os as _os
     import signal as _signal
 
-    def _interrupted_while_starting(signum, frame):
+    def _interrupted_while_starting(signum: object, frame: object) -> None:
         _os.write(2, b"error: interrupted\n")
         _os._exit(130)
 
     _signal.signal(_signal.SIGINT, _interrupted_while_starting)
 
-    def _unraisable_while_starting(hook_args):   # builder.__main__._unraisable's words, until it is loaded
+    def _unraisable_while_starting(hook_args: "_sys.UnraisableHookArgs") -> None:   # builder.__main__._unraisable's words, until it is loaded
         if isinstance(hook_args.exc_value, KeyboardInterrupt):
             _interrupted_while_starting(None, None)
         _sys.__unraisablehook__(hook_args)

@@ -6,7 +6,7 @@ import signal
 import sys
 
 
-def _unraisable(hook_args) -> None:
+def _unraisable(hook_args: "sys.UnraisableHookArgs") -> None:   # a typeshed-only name: quoted
     """A Ctrl-C that lands in code Python runs for itself (an import lock's weakref callback) is
     "ignored" with a traceback and the run goes on: say it as any Ctrl-C and stop here."""
     if isinstance(hook_args.exc_value, KeyboardInterrupt):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import re
+from typing import Any
 
 USAGE = 2   # bad input: recipe, arguments, source tree, patch
 FAILED = 1  # a build or a check failed
@@ -30,7 +31,7 @@ class AssembleError(Exception):
 
 
 class BuildFailed(AssembleError):
-    def __init__(self, what: str, **kw):
+    def __init__(self, what: str, **kw: Any) -> None:
         kw.setdefault("code", FAILED)
         super().__init__(what, **kw)
 
@@ -56,10 +57,10 @@ def interrupted() -> int:
     return INTERRUPTED
 
 
-def from_interrupt(exc: BaseException) -> bool:
+def from_interrupt(exc: BaseException | None) -> bool:
     """Whether exc is a Ctrl-C, or an error Python made of one (a KeyboardInterrupt during a class
     definition comes out as "RuntimeError: Error calling __set_name__")."""
-    seen = set()
+    seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, KeyboardInterrupt):
             return True

@@ -21,7 +21,7 @@ def requires_python() -> str:
         with _PYPROJECT.open("rb") as f:
             project = tomllib.load(f).get("project", {})
         if project.get("name") == "assemble" and project.get("requires-python"):
-            return project["requires-python"]
+            return str(project["requires-python"])
     except (OSError, tomllib.TOMLDecodeError):
         pass
     return metadata.metadata("assemble")["Requires-Python"]

@@ -16,14 +16,16 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import ui
 
 
 @contextlib.contextmanager
-def exclusive(lock_path: Path, waiting: str, busy=None):
+def exclusive(lock_path: Path, waiting: str, busy: BaseException | None = None) -> Iterator[None]:
     """Hold an flock on lock_path; when another process holds it, say `waiting` and wait,
     or raise `busy` (an exception) instead when given. The fd opens before any wait, so
     an unwritable folder fails at once (OSError for the caller to word)."""
@@ -39,7 +41,7 @@ def exclusive(lock_path: Path, waiting: str, busy=None):
 
 
 @contextlib.contextmanager
-def exclusive_folder(folder: Path, waiting: str, busy=None):
+def exclusive_folder(folder: Path, waiting: str, busy: BaseException | None = None) -> Iterator[None]:
     """Hold an flock on the folder itself (its own descriptor): no lock file is left in it."""
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -49,7 +51,7 @@ def exclusive_folder(folder: Path, waiting: str, busy=None):
         os.close(fd)
 
 
-def _flock(fd: int, waiting: str, busy) -> None:
+def _flock(fd: int, waiting: str, busy: BaseException | None) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -123,17 +125,18 @@ class Entry:
                 and (self.mark is None or _marked(p, self.mark)))
 
 
-def made(kind: str, path: Path, **kw) -> Entry:
+def made(kind: str, path: Path, *, mark: str | None = None, sha256: str | None = None) -> Entry:
     """The entry of a path just made (or about to be: then it records no inode)."""
-    ident = identity(path)
-    return Entry(kind, str(path), *(ident or (None, None)), pid=os.getpid(), time=time.time(), **kw)
+    dev, ino = identity(path) or (None, None)
+    return Entry(kind, str(path), dev, ino, pid=os.getpid(), time=time.time(),
+                 mark=mark, sha256=sha256)
 
 
 @dataclass(frozen=True)
 class Ledger:
     place: str
     entries: tuple[Entry, ...] = ()
-    swap: dict | None = None    # a swap in progress (outdir's journal); None otherwise
+    swap: dict[str, Any] | None = None    # a swap in progress (outdir's journal); None otherwise
 
     def without(self, *paths: str | Path) -> Ledger:
         gone = {str(p) for p in paths}

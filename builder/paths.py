@@ -10,6 +10,7 @@ import re
 import shutil
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from builder.errors import AssembleError, BuildFailed, is_full_disk
@@ -43,10 +44,11 @@ def cache_dir() -> Path:
         return Path(explicit).expanduser().resolve()
     base = os.environ.get("XDG_CACHE_HOME")
     if not base:
-        if home() is None:
+        user_home = home()
+        if user_home is None:
             raise AssembleError("no home directory to keep the cache in ($HOME is unset and this user has no "
                                 "passwd entry)", fix="set ASSEMBLE_CACHE=DIR (or HOME / XDG_CACHE_HOME)")
-        base = str(home() / ".cache")
+        base = str(user_home / ".cache")
     return (Path(base) / "assemble").resolve()
 
 
@@ -77,7 +79,7 @@ def scratch_root() -> Path:
 
 
 @contextlib.contextmanager
-def scratch(prefix: str):
+def scratch(prefix: str) -> Iterator[Path]:
     """A fresh folder for this process (removed afterwards), under the cache when it is writable,
     else under the system's temporary folder."""
     if not re.fullmatch(r"[a-z-]+-", prefix):
@@ -96,7 +98,8 @@ def scratch(prefix: str):
 
 def clean_stale_scratch() -> list[Path]:
     """Remove scratch folders of runs that are gone (killed before they could clean up)."""
-    removed, host = [], _host_tag()
+    removed: list[Path] = []
+    host = _host_tag()
     try:
         entries = list(os.scandir(scratch_root()))
     except (OSError, AssembleError):   # no cache yet, or none can be found: nothing of ours to clean
@@ -130,13 +133,13 @@ def socket_parent() -> Path:
     return own if len(str(own)) <= SOCKET_PATH_BUDGET else Path("/tmp")
 
 
-def full_disk(exc: BaseException, where: str | os.PathLike | None = None, *, fix: str | None = None,
+def full_disk(exc: BaseException, where: str | os.PathLike[str] | None = None, *, fix: str | None = None,
               untouched: str = "") -> AssembleError | None:
     """A full disk or quota (ENOSPC, EDQUOT) met anywhere, as one line: where (`where`, else the
     file that failed; the cache when it lies there), how much is free, how to fix it; None for any
     other error. Never worded as a damaged input: the bytes were fine, the disk was not.
     `untouched` says what was kept whole (" while writing ...; the previous runtime is untouched")."""
-    if not is_full_disk(exc):
+    if not is_full_disk(exc) or not isinstance(exc, OSError):
         return None
     place = Path(os.fsdecode(where or exc.filename or "."))   # the caller's folder over a scratch file in it
     try:

@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import ui
 from builder.errors import AssembleError, BuildFailed
@@ -27,7 +28,7 @@ PROBE_TIMEOUT = 5.0        # seconds; a healthy tool answers --version in well u
 _STEP = re.compile(r"^\[(\d+)/(\d+)\]")
 
 
-def stop(proc: subprocess.Popen, grace: float = 15) -> None:
+def stop(proc: subprocess.Popen[Any], grace: float = 15) -> None:
     """Ask a started process to end, then make it: SIGTERM, `grace` seconds, SIGKILL."""
     proc.terminate()
     try:
@@ -37,7 +38,7 @@ def stop(proc: subprocess.Popen, grace: float = 15) -> None:
         proc.wait()
 
 
-def last_line(proc: subprocess.CompletedProcess) -> str:
+def last_line(proc: subprocess.CompletedProcess[Any]) -> str:
     """What a failed command said last (stderr, else stdout): the one line an error quotes."""
     lines = (proc.stderr or proc.stdout or "").strip().splitlines()
     return lines[-1] if lines else "(no output)"
@@ -48,13 +49,13 @@ def command_line(argv: Sequence[str]) -> str:
 
 
 def run(argv: Sequence[str | Path], *, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
-        timeout: float | None = None, text: bool = True, input: str | bytes | None = None
-        ) -> subprocess.CompletedProcess:
+        timeout: float | None = None, text: bool = True, input: str | bytes | None = None  # noqa: A002 -- subprocess.run's name
+        ) -> subprocess.CompletedProcess[Any]:
     """Run to completion with output captured; never raises for a non-zero exit (the caller words it)."""
-    argv = [str(a) for a in argv]
-    ui.detail(f"$ {command_line(argv)}" + (f"   (in {cwd})" if cwd else ""))
-    return subprocess.run(argv, cwd=cwd, env=None if env is None else dict(env), capture_output=True, text=text,
-                          timeout=timeout, input=input, **({"errors": "replace"} if text else {}))
+    cmd = [str(a) for a in argv]
+    ui.detail(f"$ {command_line(cmd)}" + (f"   (in {cwd})" if cwd else ""))
+    return subprocess.run(cmd, cwd=cwd, env=None if env is None else dict(env), capture_output=True, text=text,
+                          timeout=timeout, input=input, errors="replace" if text else None)
 
 
 # Variables that point git at another repository, index or object store than the one asked for.
@@ -64,7 +65,7 @@ _GIT_REPO_VARS = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRE
                   "GIT_CEILING_DIRECTORIES")
 
 
-def git_env(extra: Mapping[str, str] | None = None, ceiling: Path | None = None) -> dict:
+def git_env(extra: Mapping[str, str] | None = None, ceiling: Path | None = None) -> dict[str, str]:
     """git's environment: no prompts, C locale, none of the caller's repository-locating variables (a
     GIT_DIR or GIT_INDEX_FILE of the user's would point git elsewhere); with `ceiling`, a repository
     above that folder is never found."""
@@ -77,7 +78,7 @@ def git_env(extra: Mapping[str, str] | None = None, ceiling: Path | None = None)
 
 
 def git(*args: str, cwd: Path | str | None = None, env: Mapping[str, str] | None = None,
-        own_root: bool = False, timeout: float | None = 600, text: bool = True) -> subprocess.CompletedProcess:
+        own_root: bool = False, timeout: float | None = 600, text: bool = True) -> subprocess.CompletedProcess[Any]:
     """git ARGS in cwd. own_root: cwd is its own repository's top (a repository above it must not be
     found: git would treat cwd as a subfolder and, for `apply`, silently skip the patch's paths)."""
     full = git_env(env, ceiling=Path(cwd) if own_root and cwd else None)
@@ -118,13 +119,13 @@ def probe(argv: Sequence[str | Path], timeout: float = PROBE_TIMEOUT, env: Mappi
     killed: a wrapper script whose child still holds the output pipe would
     otherwise keep subprocess.run waiting long after its own timeout.
     """
-    argv = tuple(str(a) for a in argv)
-    ui.detail(f"$ {command_line(argv)}")
+    cmd = tuple(str(a) for a in argv)
+    ui.detail(f"$ {command_line(cmd)}")
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=None if env is None else dict(env), start_new_session=True)
     except OSError:
-        return Probe(argv, None, missing=True)
+        return Probe(cmd, None, missing=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -140,8 +141,8 @@ def probe(argv: Sequence[str | Path], timeout: float = PROBE_TIMEOUT, env: Mappi
                     pipe.close()
             proc.wait()
             out, err = b"", b""
-        return Probe(argv, None, _decode(out), _decode(err), timed_out=True)
-    return Probe(argv, proc.returncode, _decode(out), _decode(err))
+        return Probe(cmd, None, _decode(out), _decode(err), timed_out=True)
+    return Probe(cmd, proc.returncode, _decode(out), _decode(err))
 
 
 def run_probe(argv: Sequence[str | Path], timeout: float = PROBE_TIMEOUT, env: Mapping[str, str] | None = None
@@ -176,19 +177,19 @@ def run_logged(argv: Sequence[str | Path], log: Path, label: str, *, fix: str, e
                progress: bool = False) -> None:
     """Run, append everything to log (tail -f works), show Ninja's [n/N] as a bar; BuildFailed with
     the last lines and the log's path when it fails."""
-    argv = [str(a) for a in argv]
+    cmd = [str(a) for a in argv]
     log.parent.mkdir(parents=True, exist_ok=True)
     tail: deque[str] = deque(maxlen=25)
     bar = ui.Progress(label, None, unit="steps") if progress else None
-    ui.detail(f"$ {command_line(argv)}")
+    ui.detail(f"$ {command_line(cmd)}")
     with open(log, "a", encoding="utf-8", errors="replace", buffering=1) as out:
-        out.write(f"\n$ {command_line(argv)}\n")
+        out.write(f"\n$ {command_line(cmd)}\n")
         out.flush()
         try:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                     errors="replace", bufsize=1, env=None if env is None else dict(env))
         except OSError as exc:
-            raise BuildFailed(f"cannot start {argv[0]} ({exc.strerror or exc})", where=label, fix=fix) from None
+            raise BuildFailed(f"cannot start {cmd[0]} ({exc.strerror or exc})", where=label, fix=fix) from None
         assert proc.stdout is not None
         steps = OuterSteps()
         for line in proc.stdout:
@@ -202,7 +203,7 @@ def run_logged(argv: Sequence[str | Path], log: Path, label: str, *, fix: str, e
     if bar:
         bar.finish("done" if rc == 0 else "")
     if rc != 0:
-        raise BuildFailed(f"{label} failed (exit {rc}); full log: {log}", where=argv[0], fix=fix,
+        raise BuildFailed(f"{label} failed (exit {rc}); full log: {log}", where=cmd[0], fix=fix,
                           details="\n".join(tail))
 
 

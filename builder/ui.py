@@ -15,7 +15,7 @@ _level = NORMAL
 
 
 def set_level(level: int) -> None:
-    global _level
+    global _level  # noqa: PLW0603 -- the process-wide output level (-q, --json)
     _level = level
 
 
@@ -111,7 +111,7 @@ class Progress:
                 filled = int(width * min(frac, 1.0))
                 bar = "#" * filled + "." * (width - filled)
                 eta = f" ETA {fmt_seconds(elapsed / frac - elapsed)}" if 0 < frac < 1 and elapsed > 2 else ""
-                amount = f"{self._amount(self.done)}/{self._amount(self.total)}"
+                amount = f"{self._amount(self.done)}/{self._amount(self.total or 0)}"
                 line = f"\r{self.label} [{bar}] {amount} {fmt_seconds(elapsed)}{eta} {note}"
             else:
                 line = f"\r{self.label} {self._amount(self.done)} {fmt_seconds(elapsed)} {note}"
@@ -125,7 +125,7 @@ class Progress:
             decile = int(min(frac, 1.0) * 10)
             if decile > self._last_decile:
                 self._last_decile = decile
-                print(f"    {self.label}: {decile * 10}% ({self._amount(self.done)}/{self._amount(self.total)}, "
+                print(f"    {self.label}: {decile * 10}% ({self._amount(self.done)}/{self._amount(self.total or 0)}, "
                       f"{fmt_seconds(elapsed)})", file=sys.stderr, flush=True)
 
     def finish(self, note: str = "") -> None:

@@ -26,12 +26,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
-from builder import ui
-from builder.runtime import elf
-from builder.runtime.bundle import plan_bundle
-from builder.runtime.layout import OwnFile
-from builder.runtime.place import place_bundle
-from builder.config.recipe import parse_recipe
+from builder import ui  # noqa: E402
+from builder.runtime import elf  # noqa: E402
+from builder.runtime.bundle import plan_bundle  # noqa: E402
+from builder.runtime.layout import OwnFile  # noqa: E402
+from builder.runtime.place import place_bundle  # noqa: E402
+from builder.config.recipe import parse_recipe  # noqa: E402
 
 from scripts.support import vendorlibs                            # noqa: E402
 

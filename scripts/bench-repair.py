@@ -86,9 +86,9 @@ def _children_cpu() -> float:
 def _unpack(debs: list[str], out: Path) -> float:
     os.sync()
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+    proc = subprocess.run([sys.executable, "-c", ("import sys; from pathlib import Path; "
                            "from builder.prebuilt.inputs import classify, unpack; "
-                           "unpack(classify(sys.argv[2:])[0], Path(sys.argv[1]))", str(out), *debs],
+                           "unpack(classify(sys.argv[2:])[0], Path(sys.argv[1]))"), str(out), *debs],
                           cwd=REPO, capture_output=True, text=True)
     took = time.monotonic() - t0
     if proc.returncode != 0:

@@ -42,7 +42,6 @@ def _normal_output_level():
     --json sets the process-wide level, which would silence the next test's warnings."""
     from builder import ui
     ui.set_level(ui.NORMAL)
-    yield
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.check.cpulevel import HINT, NAME as LEVELS_CHECK, compiled_features, describe
 from builder.check.dynamic import RUN_TIMEOUT, probe_module
@@ -95,7 +96,7 @@ def logged_module(text: str) -> str | None:
     return os.path.basename(m.group(1)) if m else None
 
 
-def interpret(proc: subprocess.CompletedProcess, bin_dir: Path | None = None) -> Loaded:
+def interpret(proc: subprocess.CompletedProcess[str], bin_dir: Path | None = None) -> Loaded:
     """Read one run of `llama-server --list-devices` (LD_DEBUG=files, log verbosity 4)."""
     if proc.returncode in (-signal.SIGILL, 128 + signal.SIGILL):
         return Loaded(None, "llama-server died of SIGILL (illegal instruction): code built for a newer CPU "
@@ -118,7 +119,7 @@ def interpret(proc: subprocess.CompletedProcess, bin_dir: Path | None = None) ->
     return Loaded(left[0])
 
 
-def observe(runtime: Path, env: dict, wrapper: tuple[str, ...] = ()) -> Loaded:
+def observe(runtime: Path, env: dict[str, str], wrapper: tuple[str, ...] = ()) -> Loaded:
     """Run `<wrapper...> bin/llama-server --list-devices` from a scratch folder, with exactly `env`
     plus ld.so's file trace and ggml's INFO log, and say which CPU module it left loaded."""
     runtime = Path(runtime)
@@ -134,7 +135,7 @@ def observe(runtime: Path, env: dict, wrapper: tuple[str, ...] = ()) -> Loaded:
     return interpret(proc, runtime / "bin")
 
 
-def loaded_cpu_module(runtime: Path, env: dict, wrapper: tuple[str, ...] = ()) -> tuple[str | None, str | None]:
+def loaded_cpu_module(runtime: Path, env: dict[str, str], wrapper: tuple[str, ...] = ()) -> tuple[str | None, str | None]:
     """(file name of the CPU backend module ggml loaded, None) or (None, one-line reason).
 
     `wrapper` goes before the executable (e.g. ("qemu-x86_64", "-cpu", "Nehalem")). See the
@@ -143,7 +144,7 @@ def loaded_cpu_module(runtime: Path, env: dict, wrapper: tuple[str, ...] = ()) -
     return seen.module, seen.reason
 
 
-def why_not_loaded(runtime: Path, module: Path, env: dict) -> str:
+def why_not_loaded(runtime: Path, module: Path, env: dict[str, str]) -> str:
     """One line on why ggml's scan passed over `module`, which it never says: loaded alone, as the
     scan does, its dlopen() error or its score."""
     probe = probe_module(runtime, module, env)
@@ -165,14 +166,14 @@ def _missing(level: cpulevels.CpuLevel, flags: frozenset[str]) -> str:
     return " ".join(sorted(level.cpu_flags() - set(flags)))
 
 
-def single_level_features(defines: dict | None) -> tuple[str, ...] | None:
+def single_level_features(defines: dict[str, Any] | None) -> tuple[str, ...] | None:
     """The GGML_<ISA> options a single-level build turned ON (None: none recorded)."""
     if not defines or not any(f"GGML_{f}" in defines for f in cpulevels.FEATURES):
         return None
     return tuple(f for f in cpulevels.FEATURES if str(defines.get(f"GGML_{f}", "")).upper() in _ON)
 
 
-def _cpu_unit_defines(runtime: Path) -> dict | None:
+def _cpu_unit_defines(runtime: Path) -> dict[str, Any] | None:
     from builder.runtime.manifest import Manifest, ManifestInvalid
 
     try:
@@ -183,7 +184,7 @@ def _cpu_unit_defines(runtime: Path) -> dict | None:
     return dict(unit.defines) if unit is not None else None
 
 
-def judge(shipped: tuple[str, ...], seen: Loaded, flags: frozenset[str], defines: dict | None = None,
+def judge(shipped: tuple[str, ...], seen: Loaded, flags: frozenset[str], defines: dict[str, Any] | None = None,
           why_not: str | None = None) -> Check:
     """The verdict on what loaded. `shipped`: CPU module file names in bin/; `defines`: the CPU
     unit's CMake defines (single-level runtimes); `why_not`: what loading the best level alone said."""
@@ -229,7 +230,7 @@ def judge(shipped: tuple[str, ...], seen: Loaded, flags: frozenset[str], defines
     return Check(NAME, PASS, f"{seen.module} loads: the best of the {len(levels)} levels shipped for this CPU")
 
 
-def _judge_single(shipped: tuple[str, ...], seen: Loaded, flags: frozenset[str], defines: dict | None) -> Check:
+def _judge_single(shipped: tuple[str, ...], seen: Loaded, flags: frozenset[str], defines: dict[str, Any] | None) -> Check:
     name = shipped[0] if len(shipped) == 1 else f"one of {', '.join(shipped)}"
     features = single_level_features(defines)
     if features is None:
@@ -254,7 +255,7 @@ def _judge_single(shipped: tuple[str, ...], seen: Loaded, flags: frozenset[str],
     return Check(NAME, PASS, f"{seen.module} loads: {what}")
 
 
-def cpu_variant_check(runtime: Path, env: dict, flags: frozenset[str] | None = None) -> Check:
+def cpu_variant_check(runtime: Path, env: dict[str, str], flags: frozenset[str] | None = None) -> Check:
     """Name the CPU variant that loads on this host and whether it is the best one shipped for it."""
     runtime = Path(runtime)
     flags = cpulevels.host_cpu_flags() if flags is None else flags
@@ -275,7 +276,7 @@ def cpu_variant_check(runtime: Path, env: dict, flags: frozenset[str] | None = N
 def _compiled_as_named(runtime: Path, module: str | None, verdict: Check) -> Check:
     """A pass only if the module loaded holds its level's code: the best name over x64 code loses speed too."""
     level = cpulevels.level(cpulevels.variant_of(module) or "") if module else None
-    if level is None:
+    if level is None or module is None:
         return verdict
     features = compiled_features(runtime / "bin" / module)
     if isinstance(features, str) or features == level.reported():

@@ -8,9 +8,10 @@ so tests can feed them hand-made Facts, and the verdict logic is readable in one
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from builder import interpreter
-from builder.check.report import FAIL, INFO, PASS, SKIP, WARN, Check
+from builder.check.report import FAIL, INFO as INFO, PASS, SKIP, WARN as WARN, Check  # the CLI reads INFO, WARN here
 from builder.config.options import CONTAINER, BuildConfig, CliOptions, UnitConfig, resolve, resolve_places
 from builder.config.recipe import Recipe
 from builder.config.targets import CudaArch
@@ -41,7 +42,7 @@ class Facts:
     glslc: GlslcProbe | None
     rocm: tc.RocmInstall | None
     engines: tuple[tc.ContainerEngine, ...] = ()
-    gpus: dict = field(default_factory=dict)          # source -> tuple[Gpu] | None (tool absent)
+    gpus: dict[str, Any] = field(default_factory=dict)          # source -> tuple[Gpu] | None (tool absent)
     pcie: tuple[gpu_probes.PcieLink, ...] | None = None  # None: lspci absent
     provisioned: tuple[tuple[str, str], ...] = ()     # (CUDA version, root) laid out by `assemble toolchain`
 
@@ -50,8 +51,10 @@ class Facts:
         return tc.Toolchain("host", self.cmake, self.ninja, self.cc, self.cxx, None, launcher_choice,
                             self.cuda, self.rocm, self.vulkan, self.glslc, self.patchelf, self.git)
 
-    def as_dict(self) -> dict:
-        d = lambda x: x.as_dict() if x is not None else None  # noqa: E731
+    def as_dict(self) -> dict[str, Any]:
+        def d(x: Any) -> Any:
+            return x.as_dict() if x is not None else None
+
         return {"distro": self.distro.as_dict(), "python": d(self.python), "cmake": d(self.cmake),
                 "ninja": d(self.ninja), "patchelf": d(self.patchelf), "git": d(self.git), "cc": d(self.cc), "cxx": d(self.cxx),
                 "cuda": d(self.cuda), "driver": d(self.driver), "vulkan": self.vulkan.as_dict(),
@@ -68,7 +71,7 @@ class Facts:
 def gather(timeout: float = tc.PROBE_TIMEOUT, cuda_root: str | None = None, rocm_path: str | None = None,
            cc: str = "cc", cxx: str = "c++") -> Facts:
     """Every probe at once; each is bounded by `timeout`, the slowest chain by about 3x that."""
-    def vulkan():
+    def vulkan() -> tuple[tc.VulkanSdk, GlslcProbe | None]:
         sdk = tc.vulkan_sdk(timeout)
         return sdk, (probe_glslc(sdk.glslc.path, timeout) if sdk.glslc else None)
 
@@ -120,9 +123,9 @@ def _cuda_checks(f: Facts) -> list[Check]:
         meaning = ("can target Blackwell (sm_120/121)" if rules.blackwell(tk.archs)
                    else "cannot target Blackwell (sm_120 needs CUDA >= 12.8)")
         if regression:
-            meaning += f"; CUDA {tk.version} Blackwell builds lose 50-80% generation past 8k context " \
-                       f"(the build policy refuses them unless CUDA 12.8, the {rules.BLACKWELL_PATCH} patch, " \
-                       "Vulkan, or an explicit acceptance)"
+            meaning += (f"; CUDA {tk.version} Blackwell builds lose 50-80% generation past 8k context "
+                        f"(the build policy refuses them unless CUDA 12.8, the {rules.BLACKWELL_PATCH} patch, "
+                        "Vulkan, or an explicit acceptance)")
         out.append(_row("CUDA archs", WARN if regression else OK, _archs_text(tk.archs), meaning))
         if tk.has_cublas:
             out.append(_row("cuBLAS", OK, "libcublas.so + cublas_v2.h", "ggml-cuda links it"))
@@ -372,7 +375,7 @@ def blackwell_patch(config: BuildConfig, cuda: tc.CudaToolkit | None) -> str | N
 def _container_checks(unit: UnitConfig, f: Facts) -> list[Check]:
     name = f"unit {unit.name} ({unit.where.image})"
     try:
-        container.containerfile(unit.where.image)
+        container.containerfile(unit.where.image_name())
     except AssembleError as exc:
         return [_r(name, MISSING, "no Containerfile", exc.what, f"{exc.fix}; or build the unit on the host "
                    "(--container none)")]
@@ -398,7 +401,7 @@ def recipe_checks(config: BuildConfig, f: Facts) -> list[Check]:
     out: list[Check] = []
     host = f.toolchain(config.launcher.value)
     patch = blackwell_patch(config, host.cuda)
-    seen: set = set()
+    seen: set[tuple[str, str]] = set()
     for unit in config.units:
         rows = _container_checks(unit, f) if unit.where.kind == CONTAINER else [
             _r(x.topic, _STATUS[x.level], x.found, x.means, x.fix)
@@ -419,7 +422,7 @@ class Verdict:
     state: str                   # ready | slower | missing
     line: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"state": self.state, "line": self.line}
 
 
@@ -458,7 +461,7 @@ class Diagnosis:
     verdict: Verdict | None = None
     config: BuildConfig | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"recipe": self.recipe, "verdict": self.verdict.as_dict() if self.verdict else None,
                 "config": self.config.as_dict() if self.config else None,
                 "checks": [row_json(c) for c in self.checks], "facts": self.facts.as_dict()}
@@ -487,6 +490,6 @@ def _row(name: str, status: str, found: str, meaning: str = "", hint: str = "", 
     return Check(name, status, found, hint=hint, meaning=meaning, section=section)
 
 
-def row_json(c: Check) -> dict:
+def row_json(c: Check) -> dict[str, Any]:
     return {"name": c.name, "status": DOCTOR_WORDS[c.status], "found": c.reason, "meaning": c.meaning,
             "hint": c.hint, "section": c.section}

@@ -15,12 +15,15 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import requests
 
 from builder.check.integrity import modules_in_bin
+from builder.errors import AssembleError
 from builder.paths import scratch
 from builder.proc import run, stop
 
@@ -72,11 +75,11 @@ def module_files(runtime: Path, backend: str) -> list[Path]:
     return [p for p, b in modules_in_bin(runtime) if b == backend]
 
 
-def _run(argv: list[str], env: dict, cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess:
+def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
     return run(argv, env=env, cwd=cwd, timeout=timeout)
 
 
-def probe_module(runtime: Path, module: Path, env: dict) -> Probe:
+def probe_module(runtime: Path, module: Path, env: dict[str, str]) -> Probe:
     with scratch("probe-") as cwd:
         try:
             proc = _run([sys.executable, "-c", _PROBE, str(runtime), str(module)], env, cwd)
@@ -103,18 +106,19 @@ class Listed:
 _DEVICE_LINE = re.compile(r"^\s+([A-Za-z]+\d+): ")
 
 
-def list_devices(runtime: Path, env: dict) -> Listed:
+def list_devices(runtime: Path, env: dict[str, str]) -> Listed:
     with scratch("neutral-") as cwd:
         run = server_run(runtime, env, cwd)
     if run.not_started:
         return Listed(error=f"llama-server --list-devices did not start ({run.not_started})")
+    assert run.proc is not None          # it started
     return Listed([m.group(1) for ln in run.proc.stdout.splitlines() if (m := _DEVICE_LINE.match(ln))])
 
 
 @dataclass(frozen=True)
 class ServerRun:
     """One `llama-server --list-devices`: a check may read its output only if it started."""
-    proc: subprocess.CompletedProcess | None
+    proc: subprocess.CompletedProcess[str] | None
     not_started: str | None = None    # why not: the first error line (None: it ran and listed devices)
 
 
@@ -122,7 +126,7 @@ class ServerRun:
 _TRACE_LINE = re.compile(r"^\s*\d+:\s")
 
 
-def server_run(runtime: Path, env: dict, cwd: Path) -> ServerRun:
+def server_run(runtime: Path, env: dict[str, str], cwd: Path) -> ServerRun:
     """Run llama-server --list-devices; it started only if it exited 0 and listed its devices."""
     try:
         proc = _run([str(runtime / "bin" / "llama-server"), "--list-devices"], env, cwd)
@@ -169,7 +173,7 @@ class Planted:
     how: str                          # which proof was used, or why none
 
 
-def planted_module_loaded(runtime: Path, env: dict) -> Planted:
+def planted_module_loaded(runtime: Path, env: dict[str, str]) -> Planted:
     """Start llama-server from a scratch folder holding a planted libggml-cpu-*.so: was it loaded?
 
     With a C compiler the plant's constructor leaves a marker (proof that its code ran);
@@ -197,6 +201,7 @@ def planted_module_loaded(runtime: Path, env: dict) -> Planted:
         if run.not_started:       # a server that never started proves nothing about what it would load
             return Planted(None, f"llama-server did not start ({run.not_started})")
         proc = run.proc
+        assert proc is not None          # it started
         if compiled:
             return Planted(False, "a planted libggml-cpu-*.so in the working directory was ignored "
                            "(its constructor never ran)")
@@ -212,7 +217,7 @@ class Searched:
     not_run: str | None = None                # why it could not tell
 
 
-def ld_library_path_searched(runtime: Path, env: dict) -> Searched:
+def ld_library_path_searched(runtime: Path, env: dict[str, str]) -> Searched:
     """(library, requester) for each carried library ld.so looked for on LD_LIBRARY_PATH before finding it.
 
     llama-server --list-devices runs with LD_LIBRARY_PATH naming an empty folder and
@@ -230,6 +235,7 @@ def ld_library_path_searched(runtime: Path, env: dict) -> Searched:
     if run.not_started:
         return Searched(not_run=f"llama-server did not start ({run.not_started})")
     proc = run.proc
+    assert proc is not None              # it started
     if "find library=" not in proc.stderr:
         return Searched(not_run="no ld.so search trace (LD_DEBUG) on this host")
     root, found, requester = str(runtime) + os.sep, [], {}
@@ -283,7 +289,7 @@ def carried_names(runtime: Path) -> set[str]:
                 continue
             try:
                 info = read_elf(p)
-            except Exception:
+            except AssembleError:      # read_elf says every unreadable file this way
                 continue
             for n in (info.needed if info else ()):
                 if n not in host and classify(n)[0] == BUNDLE:
@@ -301,13 +307,13 @@ class Smoke:
     predicted_per_second: float | None = None
     foreign: tuple[str, ...] = ()
     log: str | None = None
-    observed: dict = field(default_factory=dict)   # what while_loaded saw
+    observed: dict[str, Any] = field(default_factory=dict)   # what while_loaded saw
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def wait_health(base: str, timeout: float, proc: subprocess.Popen | None = None) -> str | None:
@@ -352,15 +358,15 @@ def foreign_libraries(pid: int, runtime: Path, owned_names: set[str]) -> tuple[s
             info = read_elf(path)      # maps shows the real file (libgomp.so.1.0.0); its SONAME is the name asked for
             if info is not None and info.soname:
                 names.add(info.soname)
-        except Exception:
+        except AssembleError:
             pass
         if names & owned_names:
             found.add(path)
     return tuple(sorted(found))
 
 
-def smoke(runtime: Path, model: Path, device_args: list[str], env: dict, timeout: float = 240,
-          while_loaded=None) -> Smoke:
+def smoke(runtime: Path, model: Path, device_args: list[str], env: dict[str, str], timeout: float = 240,
+          while_loaded: Callable[[int], dict[str, Any]] | None = None) -> Smoke:
     """Start llama-server, wait for /health, send a real completion with a long prompt.
 
     `while_loaded(pid) -> dict`, if given, runs once the model is loaded (e.g. to sample GPU memory).
@@ -402,7 +408,7 @@ def smoke(runtime: Path, model: Path, device_args: list[str], env: dict, timeout
             stop(proc)
 
 
-def _rate(value) -> float | None:
+def _rate(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value >= 0 else None
 
 

@@ -13,7 +13,7 @@ import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 MAGIC = b"GGUF"
 VERSION = 3
@@ -71,9 +71,10 @@ def _string(s: str) -> bytes:
 
 def _value(kind: int, value: object, item: int | None = None) -> bytes:
     if kind == STRING:
-        return _string(value)
+        return _string(str(value))
     if kind == ARRAY:
-        values = list(value)
+        assert item is not None, "an ARRAY value names its element type"
+        values = list(cast(Sequence[Any], value))
         if item in _SCALARS:   # one struct call for a whole array of numbers (a vocabulary's scores)
             return struct.pack(f"<IQ{len(values)}{_SCALARS[item]}", item, len(values), *values)
         return struct.pack("<IQ", item, len(values)) + b"".join(_value(item, v) for v in values)
@@ -84,8 +85,7 @@ def write(path: Path, metadata: Sequence[tuple[str, Value]], tensors: Sequence[T
     """Write a GGUF file at path (the caller renames it into place)."""
     with open(path, "wb") as f:
         f.write(MAGIC + struct.pack("<IQQ", VERSION, len(tensors), len(metadata)))
-        for key, v in metadata:
-            f.write(_string(key) + struct.pack("<I", v.kind) + _value(v.kind, v.value, v.item))
+        f.writelines(_string(key) + struct.pack("<I", v.kind) + _value(v.kind, v.value, v.item) for key, v in metadata)
         offset = 0
         for t in tensors:
             dims = tuple(reversed(t.shape))   # GGUF lists the innermost dimension first
@@ -112,7 +112,7 @@ class _Reader:
     def __init__(self, f: BinaryIO, name: str):
         self.f, self.name = f, name
 
-    def take(self, fmt: str):
+    def take(self, fmt: str) -> Any:
         size = struct.calcsize("<" + fmt)
         data = self.f.read(size)
         if len(data) != size:

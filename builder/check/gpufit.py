@@ -72,7 +72,7 @@ def cuda_driver_check(record: CudaRuntimeRecord | None, host: NvidiaHost | None)
         jit = [g for g in host.gpus if g.capability is not None
                and any(needs_jit(m.code(), g.capability) for m in record.modules)]
         if jit:
-            return Check("NVIDIA driver", FAIL, f"{jit[0].name} ({_cap_text(jit[0].capability)}) has no SASS in the "
+            return Check("NVIDIA driver", FAIL, f"{jit[0].name} ({_cap_text(jit[0].capability or 0)}) has no SASS in the "
                          f"CUDA module, only PTX, and the driver must JIT-compile it: PTX from CUDA "
                          f"{record.version} needs driver >= {record.driver_for_ptx}, this host has {host.driver}",
                          f"update the driver to >= {record.driver_for_ptx}, or rebuild with SASS for this card "

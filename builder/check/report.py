@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 PASS, FAIL, WARN, SKIP, INFO = "pass", "fail", "warn", "skip", "info"
 STATUSES = (PASS, FAIL, WARN, SKIP, INFO)
@@ -18,11 +19,11 @@ class Check:
     meaning: str = ""  # what it means for a build (doctor's rows)
     section: str = ""  # doctor: "host" or "recipe"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"unknown check status {self.status!r}")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "reason": self.reason, "hint": self.hint}
 
 
@@ -35,5 +36,5 @@ class Report:
     def passed(self) -> bool:
         return all(c.status != FAIL for c in self.checks)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"runtime": self.subject, "passed": self.passed, "checks": [c.as_dict() for c in self.checks]}

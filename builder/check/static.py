@@ -26,6 +26,7 @@ import struct
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from elftools.elf.elffile import ELFFile
 
@@ -50,7 +51,7 @@ _VENDOR_NAMES = {"rocblas": "rocBLAS", "hipblaslt": "hipBLASLt"}
 _KERNEL_SUFFIXES = (".co", ".hsaco")
 
 
-def run(runtime: Path, manifest: Manifest | None, backends: tuple[str, ...], recipe=None,
+def run(runtime: Path, manifest: Manifest | None, backends: tuple[str, ...], recipe: Any = None,
         extra_hip_targets: tuple[str, ...] = (), here: bool = True) -> list[Check]:
     """here=False: the runtime is checked for another host (verify --static), so this host's glibc
     being older is a warning, not a failure."""
@@ -140,10 +141,10 @@ def hip_archs(module: Path) -> tuple[set[str], bool]:
         return walked if walked is not None else _scan_bundles(data)
 
 
-def _fatbin_range(f, size: int) -> tuple[int, int]:
+def _fatbin_range(f: BinaryIO, size: int) -> tuple[int, int]:
     try:
         sec = ELFFile(f).get_section_by_name(".hip_fatbin")
-    except Exception:              # not an ELF file we can read: the whole file
+    except Exception:  # noqa: BLE001 -- not an ELF file we can read: the whole file
         return 0, size
     if sec is None or sec["sh_offset"] + sec["sh_size"] > size:
         return 0, size
@@ -257,7 +258,7 @@ def _truncated(path: Path, size: int) -> str | None:
             return f"truncated: its program headers end at byte {phoff + phentsize * phnum}, the file has {size}"
         try:
             segments = list(ELFFile(f).iter_segments())
-        except Exception as exc:   # pyelftools raises many types on a corrupt file
+        except Exception as exc:  # noqa: BLE001 -- pyelftools raises many types on a corrupt file
             return f"a corrupt ELF file ({type(exc).__name__})"
     end = max((seg["p_offset"] + seg["p_filesz"] for seg in segments), default=0)
     return f"truncated: its segments end at byte {end}, the file has {size}" if end > size else None
@@ -351,7 +352,7 @@ def _walk(runtime: Path, files: dict[str, ElfInfo], own: list[str]) -> list[Reso
     return out
 
 
-def _decision(name: str, allowed: set[str], recipe) -> tuple[str, str]:
+def _decision(name: str, allowed: set[str], recipe: Any) -> tuple[str, str]:
     if name in allowed:
         return "system", "left to the host by the manifest"
     try:
@@ -360,9 +361,11 @@ def _decision(name: str, allowed: set[str], recipe) -> tuple[str, str]:
         return NEVER, exc.what
 
 
-def _closure_check(runtime: Path, resolved: list[Resolution], allowed: set[str], recipe,
+def _closure_check(runtime: Path, resolved: list[Resolution], allowed: set[str], recipe: Any,
                    unreadable: list[str]) -> Check:
-    problems, host_libs, absent = list(unreadable), set(), set()
+    problems = list(unreadable)
+    host_libs: set[str] = set()
+    absent: set[str] = set()
     inside = 0
     for r in resolved:
         decision, reason = _decision(r.name, allowed, recipe)
@@ -468,7 +471,7 @@ def _origin_entry(runtime: Path, rel: str, entry: str) -> Path | None:
 
 # --- never-bundled -----------------------------------------------------------
 
-def _never_check(runtime: Path, files: dict[str, ElfInfo], manifest: Manifest | None, recipe) -> Check:
+def _never_check(runtime: Path, files: dict[str, ElfInfo], manifest: Manifest | None, recipe: Any) -> Check:
     problems = []
     names: dict[str, str] = {}            # name -> runtime path that answers to it
     data = _data_paths(manifest)

@@ -17,10 +17,11 @@ from __future__ import annotations
 import random
 import string
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, cast
 
 from builder.check import gguffile as G
 
@@ -59,8 +60,8 @@ def _vocab(n_words: int) -> tuple[list[str], list[float], list[int]]:
     words = ["\u2581" + c for c in letters] + list(letters) + ["\u2581"]
     i = 0
     while len(words) < n_words:  # deterministic two/three-letter pieces
-        a, b = letters[i % 26], letters[(i // 26) % 26]
-        words.append(("\u2581" if i % 2 else "") + a + b + (letters[(i // 676) % 26] if i >= 676 else ""))
+        first, second = letters[i % 26], letters[(i // 26) % 26]
+        words.append(("\u2581" if i % 2 else "") + first + second + (letters[(i // 676) % 26] if i >= 676 else ""))
         i += 1
     seen = set(tokens)
     for rank, w in enumerate(words[:n_words]):
@@ -79,8 +80,9 @@ def _vocab_from(gguf_file: Path) -> tuple[list[str], list[float], list[int]]:
     model = meta.get("tokenizer.ggml.model")
     if model != "llama":
         raise ValueError(f"{gguf_file} has a {model!r} tokenizer; an SPM ('llama') vocab is needed")
-    return (list(meta["tokenizer.ggml.tokens"]), [float(x) for x in meta["tokenizer.ggml.scores"]],
-            [int(x) for x in meta["tokenizer.ggml.token_type"]])
+    tokens, scores, kinds = (cast(list[Any], meta[k]) for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                                                                "tokenizer.ggml.token_type"))   # arrays, by GGUF's spec
+    return list(tokens), [float(x) for x in scores], [int(x) for x in kinds]
 
 
 # --- the weights ----------------------------------------------------------------------------
@@ -125,7 +127,7 @@ def _random_block(seed: int, dtype: str) -> bytes:
     return struct.pack(f"<{len(values)}{'e' if dtype == G.F16 else 'f'}", *values)
 
 
-def _tiled(block: bytes, start: int):
+def _tiled(block: bytes, start: int) -> Callable[[BinaryIO, int], None]:
     """A writer of n bytes of `block` repeated, beginning at byte `start`."""
     turned = block[start:] + block[:start]
 
@@ -152,7 +154,9 @@ def write_tiny_llama(path: Path, shape: ModelShape = TINY, seed: int = 0, dtype:
     tokens, scores, types = _vocab_from(vocab_from) if vocab_from else _vocab(shape.n_vocab_words)
     n_vocab = len(tokens)
     head_dim = shape.n_embd // shape.n_head
-    u32 = lambda v: G.Value(G.UINT32, v)  # noqa: E731
+    def u32(v: int) -> G.Value:
+        return G.Value(G.UINT32, v)
+
     metadata = [
         ("general.architecture", G.Value(G.STRING, "llama")),
         ("general.name", G.Value(G.STRING, "assemble-random-llama")),

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import ui
 from builder import windows
@@ -27,10 +29,11 @@ from builder.toolchain import gpus as gpu_probes
 from builder.paths import scratch
 
 
-def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict,
+def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict[str, str],
                    host: _GpuHost) -> tuple[list[Check], list[str]]:
     """Each backend module must load; every device it reports must appear in --list-devices."""
-    checks, expected = [], []
+    checks: list[Check] = []
+    expected: list[str] = []
     for backend in backends:
         probes = [(module, devices.probe_module(runtime, module, env)) for module in devices.module_files(runtime, backend)]
         if backend == "cpu" and len(probes) > 1:      # CPU variants: one line for all of them
@@ -64,7 +67,7 @@ def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict,
     return checks, listed.devices
 
 
-def _cpu_variants_loaded(probes: list) -> Check:
+def _cpu_variants_loaded(probes: list[Any]) -> Check:
     failed = [(m, p) for m, p in probes if p.error]
     if failed:
         m, p = failed[0]
@@ -77,7 +80,7 @@ def _cpu_variants_loaded(probes: list) -> Check:
                  f"environment{note}")
 
 
-def _planted_check(runtime: Path, env: dict, accepted: str | None = None) -> Check:
+def _planted_check(runtime: Path, env: dict[str, str], accepted: str | None = None) -> Check:
     result = devices.planted_module_loaded(runtime, env)
     if result.loaded is None:
         return Check("working-directory modules", SKIP, f"not run: {result.how}")
@@ -91,7 +94,7 @@ def _planted_check(runtime: Path, env: dict, accepted: str | None = None) -> Che
     return Check("working-directory modules", PASS, result.how)
 
 
-def _ld_library_path_check(runtime: Path, env: dict) -> Check:
+def _ld_library_path_check(runtime: Path, env: dict[str, str]) -> Check:
     searched = devices.ld_library_path_searched(runtime, env)
     if searched.not_run:
         return Check("LD_LIBRARY_PATH decoys", SKIP, f"not run: {searched.not_run}")
@@ -104,7 +107,7 @@ def _ld_library_path_check(runtime: Path, env: dict) -> Check:
                  "library the runtime carries")
 
 
-def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict, model: Path | None) -> list[Check]:
+def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict[str, str], model: Path | None) -> list[Check]:
     checks = []
     with scratch("smoke-") as tmp:
         if model is None:
@@ -144,7 +147,7 @@ def _speeds(result: devices.Smoke) -> str:
 
 
 def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = False, model: Path | None = None,
-                   extra_env: dict | None = None, static: bool = False, hip_targets: tuple[str, ...] = (),
+                   extra_env: dict[str, str] | None = None, static: bool = False, hip_targets: tuple[str, ...] = (),
                    cuda_archs: tuple[CudaArch, ...] = ()) -> Report:
     """static: read files only (for a runtime meant for another host); hip_targets / cuda_archs: also
     check the code (and AMD data) for these cards."""
@@ -178,13 +181,13 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     elif (runtime / "bin" / "llama-server").is_file():
         if driver := gpufit.cuda_driver_check(host.cuda, host.nvidia):
             checks.append(driver)
-        device_checks, listed = _device_checks(runtime, backends, env, host)
+        device_checks, listed_devices = _device_checks(runtime, backends, env, host)
         checks += device_checks
         checks.append(cpuvariant.cpu_variant_check(runtime, env))
         checks.append(_planted_check(runtime, env, accepted))
         checks.append(_ld_library_path_check(runtime, env))
         if smoke:
-            gpu_listed = [d for d in listed if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
+            gpu_listed = [d for d in listed_devices if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
             checks += _smoke_checks(runtime, gpu_listed, env, model)
             for b in backends:   # a GPU backend with nothing to run on is reported, never passed silently
                 if b in DEVICE_PREFIX and not any(d.startswith(DEVICE_PREFIX[b]) for d in gpu_listed):
@@ -221,7 +224,7 @@ def _width(report: Report) -> int:
 
 
 def _line(c: Check, width: int) -> str:
-    colour = {PASS: ui.ok, FAIL: ui.bad, WARN: lambda s: s, SKIP: lambda s: s}
+    colour: dict[str, Callable[[str], str]] = {PASS: ui.ok, FAIL: ui.bad, WARN: str, SKIP: str}
     line = f"  {c.name.ljust(width)}  {colour[c.status](c.status.upper().ljust(4))}  {c.reason}"
     if c.hint and c.status in (FAIL, WARN):
         line += f"\n  {' ' * width}        hint: {c.hint}"

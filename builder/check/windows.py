@@ -94,7 +94,7 @@ def verify_windows(runtime: Path, m: Manifest | None = None, accepted: str | Non
                        if (r := host_rule(p.path.name)) and r.kind == "driver"]
     checks.append(_check("driver DLLs", carried_drivers, "none carried: the host's driver provides them",
                          "delete it from the inputs: a driver DLL must be the one the installed driver brought"))
-    found = {module_backend(p.path.name) for p in pes} - {None}
+    found = {b for p in pes if (b := module_backend(p.path.name)) is not None}
     missing = [f"no ggml-{b}*.dll for backend {b}" for b in m.recipe.backends if b not in found]
     checks.append(_check("backend modules", missing, f"{', '.join(sorted(found)) or '(none)'}",
                          "repair again from the zips that carry those backends"))

@@ -3,8 +3,10 @@ command line's step of the configuration cascade (builder.config.options.CliOpti
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
+from typing import Any, TypeAlias
 
 from builder.config.options import LAUNCHERS, CliOptions
 from builder.config.targets import CudaArch, GfxTarget
@@ -17,9 +19,11 @@ EXAMPLES = """examples:
   assemble build --recipe rocm --rocm-path /opt/rocm-6.4 --hip-target gfx1100
   assemble build --recipe vulkan --check-env GGML_VK_VISIBLE_DEVICES=0   (CPU Vulkan driver)"""
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# what main() hands each command's register(): argparse's subparsers object (its class is private)
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
-def add_recipe(p, *, required: bool = True, many: bool = False, what: str = "") -> None:
+def add_recipe(p: argparse.ArgumentParser, *, required: bool = True, many: bool = False, what: str = "") -> None:
     """The recipe, spelled NAME or --recipe NAME (every command that takes one takes both); after
     parsing, settle_recipe leaves it in args.recipe (a list with many=True)."""
     text = "recipe name, alias or path to a .toml file" + (what and f" ({what})")
@@ -29,7 +33,7 @@ def add_recipe(p, *, required: bool = True, many: bool = False, what: str = "") 
     p.set_defaults(recipe_rule=(required, many, p.prog))     # p.prog: "assemble build"
 
 
-def settle_recipe(args) -> None:
+def settle_recipe(args: argparse.Namespace) -> None:
     """args.recipe from NAME or --recipe NAME; both spellings, or two different names, are refused."""
     if not hasattr(args, "recipe_rule"):
         return
@@ -52,7 +56,7 @@ def settle_recipe(args) -> None:
     args.recipe = names if many else (names[0] if names else None)
 
 
-def add_plan_options(p) -> None:
+def add_plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", metavar="DIR", help="build this local llama.cpp checkout instead of the pinned mirrors")
     p.add_argument("--mirror", action="append", default=[], metavar="URL|DIR",
                    help="a git mirror tried before the recipe's own (a URL, or a local repository); repeatable")
@@ -81,7 +85,7 @@ def add_plan_options(p) -> None:
                    help="build CUDA >= 13 for sm_120/121 anyway; the 50-80%% long-context slowdown is recorded")
 
 
-def add_toolkit_options(p) -> None:
+def add_toolkit_options(p: argparse.ArgumentParser) -> None:
     """Where the GPU toolkits are: `doctor` takes these too, and resolves them the same way."""
     p.add_argument("--cuda-root", metavar="DIR",
                    help="CUDA toolkit to use (else CUDAToolkit_ROOT, CUDA_PATH, CUDA_HOME, nvcc on PATH)")
@@ -122,7 +126,7 @@ def lib_dirs(given: list[str]) -> tuple[Path, ...]:
     return tuple(out)
 
 
-def cli_options(args, **extra) -> CliOptions:
+def cli_options(args: argparse.Namespace, **extra: Any) -> CliOptions:
     """The plan options of `args` (what add_plan_options added), validated: one line on bad input."""
     if args.jobs is not None and args.jobs < 1:
         raise AssembleError("--jobs must be at least 1", where="--jobs", fix="write e.g. -j 8")

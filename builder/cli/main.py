@@ -10,7 +10,9 @@ import argparse
 import importlib
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from builder import __version__, paths, ui
 from builder.cli.args import settle_recipe
@@ -36,10 +38,11 @@ def _asks_json(argv: list[str]) -> bool:
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message):  # one line like every other error (subcommand parsers inherit it)
+    def error(self, message: str) -> NoReturn:  # one line like every other error (subcommand parsers inherit it)
         self.exit(refused(AssembleError(message, fix=f"see `{self.prog} --help`"), _json_asked))
 
-    def parse_known_args(self, args=None, namespace=None):
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]  # typeshed: overloads generic in the namespace
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         ns, rest = super().parse_known_args(args, namespace)
         try:
             settle_recipe(ns)          # NAME or --recipe NAME, whichever was given: args.recipe
@@ -48,7 +51,7 @@ class _OneLineParser(argparse.ArgumentParser):
         return ns, rest
 
 
-def global_flags(p: argparse.ArgumentParser, default) -> None:
+def global_flags(p: argparse.ArgumentParser, default: object) -> None:
     """-q -v --debug --json: before the command (default False) or after it (default SUPPRESS, so a
     flag given before is not reset by the command's parser)."""
     p.add_argument("-q", "--quiet", action="store_true", default=default, help="only errors and the result")
@@ -99,7 +102,7 @@ def _misplaced_option(p: argparse.ArgumentParser, argv: list[str]) -> str | None
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _json_asked
+    global _json_asked  # noqa: PLW0603 -- one process-wide flag the error paths read
     argv = sys.argv[1:] if argv is None else argv
     _json_asked = _asks_json(argv)
     try:
@@ -141,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return refused(paths.full_disk(exc) or AssembleError(
             str(exc.strerror or exc), where=str(exc.filename) if getattr(exc, "filename", None) else None,
             fix="check free space and permissions there (--debug shows where)", code=FAILED), args.json)
-    except Exception as exc:  # a bug in assemble: still one line, the traceback on request
+    except Exception as exc:  # noqa: BLE001 -- a bug in assemble: still one line, the traceback on request
         if from_interrupt(exc):
             return interrupted()
         if args.debug:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from builder.errors import AssembleError
 from builder.paths import builtin_data
@@ -53,23 +54,23 @@ class RocmDriverExpectation:
 
 @dataclass(frozen=True)
 class DriverTable:
-    cuda_majors: Mapping            # major (int) -> (minimum, source, note)
-    cuda_toolkits: Mapping          # "12.8" -> (driver, updates, source)
-    rocm: Mapping                   # "6.4" -> RocmDriverExpectation
+    cuda_majors: Mapping[int, Any]           # major (int) -> (minimum, source, note)
+    cuda_toolkits: Mapping[str, Any]         # "12.8" -> (driver, updates, source)
+    rocm: Mapping[str, Any]                  # "6.4" -> RocmDriverExpectation
 
 
 def _fail(path: Path, key: str, what: str) -> AssembleError:
     return AssembleError(f"{key}: {what}", where=str(path), fix="restore the file from the package")
 
 
-def _text(path: Path, key: str, raw: dict, name: str, pattern: re.Pattern, example: str) -> str:
+def _text(path: Path, key: str, raw: dict[str, Any], name: str, pattern: re.Pattern[str], example: str) -> str:
     value = raw.get(name)
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise _fail(path, f"{key}.{name}", f"{value!r} is not {example}")
     return value
 
 
-def _keys(path: Path, key: str, raw, required: set, optional: set = frozenset()) -> None:
+def _keys(path: Path, key: str, raw: object, required: set[str], optional: set[str] | frozenset[str] = frozenset()) -> None:
     if not isinstance(raw, dict) or not required <= set(raw) <= required | optional:
         names = ", ".join(sorted(required)) + (f" (and optionally {', '.join(sorted(optional))})" if optional else "")
         raise _fail(path, key, f"an entry has exactly {names}")
@@ -85,7 +86,7 @@ def parse_table(path: Path, text: str | None = None) -> DriverTable:
     extra = set(data) - {"cuda_major", "cuda_toolkit", "rocm"}
     if extra:
         raise _fail(path, min(extra), "unknown table (cuda_major, cuda_toolkit and rocm are known)")
-    majors: dict = {}
+    majors: dict[int, tuple[str, str, str]] = {}
     for i, raw in enumerate(data.get("cuda_major", [])):
         key = f"cuda_major[{i}]"
         _keys(path, key, raw, {"major", "minimum", "source"}, {"note"})
@@ -97,7 +98,7 @@ def parse_table(path: Path, text: str | None = None) -> DriverTable:
             raise _fail(path, f"{key}.note", "must be text")
         majors[major] = (_text(path, key, raw, "minimum", _DRIVER, "a driver version like 525.60.13"),
                          _text(path, key, raw, "source", _URL, "an https:// address"), note)
-    toolkits: dict = {}
+    toolkits: dict[str, Any] = {}
     for i, raw in enumerate(data.get("cuda_toolkit", [])):
         key = f"cuda_toolkit[{i}]"
         _keys(path, key, raw, {"version", "driver", "source"}, {"updates"})
@@ -111,7 +112,7 @@ def parse_table(path: Path, text: str | None = None) -> DriverTable:
             raise _fail(path, f"{key}.updates", "must be a list of driver versions")
         toolkits[version] = (_text(path, key, raw, "driver", _DRIVER, "a driver version like 570.26"),
                              tuple(updates), _text(path, key, raw, "source", _URL, "an https:// address"))
-    rocm: dict = {}
+    rocm: dict[str, Any] = {}
     for i, raw in enumerate(data.get("rocm", [])):
         key = f"rocm[{i}]"
         _keys(path, key, raw, {"version", "kernel_drivers", "source"})
@@ -140,7 +141,7 @@ def table(path: Path | None = None) -> DriverTable:
     return _load(path or TABLE)
 
 
-def _line(version, pattern: re.Pattern, what: str) -> tuple[int, int]:
+def _line(version: object, pattern: re.Pattern[str], what: str) -> tuple[int, int]:
     m = pattern.fullmatch(version.strip()) if isinstance(version, str) else None
     if not m:
         raise ValueError(f"{version!r} is not a {what}")

@@ -14,6 +14,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from builder.config import cpulevels, remotecache
 from builder.config.recipe import Mirror, Recipe, Unit
@@ -87,10 +88,10 @@ class CliOptions:
 @dataclass(frozen=True)
 class Setting:
     """A resolved value and the step of the cascade that gave it."""
-    value: object
+    value: Any                        # each field's own type (int jobs, str paths, a RemoteCache, None)
     origin: str                       # "default", "recipe", "CUDAToolkit_ROOT", "--cuda-root", ...
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"value": self.value, "from": self.origin}
 
 
@@ -100,6 +101,16 @@ class Where:
     kind: str                         # host | container | adopted
     image: str | None = None          # containers/<image>.Containerfile
     folder: str | None = None         # the --unit-from folder
+
+    def image_name(self) -> str:
+        """A container unit's image (every one names it; the others have none)."""
+        assert self.image is not None, f"a {self.kind} unit has no image"
+        return self.image
+
+    def folder_name(self) -> str:
+        """An adopted unit's --unit-from folder (every one names it; the others have none)."""
+        assert self.folder is not None, f"a {self.kind} unit has no folder"
+        return self.folder
 
     def label(self) -> str:
         return {HOST: "host", CONTAINER: f"container {self.image}", ADOPTED: f"built elsewhere ({self.folder})"}[self.kind]
@@ -127,10 +138,10 @@ class UnitConfig:
     def cmake_defines(self) -> tuple[tuple[str, str], ...]:
         return tuple((d.key, d.value) for d in self.defines)
 
-    def abi(self) -> dict:
+    def abi(self) -> dict[str, Any]:
         return {k: self.value(k) for k in ABI_DEFINES}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "backends": list(self.backends), "where": self.where.label(),
                 "cuda_archs": [str(a) for a in self.cuda_archs], "hip_targets": [str(t) for t in self.hip_targets],
                 "defines": {d.key: d.value for d in self.defines}}
@@ -166,7 +177,7 @@ class BuildConfig:
     def cuda_unit(self) -> UnitConfig | None:
         return next((u for u in self.units if "cuda" in u.backends), None)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """What `show`, `doctor` and `matrix` print and the manifest records: the same values."""
         return {"recipe": self.recipe.name, "sha": self.recipe.pin.sha, "backends": list(self.recipe.backends),
                 "targets": list(self.targets), "patches": list(self.recipe.patches_on),
@@ -211,7 +222,7 @@ class ToolPlaces:
     cc: Setting
     cxx: Setting
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"cuda_root": self.cuda_root.as_dict(), "rocm_path": self.rocm_path.as_dict(),
                 "cc": self.cc.as_dict(), "cxx": self.cxx.as_dict()}
 
@@ -233,8 +244,8 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
         image = None if cli.container == "none" else (unit.container or cli.container)
         where = Where(CONTAINER, image=image) if image else Where(HOST)
     backends = set(unit.backends)
-    cuda = (cli.cuda_archs or recipe.cuda.architectures) if "cuda" in backends else ()
-    hip = (((cli.hip_target,) if cli.hip_target else recipe.hip.targets) if "hip" in backends else ())
+    cuda = (cli.cuda_archs or (recipe.cuda.architectures if recipe.cuda else ())) if "cuda" in backends else ()
+    hip = (((cli.hip_target,) if cli.hip_target else (recipe.hip.targets if recipe.hip else ())) if "hip" in backends else ())
     cascade: list[Define] = [Define(k, v, "default") for k, v in BASE_DEFINES]
     cascade += [Define(f"GGML_{b.upper()}", "ON" if b in backends else "OFF", "backend") for b in ("cuda", "hip", "vulkan")]
     cascade += _cpu_defines(recipe)
@@ -243,7 +254,7 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
     if hip:
         gpu = ";".join(map(str, hip))
         cascade += [Define("GPU_TARGETS", gpu, "targets"), Define("AMDGPU_TARGETS", gpu, "targets"),
-                    Define("GGML_HIP_RCCL", "ON" if recipe.hip.rccl else "OFF", "recipe [hip]")]
+                    Define("GGML_HIP_RCCL", "ON" if recipe.hip and recipe.hip.rccl else "OFF", "recipe [hip]")]
     cascade += [Define(k, v, "recipe") for k, v in recipe.defines]
     cascade += [Define(k, v, f"unit {unit.name}") for k, v in unit.defines]
     cascade += [Define(k, v, "--define") for k, v in cli.defines]
@@ -265,6 +276,7 @@ def _cpu_defines(recipe: Recipe) -> list[Define]:
         return [Define("GGML_CPU_ALL_VARIANTS", "ON", "recipe [cpu]")] + [
             Define(k, v, "recipe [cpu] (each variant sets its own)") for k, v in cpulevels.ALL_VARIANTS_DEFINES]
     chosen = cpulevels.level(recipe.cpu.variants)
+    assert chosen is not None, "the recipe's check accepts only known levels"
     return [Define("GGML_CPU_ALL_VARIANTS", "OFF", "recipe [cpu]")] + [
         Define(k, v, f"recipe [cpu] level {chosen.name}") for k, v in chosen.defines()]
 

@@ -12,6 +12,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.config import cpulevels, glibc
 from builder.config.upstream import BUILD_RE
@@ -64,6 +65,12 @@ class Mirror:
         if self.kind == "sdist":
             return f"sdist {self.package}=={self.version}"
         return f"local {self.path}"
+
+    def field(self, name: str) -> str:
+        """A field this kind of mirror always has (the recipe check refuses one without it)."""
+        value = getattr(self, name)
+        assert isinstance(value, str), f"a {self.kind} mirror without {name}"
+        return value
 
 
 @dataclass(frozen=True)
@@ -127,6 +134,16 @@ class Recipe:
     def gpu_backends(self) -> tuple[str, ...]:
         return tuple(b for b in self.backends if b != "cpu")
 
+    @property
+    def cuda_toolkit(self) -> str | None:
+        """[cuda] toolkit, the version constraint; None when none is given (or no [cuda])."""
+        return self.cuda.toolkit if self.cuda else None
+
+    @property
+    def hip_targets(self) -> tuple[GfxTarget, ...]:
+        """[hip] targets; () when the recipe has no [hip]."""
+        return self.hip.targets if self.hip else ()
+
 
 # --- schema ----------------------------------------------------------------
 
@@ -140,7 +157,7 @@ _MIRROR = {"kind": str, "url": str, "package": str, "version": str, "sha256": st
            "subdir": str, "path": str}
 _CUDA = {"architectures": list, "toolkit": str, "accept_blackwell_regression": bool}
 _HIP = {"targets": list, "multi_arch_risk": str, "rccl": bool}
-_VULKAN: dict = {}
+_VULKAN: dict[str, Any] = {}
 _CPU = {"variants": str}
 _UNIT = {"name": str, "backends": list, "container": str, "defines": dict}
 _CMAKE = {"defines": dict}
@@ -157,7 +174,7 @@ class _Checker:
     def fail(self, key: str, what: str, fix: str) -> AssembleError:
         return AssembleError(what, where=f"{self.path}: {key}", fix=fix)
 
-    def table(self, data: dict, schema: dict, prefix: str) -> dict:
+    def table(self, data: dict[str, Any], schema: dict[str, Any], prefix: str) -> dict[str, Any]:
         for key, value in data.items():
             full = f"{prefix}{key}"
             if key not in schema:
@@ -170,14 +187,14 @@ class _Checker:
                                 f"write {full} as {_TYPE_NAMES[want]}")
         return data
 
-    def strings(self, value: list, key: str) -> tuple[str, ...]:
+    def strings(self, value: list[Any], key: str) -> tuple[str, ...]:
         for item in value:
             if not isinstance(item, str) or not item:
                 raise self.fail(key, f"expected a list of non-empty strings, found {item!r}",
                                 f"quote each entry of {key}")
         return tuple(value)
 
-    def grammar(self, value: str, key: str, pattern: re.Pattern, what: str, fix: str) -> str:
+    def grammar(self, value: str, key: str, pattern: re.Pattern[str], what: str, fix: str) -> str:
         if not pattern.fullmatch(value):
             raise self.fail(key, f"{value!r} is not {what}", fix)
         return value
@@ -198,7 +215,7 @@ class _Checker:
                 raise self.fail(key, f"{value[:40]!r} holds a control character ({bad.group()!r})",
                                 "write it on one line, without control characters")
 
-    def defines(self, value: dict, key: str) -> tuple[tuple[str, str], ...]:
+    def defines(self, value: dict[str, Any], key: str) -> tuple[tuple[str, str], ...]:
         out = []
         for name, val in value.items():
             if not CMAKE_NAME_RE.fullmatch(name):
@@ -212,7 +229,7 @@ class _Checker:
             out.append((name, str(val)))
         return tuple(out)
 
-    def reasons(self, value: dict, key: str) -> tuple[tuple[str, str], ...]:
+    def reasons(self, value: dict[str, Any], key: str) -> tuple[tuple[str, str], ...]:
         for name, reason in value.items():
             if not isinstance(reason, str) or not reason.strip():
                 raise self.fail(f"{key}.{name}", "needs a stated reason",
@@ -238,10 +255,10 @@ def _mirror(c: _Checker, raw: object, key: str, pin_sha: str) -> Mirror:
                                   ("path", PATH_RE, "a folder")):
         if raw.get(field_) is not None:
             c.grammar(raw[field_], f"{key}.{field_}", pattern, what, f"write {field_} as {what}, on one line")
-    return Mirror(**{k: v for k, v in raw.items()})
+    return Mirror(**raw)
 
 
-def _backend_list(c: _Checker, raw: list, key: str) -> tuple[str, ...]:
+def _backend_list(c: _Checker, raw: list[Any], key: str) -> tuple[str, ...]:
     names = c.strings(raw, key)
     for b in names:
         if b not in BACKENDS:
@@ -381,7 +398,7 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
                   glibc_floor=floor, bundle_licenses=licenses)
 
 
-def _licence_texts(c: _Checker, value: dict, path: Path) -> tuple[tuple[str, str], ...]:
+def _licence_texts(c: _Checker, value: dict[str, Any], path: Path) -> tuple[tuple[str, str], ...]:
     """[bundle.licenses] "libfoo.so.*" = "LICENSE.foo": the licence text of a carried library no package
     names, a path inside the recipe's own folder; it must exist when the recipe is read. The text is copied
     verbatim into a public release, so a shared recipe must not reach out of its folder (an ssh key, ~/.netrc)."""
@@ -402,7 +419,7 @@ def _licence_texts(c: _Checker, value: dict, path: Path) -> tuple[tuple[str, str
     return tuple(out)
 
 
-def _units(c: _Checker, raw: list | None, backends: tuple[str, ...]) -> tuple[Unit, ...]:
+def _units(c: _Checker, raw: list[Any] | None, backends: tuple[str, ...]) -> tuple[Unit, ...]:
     if raw is None:  # the usual case: one CMake configure holds every backend
         return (Unit(name="main", backends=backends),)
     units = []

@@ -35,11 +35,15 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote
 
 from builder.errors import AssembleError
+
+T = TypeVar("T")
 
 ENV = "ASSEMBLE_REMOTE_CACHE"        # the environment's way to set it (--remote-cache wins)
 SCHEMES = {"ccache": ("redis", "redis+unix", "http"), "sccache": ("redis", "redis+unix", "s3", "gs", "gha")}
@@ -176,7 +180,7 @@ def parse(url: str, where: str) -> RemoteCache:
     return RemoteCache(scheme, host, None, path.strip("/"), given=url)       # s3, gs
 
 
-def _authority(authority: str | None, scheme: str, refuse) -> tuple[str | None, str | None, str, int | None]:
+def _authority(authority: str | None, scheme: str, refuse: Callable[..., AssembleError]) -> tuple[str | None, str | None, str, int | None]:
     """(user, password, host, port) of `[userinfo@]host[:port]`; host "" for redis+unix."""
     if authority is None:
         return None, None, "", None
@@ -225,7 +229,7 @@ def _authority(authority: str | None, scheme: str, refuse) -> tuple[str | None, 
     return user, password, host, int(port_text) if port_text is not None else None
 
 
-def _query(query: str, scheme: str, refuse) -> dict:
+def _query(query: str, scheme: str, refuse: Callable[..., AssembleError]) -> dict[str, Any]:
     """db, password and user from a Redis URL's query (redis-py's and the redis crate's names)."""
     if not query:
         return {}
@@ -235,7 +239,7 @@ def _query(query: str, scheme: str, refuse) -> dict:
         pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
     except ValueError:
         raise refuse("its query is not name=value pairs") from None
-    out: dict = {}
+    out: dict[str, Any] = {}
     for name, value in pairs:
         key = _QUERY_NAMES.get(name.lower())
         if key is None:
@@ -251,7 +255,7 @@ def _query(query: str, scheme: str, refuse) -> dict:
     return out
 
 
-def _one(a, b, what: str, refuse):
+def _one(a: T | None, b: T | None, what: str, refuse: Callable[..., AssembleError]) -> T | None:
     if a is not None and b is not None:
         raise refuse(f"it gives the {what} twice (in the URL and in its query)")
     return a if a is not None else b

@@ -11,6 +11,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder import paths, ui
 from builder.units import cacherelay, cachestats, collect, merge, run, unitfolder
@@ -20,13 +21,14 @@ from builder.units.unitfolder import UnitDescription
 from builder.check.report import Report
 from builder.config import glibc, versions
 from builder.config.options import ADOPTED, CONTAINER, RELOCATABLE_UNITY_CMAKE, BuildConfig, UnitConfig
+from builder.config.recipe import Recipe
 from builder.errors import AssembleError
 from builder.flows import publish
 from builder.proc import git
 from builder.runtime import gpuruntime, manifest
 from builder.runtime.bundle import plan_bundle
 from builder.runtime.elf import folder_need
-from builder.runtime.place import place_bundle
+from builder.runtime.place import BundleResult, place_bundle
 from builder.runtime import licenses
 from builder.source import features, patches
 from builder.source.fetch import SourceTree, cached_tree, local_tree, pinned_tree
@@ -55,13 +57,13 @@ class Prepared:
     build_tree: patches.PreparedTree
     feature_report: features.FeatureReport
     plans: tuple[UnitPlan, ...]                 # the units this run builds or merges, in recipe order
-    records: dict = field(default_factory=dict)   # unit name -> {"cuda_policy": ..., "hip_policy": ...}
-    adopted: dict = field(default_factory=dict)   # unit name -> UnitDescription of a folder built elsewhere
+    records: dict[str, Any] = field(default_factory=dict)   # unit name -> {"cuda_policy": ..., "hip_policy": ...}
+    adopted: dict[str, Any] = field(default_factory=dict)   # unit name -> UnitDescription of a folder built elsewhere
 
 
 def _adopt(config: BuildConfig) -> tuple[BuildConfig, dict[str, UnitDescription]]:
     """Units named by --unit-from take their targets and defines from their folders."""
-    recorded = {u.name: unitfolder.read(u.where.folder, config.recipe, u.name)
+    recorded = {u.name: unitfolder.read(u.where.folder_name(), config.recipe, u.name)
                 for u in config.units if u.where.kind == ADOPTED}
     if not recorded:
         return config, {}
@@ -77,7 +79,7 @@ def patch_context(config: BuildConfig, toolchains: dict[str, Toolchain]) -> patc
 
 
 def _enforce(config: BuildConfig, units: tuple[UnitConfig, ...], toolchains: dict[str, Toolchain],
-             blackwell_patch: str | None) -> dict:
+             blackwell_patch: str | None) -> dict[str, Any]:
     """The rules for every unit: the first refusal stops the build here, before CMake runs."""
     records, host, cached = {}, distro(), provision.cached_toolkits()
     for unit in units:
@@ -91,7 +93,7 @@ def _enforce(config: BuildConfig, units: tuple[UnitConfig, ...], toolchains: dic
     return records
 
 
-def _engine(config: BuildConfig, units: tuple[UnitConfig, ...]):
+def _engine(config: BuildConfig, units: tuple[UnitConfig, ...]) -> container.Engine | None:
     return container.find_engine(config.engine.value) if any(u.where.kind == CONTAINER for u in units) else None
 
 
@@ -178,14 +180,15 @@ def preview(config: BuildConfig) -> tuple[UnitPreview, ...]:
     units = config.wanted()
     toolchains = survey.for_units(config, units, probe_images=False)
     tree = local_tree(config.source, config.recipe) if config.source else cached_tree(config.recipe.pin.sha)
+    sha: str | None
     if tree is None:
         src, tree_id, sha = Path("<cache>/trees/<sha>-<patch set>/src"), "", config.recipe.pin.sha
         blackwell_patch = rules.blackwell_patch_state(config.recipe.patches_on, ())
     else:
-        plan = patches.plan_tree(tree, config.recipe, patch_context(config, toolchains))
-        src, sha = plan.dest or tree.path, tree.sha
-        tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in plan.applied)
-        blackwell_patch = rules.blackwell_patch_state([p.name for p in plan.applied], plan.skipped)
+        tree_plan = patches.plan_tree(tree, config.recipe, patch_context(config, toolchains))
+        src, sha = tree_plan.dest or tree.path, tree.sha
+        tree_id = ",".join(f"{p.name}:{p.sha256[:12]}" for p in tree_plan.applied)
+        blackwell_patch = rules.blackwell_patch_state([p.name for p in tree_plan.applied], tree_plan.skipped)
     host, cached = distro(), provision.cached_toolkits()
     out = []
     for u in units:
@@ -266,7 +269,7 @@ def build(req: BuildRequest) -> Path:
 def _inputs(req: BuildRequest, lib_dirs: list[Path]) -> list[tuple[str, Path]]:
     """Folders the build reads besides the source: the output may be none of them, hold none and lie
     inside none, and --keep never deletes one."""
-    return ([(f"the --unit-from folder of {u.name}", Path(u.where.folder).expanduser()) for u in req.config.units
+    return ([(f"the --unit-from folder of {u.name}", Path(u.where.folder_name()).expanduser()) for u in req.config.units
              if u.where.kind == ADOPTED]
             + [("a --lib-path folder", d) for d in lib_dirs])
 
@@ -292,10 +295,10 @@ def _toolchain_lib_dirs(plans: tuple[UnitPlan, ...]) -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
-def _cache_stats(build_dir: Path) -> dict | None:
+def _cache_stats(build_dir: Path) -> dict[str, Any] | None:
     """The compile cache's counters of the folder's last build (None: no stats, e.g. nothing was compiled)."""
     try:
-        return json.loads((build_dir / cachestats.STATS_FILE).read_text())
+        return dict(json.loads((build_dir / cachestats.STATS_FILE).read_text()))
     except (OSError, ValueError):
         return None
 
@@ -307,7 +310,7 @@ def _commit_time(tree: Path, sha: str | None) -> int | None:
     return int(proc.stdout.strip()) if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Manifest:
+def _manifest(recipe: Recipe, prepared: Prepared, result: BundleResult, staged: Path) -> manifest.Manifest:
     tree = prepared.tree
     plans = prepared.plans
     toolkits = {k: str(p.toolchain[k].get("version") or "") for p in plans for k in ("cuda", "rocm")
@@ -337,7 +340,7 @@ def _manifest(recipe, prepared: Prepared, result, staged: Path) -> manifest.Mani
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         glibc_floor=manifest.GlibcFloor(*glibc.default_promise(recipe.glibc_floor, built_here=not any(
                                             p.unit.where.kind in (CONTAINER, ADOPTED) for p in plans)),
-                                        needed_by=(need := folder_need(staged)) and need.file),
+                                        needed_by=need.file if (need := folder_need(staged)) else None),
         system_libs=result.system_libs, files=result.files, symlinks=result.symlinks,
         config=prepared.config.as_dict(),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], toolkits),

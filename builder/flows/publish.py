@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from builder import locks, paths, ui
 from builder.errors import AssembleError, BuildFailed
@@ -106,7 +106,7 @@ def check_destination(out: Path | str, *, cache: Path, source: Path | None = Non
     if _is_system(path):
         raise _refuse(path, "--out is a system folder; a runtime never replaces one", _PICK)
     cache = Path(os.path.realpath(cache))
-    homes = [("your home directory", paths.home())] if paths.home() is not None else []
+    homes = [("your home directory", home)] if (home := paths.home()) is not None else []
     for words, folder in [("the working directory", Path.cwd()), *homes,
                           ("the assemble installation", paths.PROJECT_DIR), *inputs]:
         _not_holding(path, words, Path(os.path.realpath(folder)))
@@ -148,7 +148,7 @@ def check_input(given: str, *, cache: Path) -> None:
     if path == Path("/"):
         raise AssembleError("an input is the root folder; assemble reads every file under an input", where=given,
                             fix=fix)
-    homes = [("your home directory", paths.home())] if paths.home() is not None else []
+    homes = [("your home directory", home)] if (home := paths.home()) is not None else []
     for words, folder in [("the assemble cache", cache), *homes]:
         folder = Path(os.path.realpath(folder))
         if path == folder or _inside(folder, path):
@@ -232,7 +232,7 @@ def _refuse(path: Path, what: str, fix: str) -> AssembleError:
 # --- one writer per output ---------------------------------------------------------------
 
 @contextlib.contextmanager
-def locked(target: Target, wait: bool = True):
+def locked(target: Target, wait: bool = True) -> Iterator[None]:
     """An exclusive lock for one output (a file in the cache, never beside the output). Disk-full,
     read-only and permission errors met while holding it become one clear line, not a traceback."""
     busy = None if wait else AssembleError("another assemble run is writing this runtime", where=str(target.path),
@@ -325,6 +325,7 @@ def _recover_swap(target: Target, ledger: locks.Ledger) -> locks.Ledger:
     """A swap killed half-way (SIGKILL, power): put the new runtime in place if it was verified and
     staged, else the old one back; record where the old one is."""
     out, j = target.path, ledger.swap
+    assert j is not None, "called with a swap in the journal"
     staging, aside = Path(j["staging"]), Path(j["aside"])
     new, old = tuple(j["new"]), tuple(j["old"])
     if locks.identity(out) == new:
@@ -393,6 +394,7 @@ def _make_staging(target: Target) -> Staging:
                             fix="choose an output folder you can write to (--out DIR)") from None
     entry = locks.made("staging", path, mark=locks.mark(path))
     _save(target, _load(target).plus(entry))
+    assert entry.dev is not None and entry.ino is not None   # made just above
     return Staging(path, (entry.dev, entry.ino))
 
 
@@ -405,7 +407,7 @@ def _discard(target: Target, staging: Staging) -> None:
 
 
 @contextlib.contextmanager
-def _signals_deferred():
+def _signals_deferred() -> Iterator[None]:
     """Hold Ctrl-C and termination signals until the swap is done; the first one held is delivered on
     leaving. Python runs signal handlers in the main thread whichever thread the kernel picked (a
     copy or probe pool may still be alive), so a mask on this thread alone is not enough: the
@@ -431,7 +433,7 @@ def _signals_deferred():
 
 
 @functools.cache
-def _renameat2():
+def _renameat2() -> Any:                 # the C function (ctypes), or None
     try:
         fn = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
@@ -519,6 +521,7 @@ def _swap(target: Target, staging: Staging, before: str) -> Path | None:
         locks.unmark(out)
         return None
     aside, old = _aside_name(out), locks.identity(out)
+    assert old is not None, "a swap replaces a runtime that is there"
     ledger = _load(target)
     _save(target, locks.Ledger(ledger.place, ledger.entries, {"staging": str(staging.path), "aside": str(aside),
                                                             "new": list(staging.ident), "old": list(old)}))

@@ -17,6 +17,7 @@ import struct
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from elftools.common.exceptions import ELFError
 
@@ -233,8 +234,8 @@ class _Sorted:
             why = f"a symlink leaving the input (to {real})"
             (self.left.append(LeftOut(p, why)) if kind == "library" else self.refused.append((p, why)))
         elif kind == "module":
-            self.refused.append((p, f"a symlink (to {os.path.relpath(real, os.path.dirname(p))}): a backend module "
-                                    "is carried as its own file"))
+            self.refused.append((p, (f"a symlink (to {os.path.relpath(real, os.path.dirname(p))}): a backend module "
+                                     "is carried as its own file")))
         elif kind == "executable":
             self.left.append(LeftOut(p, f"a symlink to {os.path.relpath(real, os.path.dirname(p))}"))
 
@@ -294,7 +295,7 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
                                 "from the input, never from the host")
     own_libs = []
     for name in needed:
-        path, info = libs[name]
+        path, _info = libs[name]
         link_names = {*links.get(str(path.resolve()), []), name} - {path.name}
         own_libs.append(own_file(path, "library", tuple(sorted(link_names))))
     left += [LeftOut(p, "nothing carried needs it") for n, (p, _) in libs.items() if n not in needed]
@@ -325,7 +326,7 @@ def _cpu_levels_complete(mods: dict[str, Path], without: Collection[str], where:
                                 f"purpose with {WITHOUT} {missing[0]}")
 
 
-def _damaged_needed(damaged: dict[Path, str], wanted: set[str], resolved: set[str], links: dict,
+def _damaged_needed(damaged: dict[Path, str], wanted: set[str], resolved: set[str], links: dict[str, Any],
                     shown: Callable[[Path], str]) -> None:
     """A damaged library that something carried needs (by its file name or a link to it) and that no
     whole copy provides is refused."""
@@ -345,7 +346,7 @@ def _once(seen: dict[str, Path], name: str, path: Path) -> None:
     seen.setdefault(name, path)
 
 
-def _library(libs: dict, soname: str, path: Path, info: ElfInfo) -> None:
+def _library(libs: dict[str, Any], soname: str, path: Path, info: ElfInfo) -> None:
     """Upstream's archives hold libggml.so.0.9.4 and libggml.so.0 as two copies: one library, the
     most versioned file name kept and the other names made links."""
     if soname in libs:
@@ -358,7 +359,7 @@ def _library(libs: dict, soname: str, path: Path, info: ElfInfo) -> None:
     libs[soname] = (path, info)
 
 
-def _closure(starts: list[ElfInfo | None], libs: dict) -> list[str]:
+def _closure(starts: list[ElfInfo | None], libs: dict[str, Any]) -> list[str]:
     """The libraries of this input that the starting files need, directly or through each other."""
     by_file = {p.name: s for s, (p, _) in libs.items()}
     todo = [n for info in starts if info for n in info.needed]

@@ -178,7 +178,7 @@ def unpack(inp: Input, dest: Path, *, limits: Limits = LIMITS, notes: list[str] 
                 said += extract_trees([_tar_of(inp.path, how)], tree, limits, spool=spool, owners=held)
         elif inp.kind == "debs":
             tars = []
-            for deb, given in zip(inp.files, inp.givens or map(str, inp.files)):
+            for deb, given in zip(inp.files, inp.givens or map(str, inp.files), strict=True):
                 current = given
                 tars.append(_deb_data(deb))
             current = inp.given
@@ -296,8 +296,8 @@ def deb_owners(inp: Input, root: Path) -> dict[str, Owner]:
                 blob = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob)).read(_CONTROL_MAX)
             with tarfile.open(fileobj=io.BytesIO(blob), mode="r:*") as tar:
                 wanted = [m for m in tar.getmembers() if m.isfile() and PurePosixPath(m.name).name in ("control", "md5sums")]
-                texts = {PurePosixPath(m.name).name: tar.extractfile(m).read(_CONTROL_MAX).decode("utf-8", "replace")
-                         for m in wanted}
+                texts = {PurePosixPath(m.name).name: data.read(_CONTROL_MAX).decode("utf-8", "replace")
+                         for m in wanted if (data := tar.extractfile(m)) is not None}   # files: never None
         except (tarfile.TarError, OSError, EOFError, ValueError):
             continue
         fields = dict(re.findall(r"^(Package|Version|Architecture):\s*(\S+)", texts.get("control", ""), re.MULTILINE))
@@ -397,7 +397,7 @@ def _unpack_zip(path: Path, tree: Path, limits: Limits, owners: dict[str, int]) 
         if isinstance(exc, OSError) and not isinstance(exc, zipfile.BadZipFile) and exc.strerror:
             raise ArchiveRefused(f"cannot read or extract ({exc.strerror}"
                                  f"{f': {exc.filename!r}' if exc.filename else ''})") from None
-        raise ArchiveRefused(f"unreadable zip ({type(exc).__name__}: {exc or 'no detail'})") from None
+        raise ArchiveRefused(f"unreadable zip ({type(exc).__name__}: {str(exc) or 'no detail'})") from None
     return notes
 
 

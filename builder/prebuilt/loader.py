@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from elftools.common.exceptions import ELFError
 
@@ -50,7 +51,7 @@ class LoaderFacts:
     backend_dirs: tuple[str, ...]     # compiled-in GGML_BACKEND_DIR (normally zero or one)
     reads_cwd: tuple[str, ...] = ()   # what it imports to read the working directory (none: cannot search it)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"library": self.library, "backend_dirs": list(self.backend_dirs), "reads_cwd": list(self.reads_cwd)}
 
 

@@ -21,9 +21,12 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, TYPE_CHECKING, BinaryIO, cast
 
 from builder.source.archive import ArchiveRefused
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 # codec -> (program, its arguments to write the decompressed stream of stdin to stdout)
 PROGRAMS = {"xz": ("xz", "-dc", "-T0"), "zst": ("zstd", "-dcq"), "gz": ("gzip", "-dc"), "bz2": ("bzip2", "-dc")}
@@ -41,12 +44,13 @@ class _Window(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:
-        n = min(len(b), self._end - self._pos)
+    def readinto(self, b: Buffer) -> int:
+        view = memoryview(b).cast("B")
+        n = min(len(view), self._end - self._pos)
         if n <= 0:
             return 0
         data = os.pread(self._fd, n, self._pos)
-        b[:len(data)] = data
+        view[:len(data)] = data
         self._pos += len(data)
         return len(data)
 
@@ -72,12 +76,13 @@ def opened(path: Path, offset: int, length: int, codec: str) -> Iterator[BinaryI
 def _in_process(fd: int, offset: int, length: int, codec: str) -> Iterator[BinaryIO]:
     raw = io.BufferedReader(_Window(fd, offset, length), _CHUNK)
     errors: tuple[type[BaseException], ...] = (lzma.LZMAError, zlib.error, EOFError, OSError)
+    stream: io.BufferedIOBase
     if codec == "zst":
         import zstandard
         errors += (zstandard.ZstdError,)
         stream = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True), _CHUNK)
     elif codec == "xz":
-        stream = lzma.LZMAFile(raw)
+        stream = lzma.LZMAFile(raw)  # noqa: SIM115 -- closed by `with stream` below
     elif codec == "gz":
         stream = gzip.GzipFile(fileobj=raw)
     elif codec == "bz2":
@@ -86,7 +91,7 @@ def _in_process(fd: int, offset: int, length: int, codec: str) -> Iterator[Binar
         stream = raw
     try:
         with stream:
-            yield stream
+            yield cast(BinaryIO, stream)          # a readable binary file: what tarfile reads
     except errors as exc:
         raise ArchiveRefused(f"unreadable {NAMES.get(codec, 'tar')} stream ({exc})") from None
 
@@ -101,24 +106,26 @@ def _piped(program: str, fd: int, offset: int, length: int, codec: str) -> Itera
         with contextlib.suppress(OSError):
             fcntl.fcntl(end.fileno(), fcntl.F_SETPIPE_SZ, _CHUNK)
 
+    stdin = proc.stdin
+
     def feed() -> None:
         pos, end = offset, offset + length
         try:
             while pos < end:
-                sent = os.sendfile(proc.stdin.fileno(), fd, pos, min(end - pos, 1 << 24))
+                sent = os.sendfile(stdin.fileno(), fd, pos, min(end - pos, 1 << 24))
                 if not sent:
                     break
                 pos += sent
         except OSError:
             pass                        # the program stopped reading: its exit status says why
         finally:
-            proc.stdin.close()
+            stdin.close()
 
     feeder = threading.Thread(target=feed, name=f"feed-{PROGRAMS[codec][0]}", daemon=True)
     feeder.start()
     try:
         try:
-            yield proc.stdout
+            yield cast(BinaryIO, proc.stdout)
         except ArchiveRefused:
             proc.kill()                 # a limit was reached: what is left is not read
             raise
@@ -146,7 +153,7 @@ def _piped(program: str, fd: int, offset: int, length: int, codec: str) -> Itera
         proc.stderr.close()
 
 
-def _drained(stream: BinaryIO, most: int = 64 << 20) -> bool:
+def _drained(stream: IO[bytes], most: int = 64 << 20) -> bool:
     """Read and drop what is left, up to `most` bytes; whether the end was reached."""
     while most > 0:
         chunk = stream.read(min(most, _CHUNK))
@@ -156,6 +163,7 @@ def _drained(stream: BinaryIO, most: int = 64 << 20) -> bool:
     return False
 
 
-def _said(proc: subprocess.Popen) -> str:
+def _said(proc: subprocess.Popen[bytes]) -> str:
+    assert proc.stderr is not None   # piped
     lines = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
     return lines[-1] if lines else f"exit status {proc.returncode}"

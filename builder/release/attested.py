@@ -120,9 +120,9 @@ def load_sums(path: Path | str) -> dict[str, str]:
     lines = [line for line in text.splitlines() if line.strip()]
     matched = [SUMS_LINE.fullmatch(line) for line in lines]
     if not lines or not all(matched):
-        bad = next((line for line, m in zip(lines, matched) if not m), "")
+        bad = next((line for line, m in zip(lines, matched, strict=True) if not m), "")
         raise _refuse(f"is not in sha256sum's format ({'empty' if not lines else repr(bad[:60])})", path, fix)
-    return {m.group(2): m.group(1) for m in matched}
+    return {m.group(2): m.group(1) for m in matched if m}
 
 
 # --- the checks ----------------------------------------------------------------------
@@ -176,7 +176,7 @@ def _file_problems(runtime: Path, rel: Released) -> list[str]:
         else:
             present.append(path)
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        digests = dict(zip(present, pool.map(lambda r: sha256_file(runtime / r), present)))
+        digests = dict(zip(present, pool.map(lambda r: sha256_file(runtime / r), present), strict=True))
     problems += [f"{path}: differs from the release (sha256 {d[:16]}...)" for path, d in sorted(digests.items())
                  if d != rel.files[path]]
     for dirpath, _, names in os.walk(runtime):

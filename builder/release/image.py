@@ -9,9 +9,10 @@ from pathlib import Path
 from builder import ui
 from builder.errors import AssembleError
 from builder.paths import cache_dir
+from builder.proc import run_logged
 from builder.runtime.layout import runtime_dir_name
 from builder.runtime.manifest import Manifest
-from builder.toolchain.container import Engine, containerfile, find_engine, run_logged
+from builder.toolchain.container import Engine, containerfile, find_engine
 from builder.toolchain.detect import version_tuple
 
 RUNTIME_CONTAINERFILE = "runtime"

@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-from builder.config.options import CONTAINER, BuildConfig, CliOptions, resolve
+from builder.config.options import CONTAINER, BuildConfig, CliOptions, UnitConfig, resolve
 from builder.config.recipe import Recipe, all_recipes, recipe_dir
 from builder.config.targets import CudaArch, GfxTarget
 from builder.config.upstream import toolkit_line
@@ -54,7 +56,7 @@ class Entry:
     needs: Needs
     unit: str | None = None         # the one unit this job builds (--only-unit), or None: a whole runtime
     after: tuple[str, ...] = ()     # jobs whose unit folders this one merges (--unit-from UNIT=<their artifact>)
-    units: tuple[dict, ...] = ()    # the resolved units (builder.config.options): where each builds, its targets
+    units: tuple[dict[str, Any], ...] = ()    # the resolved units (builder.config.options): where each builds, its targets
     build_args: tuple[tuple[str, str], ...] = ()   # the same arguments as (option, value) pairs
     pin: str = ""                   # the llama.cpp commit it builds
 
@@ -64,8 +66,8 @@ class Entry:
         return tuple(v.split("=", 1)[1] for flag, v in self.build_args if flag == "--unit-from")
 
 
-def _entry(name: str, r: Recipe, backends, gpu_arch: str, options: list[tuple[str, str]], artifact: str,
-           needs_: Needs, **rest) -> Entry:
+def _entry(name: str, r: Recipe, backends: tuple[str, ...], gpu_arch: str, options: list[tuple[str, str]], artifact: str,
+           needs_: Needs, **rest: Any) -> Entry:
     pairs = (("--recipe", recipe_reference(r)), *options)
     return Entry(name, r.name, backends, gpu_arch, shlex.join(x for pair in pairs for x in pair), artifact, needs_,
                  build_args=pairs, pin=r.pin.sha, **rest)
@@ -101,7 +103,7 @@ def in_repository(e: Entry) -> None:
                                            f"(e.g. recipes/{name}) and name that path from inside the repository")
 
 
-def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -> Needs:
+def needs(config: BuildConfig, units: Sequence[UnitConfig] | None = None, bundles_from: tuple[str, ...] = ()) -> Needs:
     """What a runner needs to build `units` (default: all); bundles_from: backends of units built
     elsewhere whose vendor libraries this runner still has to bundle."""
     recipe = config.recipe
@@ -109,13 +111,13 @@ def needs(config: BuildConfig, units=None, bundles_from: tuple[str, ...] = ()) -
     cuda_why = ""
     gfx: list[str] = []
     vulkan = False
-    containers = []
+    containers: list[str] = []
     for unit in units if units is not None else config.units:
         if unit.where.kind == CONTAINER:
-            containers.append(unit.where.image)   # its toolkits live in the image
+            containers.append(unit.where.image_name())   # its toolkits live in the image
             continue
         if "cuda" in unit.backends:
-            cuda, cuda_why = runner_cuda(unit.cuda_archs, recipe.cuda.toolkit, BLACKWELL_PATCH in recipe.patches_on,
+            cuda, cuda_why = runner_cuda(unit.cuda_archs, recipe.cuda_toolkit, BLACKWELL_PATCH in recipe.patches_on,
                                          config.accept_blackwell_regression)
         if "hip" in unit.backends:
             rocm = ">=" + rocm_floor_text(unit.hip_targets)
@@ -151,7 +153,7 @@ def entries(recipes: list[Recipe] | None = None, hip_targets: tuple[GfxTarget, .
             out += _split_entries(r, hip_targets)
             continue
         if "hip" in r.backends:
-            for gfx in hip_targets or r.hip.targets:
+            for gfx in hip_targets or r.hip_targets:
                 c = resolve(r, CliOptions(hip_target=gfx))
                 label = runtime_label(r.name, [gfx])
                 out.append(_entry(label, r, r.backends, str(gfx), [("--hip-target", str(gfx))],
@@ -168,7 +170,7 @@ def _sm(archs: tuple[CudaArch, ...]) -> str:
     return ",".join(f"sm_{a}" for a in archs)
 
 
-def _units(config: BuildConfig, names: tuple[str, ...] | None = None) -> tuple[dict, ...]:
+def _units(config: BuildConfig, names: tuple[str, ...] | None = None) -> tuple[dict[str, Any], ...]:
     return tuple({k: v for k, v in u.as_dict().items() if k != "defines"} for u in config.units
                  if names is None or u.name in names)
 
@@ -188,7 +190,7 @@ def _split_entries(r: Recipe, hip_targets: tuple[GfxTarget, ...]) -> list[Entry]
         imports.append((unit.name, name, artifact))
     from_args = [("--unit-from", f"{u}={a}") for u, _, a in imports]
     bundled = tuple(b for u in others for b in u.backends)
-    targets = (hip_targets or r.hip.targets) if "hip" in first.backends else (None,)
+    targets = (hip_targets or r.hip_targets) if "hip" in first.backends else (None,)
     adopted = tuple((u, a) for u, _, a in imports)     # the merge takes them with --unit-from, as resolved here
     for gfx in targets:
         c = resolve(r, CliOptions(hip_target=gfx, unit_from=adopted))
@@ -211,7 +213,7 @@ def _toolkit_line(r: Recipe, config: BuildConfig) -> str | None:
     backends = {b for u in config.units for b in u.backends}
     cuda = rocm = None
     if "cuda" in backends:
-        exact = [v for op, v in parse_constraint(r.cuda.toolkit) if op == "=="] if r.cuda.toolkit else []
+        exact = [v for op, v in parse_constraint(r.cuda_toolkit) if op == "=="] if r.cuda_toolkit else []
         cuda = ".".join(map(str, exact[0][:2])) if exact else "*"
     if "hip" in backends:
         rocm = "*"

@@ -25,6 +25,8 @@ import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 from builder import locks, paths, ui
 from builder.digest import sha256_file
@@ -38,6 +40,9 @@ from builder.runtime import layout
 from builder.runtime.layout import runtime_dir_name
 from builder.runtime.manifest import Manifest
 from builder import windows
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 FORMATS = ("tar.zst", "tar.gz", "zip")
 DEFAULT_FORMAT = "tar.zst"   # multi-threaded: a 2.3 GB runtime is a two-minute gzip (scripts/bench-compress.py)
@@ -139,34 +144,35 @@ def _tarinfo(name: str, path: Path, mtime: int) -> tarfile.TarInfo:
 class _Hashing(io.RawIOBase):
     """A write-only file that hashes what passes through it."""
 
-    def __init__(self, f):
+    def __init__(self, f: BinaryIO) -> None:
         self.f, self.h, self.n = f, hashlib.sha256(), 0
 
     def writable(self) -> bool:
         return True
 
-    def write(self, b) -> int:
+    def write(self, b: Buffer) -> int:
         self.f.write(b)
         self.h.update(b)
-        self.n += len(b)
-        return len(b)
+        size = memoryview(b).nbytes
+        self.n += size
+        return size
 
 
 @contextlib.contextmanager
-def _compressed(raw, fmt: str, mtime: int) -> Iterator:
+def _compressed(raw: BinaryIO | _Hashing, fmt: str, mtime: int) -> Iterator[BinaryIO]:
     if fmt == "tar.gz":
         # filename="" and a fixed mtime: no name or wall-clock time in the gzip header
         with gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=mtime, compresslevel=_GZIP_LEVEL) as z:
-            yield z
+            yield cast(BinaryIO, z)
     else:
         zstandard = _zstandard()
         # threads >= 1 selects zstd's multi-threaded format, whose bytes do not depend on the thread count
         c = zstandard.ZstdCompressor(level=_ZSTD_LEVEL, threads=max(1, os.cpu_count() or 1), write_checksum=True)
         with c.stream_writer(raw, closefd=False) as z:
-            yield z
+            yield cast(BinaryIO, z)       # a write-only stream: tarfile writes to it
 
 
-def _zstandard():
+def _zstandard() -> ModuleType:
     try:
         import zstandard
     except ImportError:
@@ -178,7 +184,7 @@ def _zstandard():
 _ZIP_EPOCH = 315532800 + 86400   # zip's DOS times start in 1980 (a day later: no time zone pushes it before)
 
 
-def _write_zip(runtime: Path, raw, mtime: int, top: str) -> None:
+def _write_zip(runtime: Path, raw: BinaryIO, mtime: int, top: str) -> None:
     """Entries sorted, one fixed time, unix modes, no extra fields: the same bytes on every machine
     with the same zlib."""
     import time
@@ -289,12 +295,12 @@ class _Temps:
                 raise AssembleError("is in the way and was not written by assemble package: it is never replaced",
                                     where=str(p), fix="choose another --out-dir, or move that file away")
 
-    def new(self, final: Path):
+    def new(self, final: Path) -> tuple[Path, BinaryIO]:
         """An open binary file to write `final`'s bytes to."""
         tmp = final.with_name(f".{final.name}{PART_TAG}{os.getpid()}-{secrets.token_hex(4)}")
         self.open[tmp] = locks.made("part", tmp)
         self._save()
-        f = open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb")
+        f = open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb")  # noqa: SIM115 -- the caller closes it
         self.open[tmp] = locks.made("part", tmp, mark=locks.mark(tmp))
         self._save()
         return tmp, f

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from builder import __version__
 from builder.runtime.manifest import NAME as MANIFEST, Manifest
+from typing import Any
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -23,13 +24,13 @@ SUFFIX = ".intoto.json"
 
 
 def statement(m: Manifest, archive_name: str, archive_sha256: str, byproducts: dict[str, str],
-              folder: str, manifest_sha256: str) -> dict:
+              folder: str, manifest_sha256: str) -> dict[str, Any]:
     """byproducts: name -> sha256 of the files written beside the archive (the SBOM); folder: the one
     the archive unpacks to; manifest_sha256: of its manifest.json. The archive is the first subject;
     the runtime's files follow, named as unpacked (symlinks and modes are the manifest's, which is
     itself a subject)."""
     src = m.llama_cpp
-    external: dict = {"recipe": m.recipe.name, "recipe_file": m.recipe.file,
+    external: dict[str, Any] = {"recipe": m.recipe.name, "recipe_file": m.recipe.file,
                       "backends": list(m.recipe.backends),
                       "gpu_targets": {"cuda": list(m.gpu_targets.cuda), "hip": list(m.gpu_targets.hip)}}
     if src.sha:
@@ -67,7 +68,7 @@ def statement(m: Manifest, archive_name: str, archive_sha256: str, byproducts: d
     }
 
 
-def _dependencies(m: Manifest) -> list[dict]:
+def _dependencies(m: Manifest) -> list[dict[str, Any]]:
     src, out = m.llama_cpp, []
     p = src.source
     if src.sha:

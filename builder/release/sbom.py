@@ -15,8 +15,9 @@ import hashlib
 import os
 import uuid
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from packageurl import PackageURL
 
@@ -24,7 +25,7 @@ from builder import __version__
 from builder.paths import data_dir
 from builder.runtime import licenses
 from builder.runtime.layout import runtime_dir_name
-from builder.runtime.manifest import GpuTargets, LicenseRecord, Manifest, UnitRecord
+from builder.runtime.manifest import FileEntry, GpuTargets, LicenseRecord, Manifest, UnitRecord
 from builder.runtime.owners import owners
 
 SPEC = "1.5"
@@ -32,7 +33,7 @@ SPEC = "1.5"
 
 # --- the document -----------------------------------------------------------------
 
-def _glibc_floor(data: Manifest) -> list[dict]:
+def _glibc_floor(data: Manifest) -> list[dict[str, Any]]:
     """The glibc the runtime promises to start on, who promised it, and the file needing the newest GLIBC_."""
     f = data.glibc_floor
     if f is None:
@@ -41,7 +42,7 @@ def _glibc_floor(data: Manifest) -> list[dict]:
                                       ("glibc_min_needed_by", f.needed_by)) if v]
 
 
-def _prop(name: str, value) -> dict:
+def _prop(name: str, value: object) -> dict[str, Any]:
     return {"name": f"assemble:{name}", "value": str(value)}
 
 
@@ -54,7 +55,7 @@ def _toolchain_root(origin: str, units: tuple[UnitRecord, ...]) -> str | None:
     return None
 
 
-def _licensing(rec: LicenseRecord | None) -> tuple[list[dict], list[dict]]:
+def _licensing(rec: LicenseRecord | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(CycloneDX licenses, properties) of a component under `rec`: its SPDX id or expression, or a named
     licence when none is known; the text in the archive is referenced (license.url, and a property)."""
     if rec is None:
@@ -69,16 +70,16 @@ def _licensing(rec: LicenseRecord | None) -> tuple[list[dict], list[dict]]:
     return [{"license": named}], props
 
 
-def _llama(data: Manifest) -> dict:
+def _llama(data: Manifest) -> dict[str, Any]:
     ll = data.llama_cpp
     sha = ll.sha
     src = ll.source
     rec = next((r for r in data.licenses if r.component == "llama.cpp"), None)
-    comp = {"type": "library", "bom-ref": "llama.cpp", "name": "llama.cpp", "version": sha or "unknown",
+    comp: dict[str, Any] = {"type": "library", "bom-ref": "llama.cpp", "name": "llama.cpp", "version": sha or "unknown",
             "licenses": _licensing(rec)[0] or [{"license": {"id": licenses.spdx_for(licenses.LLAMA)}}]}
     if sha:
         comp["purl"] = PackageURL(type="github", namespace="ggml-org", name="llama.cpp", version=sha).to_string()
-    refs = [{"type": "vcs", "url": "https://github.com/ggml-org/llama.cpp"}]
+    refs: list[dict[str, Any]] = [{"type": "vcs", "url": "https://github.com/ggml-org/llama.cpp"}]
     if src.kind == "sdist":
         url = f"https://pypi.org/project/{src.package}/{src.version}/"
         refs.append({"type": "distribution", "url": url,
@@ -89,7 +90,7 @@ def _llama(data: Manifest) -> dict:
         props.append(_prop("commit_time", ll.commit_time))
     patches = []
     for p in ll.patches:
-        patch = {"type": "unofficial", "diff": {"url": f"patches/{p.file}"},
+        patch: dict[str, Any] = {"type": "unofficial", "diff": {"url": f"patches/{p.file}"},
                  "resolves": [{"type": "defect", "name": p.name, "description": p.fixes}]}
         shipped = data_dir("patches") / p.file
         if shipped.is_file():
@@ -104,16 +105,16 @@ def _llama(data: Manifest) -> dict:
     return comp
 
 
-def _tools(data: Manifest) -> list[dict]:
+def _tools(data: Manifest) -> list[dict[str, Any]]:
     """Each toolchain the units used, once, naming the units (and containers) that used it."""
-    used: dict[tuple, list[str]] = defaultdict(list)
+    used: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for u in data.units:
         who = u.name + (f" (container {u.container})" if u.container else "")
         for tool in u.tools():
             used[(tool.name, tool.version, tool.path)].append(who)
-    out = [{"type": "application", "name": "assemble", "version": __version__}]
+    out: list[dict[str, Any]] = [{"type": "application", "name": "assemble", "version": __version__}]
     for (key, version, path), units in used.items():
-        comp = {"type": "application", "name": key}
+        comp: dict[str, Any] = {"type": "application", "name": key}
         if version:
             comp["version"] = version
         comp["properties"] = [_prop("path", path), _prop("units", ", ".join(units))]
@@ -126,7 +127,7 @@ def _targets(targets: GpuTargets) -> str:
                      if any(v))
 
 
-def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
+def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict[str, Any]:
     """The SBOM of a runtime folder as a dict (CycloneDX 1.5 JSON)."""
     from builder.toolchain.detect import distro
 
@@ -136,14 +137,14 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
     units = data.units
     components = [_llama(data)]
     licence_of = {p: rec for rec in data.licenses for p in rec.covers}
-    data_groups: dict[str, list[dict]] = defaultdict(list)
+    data_groups: dict[str, list[FileEntry]] = defaultdict(list)
     for f in files:
         role = f.role
         if role == "data":
             owner = found.get(f.origin)
             data_groups[f"{owner.name}@{owner.version}" if owner else "unknown"].append(f)
             continue
-        comp = {"type": "library" if role == "vendor" else "file", "bom-ref": f"file:{f.path}",
+        comp: dict[str, Any] = {"type": "library" if role == "vendor" else "file", "bom-ref": f"file:{f.path}",
                 "name": Path(f.path).name, "hashes": [{"alg": "SHA-256", "content": f.sha256}]}
         props = [_prop("path", f.path), _prop("role", role)]
         if role == "own":
@@ -202,7 +203,7 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict:
         "serialNumber": f"urn:uuid:{serial}",
         "version": 1,
         "metadata": {
-            "timestamp": datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "timestamp": datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "tools": {"components": _tools(data)},
             "component": target,
         },

@@ -22,6 +22,7 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import interpreter
 from builder.config import remotecache
@@ -94,9 +95,9 @@ def uses(key: str) -> Pinned:
     return out
 
 
-class Commented(dict):
+class Commented(dict[str, Any]):
     """A mapping the YAML writer opens with a comment line."""
-    def __init__(self, comment: str, *args, **kw):
+    def __init__(self, comment: str, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.comment = comment
 
@@ -166,7 +167,7 @@ def _label(v: str) -> bool:
     return LABEL_RE.fullmatch(v) is not None
 
 
-def _toml(path: Path) -> dict:
+def _toml(path: Path) -> dict[str, Any]:
     if path.exists() and not path.is_file():      # a FIFO or a device would block the read, a folder fails it
         raise AssembleError("the runner map is not a regular file", where=str(path),
                             fix="pass a TOML file with a [runners] table")
@@ -203,9 +204,10 @@ def _arg_env(flag: str, i: int) -> str:
     return "BUILD_" + flag.strip("-").upper().replace("-", "_") + (f"_{i}" if i else "")
 
 
-def _build_line(e: Entry, out: str) -> tuple[str, dict]:
+def _build_line(e: Entry, out: str) -> tuple[str, dict[str, Any]]:
     """`assemble build` with each argument in a variable of its own (the values live in env)."""
-    env, words, seen = {}, [], {}
+    env, words = {}, []
+    seen: dict[str, int] = {}
     for flag, value in e.build_args:
         i = seen[flag] = seen.get(flag, -1) + 1
         name = _arg_env(flag, i)
@@ -214,11 +216,11 @@ def _build_line(e: Entry, out: str) -> tuple[str, dict]:
     return f'assemble build {" ".join(words)} --out "{out}"', env
 
 
-def _checkout() -> dict:
+def _checkout() -> dict[str, Any]:
     return {"uses": uses("checkout"), "with": {"persist-credentials": False}}
 
 
-def _install(pin: Pinning) -> list[dict]:
+def _install(pin: Pinning) -> list[dict[str, Any]]:
     repo = pin.repo or "${{ github.server_url }}/${{ github.repository }}"
     return [
         {"uses": uses("setup-python"), "with": {"python-version": PYTHON}},
@@ -228,7 +230,7 @@ def _install(pin: Pinning) -> list[dict]:
     ]
 
 
-def _toolchain(e: Entry, runner: Runner | None) -> list[dict]:
+def _toolchain(e: Entry, runner: Runner | None) -> list[dict[str, Any]]:
     """What the job's recipe needs on a GitHub-hosted image; on any other runner, `doctor` alone judges."""
     if runner is None or runner.codename is None or not e.needs.vulkan_sdk or e.needs.container_engine:
         return []
@@ -239,21 +241,21 @@ def _toolchain(e: Entry, runner: Runner | None) -> list[dict]:
              "run": "\n".join([
                  'wget -qO- "$LUNARG_KEY" | sudo tee /etc/apt/trusted.gpg.d/lunarg.asc > /dev/null',
                  'list="lunarg-vulkan-${VULKAN_SDK_VERSION}-${UBUNTU_CODENAME}.list"',
-                 'sudo wget -qO "/etc/apt/sources.list.d/$list" '
-                 '"https://packages.lunarg.com/vulkan/${VULKAN_SDK_VERSION}/$list"',
+                 ('sudo wget -qO "/etc/apt/sources.list.d/$list" '
+                  '"https://packages.lunarg.com/vulkan/${VULKAN_SDK_VERSION}/$list"'),
                  "sudo apt-get update -y",
                  "sudo apt-get install -y --no-install-recommends vulkan-sdk",
              ])}]
 
 
-def _floor(e: Entry, runner: Runner | None, runs_on) -> str:
+def _floor(e: Entry, runner: Runner | None, runs_on: str | list[str]) -> str:
     labels = runs_on if isinstance(runs_on, str) else ", ".join(runs_on)
     if runner is not None and runner.glibc:
         return f"glibc floor {runner.glibc}: its runtimes are built on {labels} (glibc {runner.glibc})"
     return f"glibc floor: {runner.note if runner else 'the runner map chose ' + labels + ': its'} glibc"
 
 
-def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict:
+def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict[str, Any]:
     unit = e.unit is not None
     out = "unit-out" if unit else "runtime"
     line, args_env = _build_line(e, out)
@@ -268,7 +270,7 @@ def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict:
     # The compile cache is the remote one (config.remotecache) when the secret is set, and none when it
     # is not: GitHub's actions/cache is not used, because a release built on a tag would restore
     # objects that any workflow of the default branch can write (cache poisoning, signed and shipped).
-    steps.append({"name": "Build", "env": {remotecache.ENV: "${{ secrets.%s }}" % CACHE_SECRET}, "run": line})
+    steps.append({"name": "Build", "env": {remotecache.ENV: "${{ secrets.%s }}" % CACHE_SECRET}, "run": line})  # noqa: UP031 -- no brace escaping
     if unit:
         steps.append({"uses": uses("upload-artifact"),
                       "with": {"name": e.artifact, "path": f"{out}/", "if-no-files-found": "error"}})
@@ -287,7 +289,7 @@ def _build_job(e: Entry, runners: RunnerMap, pin: Pinning) -> dict:
     })
 
 
-def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
+def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict[str, Any]:
     # GitHub runs it under `bash -eo pipefail`, where a failing command left of `&&` or inside a loop
     # does not stop the script: every check exits itself, and a file no SHA256SUMS lists is refused
     # (else a file changed or added after its job summed it would be attested and published).
@@ -303,16 +305,16 @@ def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
         f"sort -k2 all-sums > release/{SUMS}",
         f"(cd release && sha256sum -c --strict {SUMS})",
         # a line is "<64 hex><space><space or *><name>": the name starts at column 67
-        f"unlisted=$(cd release && comm -23 <(find . -type f ! -name {SUMS} -printf '%P\\n' | sort) "
-        f"<(cut -c67- {SUMS} | sort))",
+        (f"unlisted=$(cd release && comm -23 <(find . -type f ! -name {SUMS} -printf '%P\\n' | sort) "
+         f"<(cut -c67- {SUMS} | sort))"),
         f'if [ -n "$unlisted" ]; then echo "::error::files no {SUMS} lists: $unlisted"; exit 1; fi',
     ])
     publish = "\n".join([
         # a runtime job that failed leaves the others' release as a draft, for a person to judge
         "draft=()",
         'if [ "$ALL_BUILT" != "true" ]; then draft=(--draft); echo "some runtime failed: a draft release"; fi',
-        'gh release create "$TAG" release/* --repo "$GH_REPO" --title "$TAG" "${draft[@]}" '
-        f'--notes "Runtimes built by assemble; verify with: sha256sum -c {SUMS} and gh attestation verify"',
+        ('gh release create "$TAG" release/* --repo "$GH_REPO" --title "$TAG" "${draft[@]}" '
+         f'--notes "Runtimes built by assemble; verify with: sha256sum -c {SUMS} and gh attestation verify"'),
     ])
     return {
         "name": "release",
@@ -339,8 +341,8 @@ def _release_job(runtime_jobs: list[str], runners: RunnerMap) -> dict:
     }
 
 
-def workflow(entries: list[Entry], runners: RunnerMap, pin: Pinning, name: str = "release") -> dict:
-    jobs: dict = {}
+def workflow(entries: list[Entry], runners: RunnerMap, pin: Pinning, name: str = "release") -> dict[str, Any]:
+    jobs: dict[str, Any] = {}
     for e in [e for e in entries if e.unit is not None] + [e for e in entries if e.unit is None]:
         in_repository(e)
         if job_id(e) in jobs:
@@ -373,14 +375,14 @@ def _plain(text: str, what: str, newlines: bool = False) -> str:
     return text
 
 
-def to_yaml(doc: dict, header: str = "") -> str:
+def to_yaml(doc: dict[str, Any], header: str = "") -> str:
     # split at "\n" alone: splitlines() would also split at \x0b or \u2028, hiding them from the guard
     lines = [f"# {_plain(ln, 'comment')}" if ln else "#" for ln in header.rstrip("\n").split("\n") if header]
     _block(doc, 0, lines)
     return "\n".join(lines) + "\n"
 
 
-def _scalar(v) -> str:
+def _scalar(v: object) -> str:
     if isinstance(v, str):
         _plain(v, "scalar")
     if isinstance(v, Pinned):
@@ -405,7 +407,7 @@ def _key(k: str) -> str:
     return k if plain else json.dumps(k)
 
 
-def _block(v, indent: int, out: list[str]) -> None:
+def _block(v: object, indent: int, out: list[str]) -> None:
     pad = "  " * indent
     if isinstance(v, Commented):
         out.append(f"{pad}# {_plain(v.comment, 'comment')}")

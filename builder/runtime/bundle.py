@@ -15,19 +15,21 @@ library goes to lib/; a data folder goes beside the library that reads it.
 
 from __future__ import annotations
 
+import itertools
 import os
 import posixpath
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
-from typing import Sequence
+from typing import Any
 
 from builder.config.glibc import SYMBOL_PREFIX
 from builder.digest import sha256_file
-from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
 from builder.errors import FAILED, AssembleError, BuildFailed
-from builder.runtime.layout import LIB_DIR, KINDS, is_ggml_loader, OwnFile, arch_tokens, expected_places
+from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
+from builder.runtime.layout import KINDS, LIB_DIR, OwnFile, arch_tokens, expected_places, is_ggml_loader
 from builder.runtime.policy import BUNDLE, classify, companions_for, data_rules_for
 
 OWN, VENDOR, DATA = "own", "vendor", "data"
@@ -146,7 +148,7 @@ def _rpath_for(dest: str, needed_dirs: Sequence[str]) -> str:
     return ":".join(parts)
 
 
-def _carries_rpath(dest: str, info: ElfInfo, dirs: Sequence[str], pins) -> bool:
+def _carries_rpath(dest: str, info: ElfInfo, dirs: Sequence[str], pins: tuple[tuple[str, str], ...]) -> bool:
     """A file already linked with a DT_RPATH that names exactly the folders it needs, relative to
     $ORIGIN (as `build` links them: layout.LINK_RPATH), with no DT_RUNPATH and no pin to add,
     stays byte for byte: editing it would change nothing the loader does."""
@@ -162,7 +164,8 @@ def _carries_rpath(dest: str, info: ElfInfo, dirs: Sequence[str], pins) -> bool:
     return list(dict.fromkeys(found)) == list(dict.fromkeys(dirs))
 
 
-def _inherits_loader_rpath(f: OwnFile, info: ElfInfo, dirs: Sequence[str], pins, has_loader: bool) -> bool:
+def _inherits_loader_rpath(f: OwnFile, info: ElfInfo, dirs: Sequence[str], pins: tuple[tuple[str, str], ...],
+                           has_loader: bool) -> bool:
     """A backend module with neither DT_RPATH nor DT_RUNPATH, needing only lib/, stays byte for byte.
 
     glibc searches such an object's dependencies in the DT_RPATH of its loader chain: libggml,
@@ -231,7 +234,7 @@ def _own_names(own: Sequence[OwnFile]) -> tuple[dict[str, ElfInfo | None], dict[
 class _Walk:
     """The closure: every NEEDED (and policy-listed dlopen) of our files, resolved as ld.so would."""
 
-    def __init__(self, provided: dict[str, str], search_dirs: tuple[Path, ...], recipe):
+    def __init__(self, provided: dict[str, str], search_dirs: tuple[Path, ...], recipe: Any) -> None:
         self.provided, self.search_dirs, self.recipe = provided, search_dirs, recipe
         self.nodes: dict[str, _Node] = {}                 # every name a vendor library is needed as
         self.by_identity: dict[tuple[int, int], _Node] = {}
@@ -257,8 +260,8 @@ class _Walk:
         for comp in companions_for(label):
             found = section_strings(self.nodes[label].real, _glob_regex(comp.dlopens))
             # "...failed to open libx.so.13.5." ends a sentence: the name stops before the dot
-            names = dict.fromkeys(n.rstrip(".-_+") for n in found)
-            names = [n for n in names if fnmatchcase(n, comp.dlopens)]
+            candidates = dict.fromkeys(n.rstrip(".-_+") for n in found)
+            names = [n for n in candidates if fnmatchcase(n, comp.dlopens)]
             if not names:
                 self.warnings.append(f"{label} names no {comp.dlopens} to dlopen: not carried ({comp.reason})")
             for n in names:
@@ -296,6 +299,7 @@ class _Walk:
 
     def _node(self, name: str, found: Lookup, requester: ElfInfo, loaders: tuple[ElfInfo, ...],
               reason: str) -> _Node:
+        assert found.path is not None, "a node is made for a library that was found"
         chain, real = symlink_chain(found.path)
         st = real.stat()
         node = self.by_identity.get((st.st_dev, st.st_ino))
@@ -307,7 +311,7 @@ class _Walk:
                          reason=reason, via=found.via or "", loaders=(requester, *loaders))
             self.by_identity[(st.st_dev, st.st_ino)] = node
             self.queue.append((name, node.info, node.loaders))
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             node.links.setdefault(a, b)
         if chain[-1] != node.real.name:                   # same bytes reached under another real name
             node.links.setdefault(chain[-1], node.real.name)
@@ -329,7 +333,7 @@ class _Walk:
         return list(self.by_identity.values())
 
 
-def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), recipe=None,
+def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), recipe: Any = None,
                 prune_archs: bool = True, refusals: Refusals = BUILD_REFUSALS) -> BundlePlan:
     """Everything to place, from ELF headers: closure, policy, data folders, pins.
 
@@ -346,11 +350,11 @@ def plan_bundle(own: Sequence[OwnFile], *, search_dirs: Sequence[Path] = (), rec
         raise
 
 
-def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe, prune_archs: bool,
+def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe: Any, prune_archs: bool,
                  refusals: Refusals) -> BundlePlan:
     infos, provided, links_of = _own_names(own)
     walk = _Walk(provided, tuple(Path(d) for d in search_dirs), recipe)
-    walk.run([(f.dest, infos[f.dest]) for f in own if infos[f.dest] is not None])
+    walk.run([(f.dest, info) for f in own if (info := infos[f.dest]) is not None])
     walk.fail_if_incomplete(refusals)
 
     libraries = walk.libraries()
@@ -363,7 +367,8 @@ def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe, pr
     own_plans = []
     for f in own:
         info = infos[f.dest]
-        rpath, pins = None, ()
+        rpath = None
+        pins: tuple[tuple[str, str], ...] = ()
         if info is not None and info.has_dynamic:
             dirs = [LIB_DIR] + [str(PurePosixPath(provided[n]).parent) for n in info.needed if n in provided]
             pins = _pins(f.dest, info, walk.nodes, walk.edges)
@@ -431,7 +436,7 @@ def _pins(dest: str, info: ElfInfo, nodes: dict[str, _Node], edges: dict[str, li
     our DT_RPATH; a later lookup of the same soname reuses the loaded copy.
     """
     pins: dict[str, str] = {}
-    stack = [s for s in edges.get(dest, ())]
+    stack = list(edges.get(dest, ()))
     seen: set[str] = set()
     while stack:
         s = stack.pop()
@@ -495,14 +500,14 @@ def walk_files(folder: Path) -> list[tuple[str, int]]:
     return out
 
 
-def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe, prune: bool
+def _plan_data(nodes: Sequence[_Node], vendor: Sequence[VendorPlan], recipe: Any, prune: bool
                ) -> tuple[tuple[DataPlan, ...], list[str]]:
     archs: tuple[str, ...] = ()
     if prune and recipe is not None and getattr(recipe, "hip", None) is not None:
         archs = tuple(dict.fromkeys(t.arch for t in recipe.hip.targets))   # gfx90a:xnack- reads gfx90a's files
     plans: list[DataPlan] = []
     warnings: list[str] = []
-    for node, vp in zip(nodes, vendor):
+    for node, vp in zip(nodes, vendor, strict=True):
         for rule in data_rules_for(node.soname):
             places = expected_places(node.real, rule)
             bases = [node.source.parent] + ([node.real.parent] if node.real.parent != node.source.parent else [])

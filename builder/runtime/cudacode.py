@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, BinaryIO
 
 from elftools.common.utils import struct_parse
 from elftools.elf.elffile import ELFFile
@@ -63,7 +65,7 @@ def _key(name: str) -> tuple[int, str]:
     return int(m.group(1)), m.group(2)
 
 
-def _normalised(names, pattern: re.Pattern, what: str) -> tuple[str, ...]:
+def _normalised(names: object, pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
     if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)) \
             or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{what} must be a list of names")
@@ -80,15 +82,15 @@ class CudaCode:
     sass: tuple[str, ...] = ()   # "sm_86", "sm_120a"
     ptx: tuple[str, ...] = ()    # "compute_75"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         object.__setattr__(self, "sass", _normalised(self.sass, _SASS_RE, "sass"))
         object.__setattr__(self, "ptx", _normalised(self.ptx, _PTX_RE, "ptx"))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"sass": list(self.sass), "ptx": list(self.ptx)}
 
     @classmethod
-    def from_dict(cls, data) -> CudaCode:
+    def from_dict(cls, data: object) -> CudaCode:
         """The inverse of as_dict; ValueError naming the first thing that is not a SASS/PTX name."""
         if not isinstance(data, dict) or set(data) != {"sass", "ptx"}:
             raise ValueError("cuda code must be a table with exactly 'sass' and 'ptx'")
@@ -100,14 +102,14 @@ class CudaCode:
 
 # --- reading ----------------------------------------------------------------------------
 
-def read_cuda_code(path) -> CudaCode | None:
+def read_cuda_code(path: Path | str) -> CudaCode | None:
     """The SASS and PTX in an ELF file's .nv_fatbin; None for a file that is not ELF or has none.
 
     A truncated or corrupt fat binary is an AssembleError (one line), never a traceback.
     """
     path = Path(path)
     try:
-        raw = open(path, "rb", buffering=0)   # unbuffered: each header read costs its own bytes only
+        raw = open(path, "rb", buffering=0)  # noqa: SIM115 -- closed by `with raw`; unbuffered: each header read costs its own bytes only
     except OSError as exc:
         raise AssembleError(f"cannot open ({exc.strerror})", where=str(path), fix="check permissions",
                             code=FAILED) from None
@@ -115,7 +117,7 @@ def read_cuda_code(path) -> CudaCode | None:
         return scan(raw, str(path))
 
 
-def scan(stream, where: str = "") -> CudaCode | None:
+def scan(stream: BinaryIO, where: str = "") -> CudaCode | None:
     """read_cuda_code over an open binary stream (read/seek/tell); tests count the bytes it reads."""
     stream.seek(0)
     if stream.read(4) != ELF_MAGIC:
@@ -124,7 +126,7 @@ def scan(stream, where: str = "") -> CudaCode | None:
     size = stream.tell()
     try:
         found = _find_section(stream)
-    except Exception as exc:  # pyelftools/construct raise many types on a corrupt file
+    except Exception as exc:  # noqa: BLE001 -- pyelftools/construct raise many types on a corrupt file
         raise AssembleError(f"not a readable ELF file ({type(exc).__name__}: {exc})", where=where or None,
                             fix="the file is truncated or corrupt: rebuild or re-download it", code=FAILED) from None
     if found is None:
@@ -133,14 +135,15 @@ def scan(stream, where: str = "") -> CudaCode | None:
     if offset + length > size:
         raise _corrupt(where, f"the .nv_fatbin section ends at byte {offset + length}, past the end of the "
                               f"file ({size} bytes)")
-    sass, ptx = set(), set()
+    sass: set[str] = set()
+    ptx: set[str] = set()
     for kind, arch, flags in _entries(stream, offset, length, where):
         suffix = _suffix(flags, where)
         (sass if kind == KIND_SASS else ptx).add(f"{'sm' if kind == KIND_SASS else 'compute'}_{arch}{suffix}")
     return CudaCode(tuple(sass), tuple(ptx))
 
 
-def _find_section(stream) -> tuple[int, int] | None:
+def _find_section(stream: BinaryIO) -> tuple[int, int] | None:
     """(file offset, size) of .nv_fatbin, from the section headers alone.
 
     pyelftools' section objects are not built: they parse symbol and hash tables.
@@ -162,7 +165,7 @@ def _find_section(stream) -> tuple[int, int] | None:
     return None
 
 
-def _read(stream, pos: int, n: int, where: str) -> bytes:
+def _read(stream: BinaryIO, pos: int, n: int, where: str) -> bytes:
     stream.seek(pos)
     data = stream.read(n)
     if len(data) != n:
@@ -170,7 +173,7 @@ def _read(stream, pos: int, n: int, where: str) -> bytes:
     return data
 
 
-def _entries(stream, offset: int, length: int, where: str):
+def _entries(stream: BinaryIO, offset: int, length: int, where: str) -> Iterator[tuple[int, int, int]]:
     """(kind, arch, flags) of every PTX and SASS entry; other kinds are stepped over."""
     pos, end = offset, offset + length
     while pos < end:
@@ -208,7 +211,7 @@ def _entries(stream, offset: int, length: int, where: str):
         pos = stop
 
 
-def _skip_zeros(stream, pos: int, end: int, where: str) -> int:
+def _skip_zeros(stream: BinaryIO, pos: int, end: int, where: str) -> int:
     """The first non-zero byte at or after pos (end if none), which must start a container."""
     while pos < end:
         chunk = _read(stream, pos, min(_PAD_CHUNK, end - pos), where)

@@ -26,17 +26,21 @@ import glob
 import os
 import re
 import struct
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, BinaryIO, TypeVar, cast
 
 from elftools.common.exceptions import ELFError
 from elftools.common.utils import struct_parse
 from elftools.elf.elffile import ELFFile
+from elftools.elf.sections import SymbolTableSection
 
 from builder.config.glibc import SYMBOL_PREFIX
 from builder.errors import FAILED, AssembleError
+
+T = TypeVar("T")
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -143,7 +147,7 @@ def folder_need(root: Path, folders: Sequence[str] = ("bin", "lib"), prefix: str
 class _CountingReader:
     """A read-only stream that counts the bytes pyelftools pulls in (the header-only promise, checked)."""
 
-    def __init__(self, raw):
+    def __init__(self, raw: BinaryIO) -> None:
         self._raw = raw
         self.count = 0
 
@@ -159,7 +163,7 @@ class _CountingReader:
         return self._raw.tell()
 
 
-_CACHE: dict[tuple, ElfInfo | None] = {}
+_CACHE: dict[tuple[Any, ...], ElfInfo | None] = {}
 
 
 def read_elf(path: Path | str) -> ElfInfo | None:
@@ -185,7 +189,7 @@ def read_elf(path: Path | str) -> ElfInfo | None:
 
 def _parse(path: Path, size: int) -> ElfInfo | None:
     try:
-        raw = open(path, "rb", buffering=64 * 1024)
+        raw = open(path, "rb", buffering=64 * 1024)  # noqa: SIM115 -- closed by `with raw` below
     except OSError as exc:
         raise AssembleError(f"cannot open ({exc.strerror})", where=str(path), fix="check permissions", code=FAILED) from None
     with raw:
@@ -194,9 +198,9 @@ def _parse(path: Path, size: int) -> ElfInfo | None:
         raw.seek(0)
         stream = _CountingReader(raw)
         try:
-            elf = ELFFile(stream)
+            elf = ELFFile(cast(BinaryIO, stream))   # it reads, seeks and tells only
             return _facts(elf, path, size, stream)
-        except Exception as exc:  # pyelftools/construct raise many types on a corrupt file
+        except Exception as exc:  # noqa: BLE001 -- pyelftools/construct raise many types on a corrupt file
             raise AssembleError(f"not a readable ELF file ({type(exc).__name__}: {exc})", where=str(path),
                                 fix="the file is truncated or corrupt: rebuild or re-download it", code=FAILED) from None
 
@@ -218,7 +222,7 @@ def _facts(elf: ELFFile, path: Path, size: int, stream: _CountingReader) -> ElfI
     phdr, dyn_struct = elf.structs.Elf_Phdr, elf.structs.Elf_Dyn
     loads, dynamic, interp = [], None, None
     for i in range(elf.num_segments()):
-        h = struct_parse(phdr, stream, elf["e_phoff"] + i * elf["e_phentsize"])
+        h = struct_parse(phdr, cast(BinaryIO, stream), elf["e_phoff"] + i * elf["e_phentsize"])
         if h["p_type"] == "PT_LOAD":
             loads.append((h["p_vaddr"], h["p_filesz"], h["p_offset"]))
         elif h["p_type"] == "PT_DYNAMIC":
@@ -230,7 +234,7 @@ def _facts(elf: ELFFile, path: Path, size: int, stream: _CountingReader) -> ElfI
     def offset_of(addr: int) -> int:
         for vaddr, filesz, off in loads:
             if vaddr <= addr < vaddr + filesz:
-                return addr - vaddr + off
+                return int(addr - vaddr + off)
         raise ValueError(f"address {addr:#x} lies in no PT_LOAD segment")
 
     tags: list[tuple[str, int]] = []
@@ -244,7 +248,7 @@ def _facts(elf: ELFFile, path: Path, size: int, stream: _CountingReader) -> ElfI
             if d["d_tag"] == "DT_NULL":
                 break
             tags.append((d["d_tag"], d["d_val"]))
-    first = {t: v for t, v in reversed(tags)}
+    first = dict(reversed(tags))
     strtab = offset_of(first["DT_STRTAB"]) if "DT_STRTAB" in first else None
 
     def string(at: int) -> str:
@@ -281,15 +285,15 @@ def _cstring(stream: _CountingReader, offset: int) -> str:
     return buf.decode("utf-8", "replace")
 
 
-def _verneed(elf: ELFFile, stream: _CountingReader, offset: int, count: int, string) -> tuple:
+def _verneed(elf: ELFFile, stream: _CountingReader, offset: int, count: int, string: Callable[[int], str]) -> tuple[Any, ...]:
     """GNU version needs (DT_VERNEED): which symbol versions each library must provide."""
     vn, vna = elf.structs.Elf_Verneed, elf.structs.Elf_Vernaux
     out = []
     for _ in range(count or 4096):
-        need = struct_parse(vn, stream, offset)
+        need = struct_parse(vn, cast(BinaryIO, stream), offset)
         names, aux = [], offset + need["vn_aux"]
         for _ in range(need["vn_cnt"]):
-            a = struct_parse(vna, stream, aux)
+            a = struct_parse(vna, cast(BinaryIO, stream), aux)
             names.append(string(a["vna_name"]))
             if not a["vna_next"]:
                 break
@@ -445,9 +449,9 @@ def search_order(requester: ElfInfo, *, loaders: Sequence[ElfInfo] = (), extra_d
             for d in expand_dirs(obj.search_rpath, obj):
                 steps.append(("rpath", d))
     if ld_library_path:
-        for d in ld_library_path.replace(";", ":").split(":"):
-            if d.startswith("/"):
-                steps.append(("ld_library_path", Path(d)))
+        for entry in ld_library_path.replace(";", ":").split(":"):
+            if entry.startswith("/"):
+                steps.append(("ld_library_path", Path(entry)))
     for d in expand_dirs(requester.runpath, requester):
         steps.append(("runpath", d))
     for d in extra_dirs:
@@ -545,7 +549,7 @@ def dynamic_symbols(path: Path | str) -> tuple[set[str], set[str]]:
     return defined, undefined
 
 
-def _dynsym(f, e_shoff: int, e_shnum: int) -> tuple[bytes, bytes] | None:
+def _dynsym(f: BinaryIO, e_shoff: int, e_shnum: int) -> tuple[bytes, bytes] | None:
     """.dynsym's entries (whole ones only) and its string table, read with struct from a
     little-endian ELF64 file; None when it has no .dynsym. Raises ELFError on a damaged table."""
     f.seek(e_shoff)
@@ -568,11 +572,11 @@ def _dynsym(f, e_shoff: int, e_shnum: int) -> tuple[bytes, bytes] | None:
     return syms[:len(syms) // _SYM64.size * _SYM64.size], names
 
 
-def _dynamic_symbols_slow(f) -> tuple[set[str], set[str]]:
+def _dynamic_symbols_slow(f: BinaryIO) -> tuple[set[str], set[str]]:
     defined, undefined = set(), set()
     f.seek(0)
     sec = ELFFile(f).get_section_by_name(".dynsym")
-    for sym in (sec.iter_symbols() if sec is not None else ()):
+    for sym in (sec.iter_symbols() if isinstance(sec, SymbolTableSection) else ()):
         if not sym.name or sym["st_info"]["bind"] not in ("STB_GLOBAL", "STB_WEAK"):
             continue
         if sym["st_shndx"] == "SHN_UNDEF":
@@ -591,7 +595,7 @@ class ElfCode:
     Little-endian ELF64 only (ELFError otherwise); headers and .dynsym read with struct, as
     dynamic_symbols does (pyelftools takes ~70 ms per CPU module)."""
 
-    def __init__(self, f):
+    def __init__(self, f: BinaryIO) -> None:
         self._f = f
         head = f.read(64)
         if len(head) < 64 or head[:4] != ELF_MAGIC or head[4] != 2 or head[5] != 1:
@@ -634,7 +638,7 @@ _PT_LOAD = 1
 _STT_FUNC = 2
 
 
-def read_code(path: Path | str, use):
+def read_code(path: Path | str, use: Callable[[ElfCode], T]) -> T | None:
     """use(ElfCode) of the file; None for a file that is not a readable ELF file (the ELF checks
     name a damaged one)."""
     try:
@@ -643,5 +647,5 @@ def read_code(path: Path | str, use):
                 return None
             f.seek(0)
             return use(ElfCode(f))
-    except Exception:  # pyelftools/construct raise many types on a corrupt file
+    except Exception:  # noqa: BLE001 -- pyelftools/construct raise many types on a corrupt file
         return None

@@ -58,7 +58,7 @@ def _major_minor(text: str | None) -> str | None:
     return f"{m.group(1)}.{m.group(2)}" if m else None
 
 
-def _carried(names: Iterable[str], pattern: re.Pattern) -> str | None:
+def _carried(names: Iterable[str], pattern: re.Pattern[str]) -> str | None:
     for name in names:
         if m := pattern.fullmatch(name):
             return f"{m.group(1)}.{m.group(2)}"

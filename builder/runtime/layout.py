@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 import posixpath
 from fnmatch import fnmatchcase
@@ -50,7 +51,7 @@ def runtime_dir_name(recipe: str) -> str:
     return f"runtime-{recipe}"
 
 
-def runtime_label(recipe: str, hip_targets) -> str:
+def runtime_label(recipe: str, hip_targets: Iterable[object]) -> str:
     """<recipe>[-<gfx>]: a HIP runtime runs on exactly the card arch it was built for, so its name says
     it; a target's features stay in the name without the ':' ("gfx90a:xnack-" -> "gfx90a-xnack-")."""
     return "-".join([recipe, *(str(t).replace(":", "-") for t in hip_targets if t)])
@@ -111,7 +112,7 @@ def expected_places(library: Path, rule: DataRule) -> tuple[str, ...]:
     return tuple(places)
 
 
-def data_libraries(runtime: Path):
+def data_libraries(runtime: Path) -> Iterator[tuple[Path, DataRule]]:
     """(library, rule) for every vendor library in lib/ that reads a data folder."""
     lib = runtime / LIB_DIR
     if not lib.is_dir():

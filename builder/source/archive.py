@@ -32,11 +32,15 @@ import shutil
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, ContextManager
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from builder.errors import is_full_disk
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 MAX_LINK_HOPS = 40  # what Linux allows before ELOOP
 
@@ -96,7 +100,7 @@ def extract_members(tar: tarfile.TarFile, dest: Path, members: Iterable[tarfile.
         return
     folders = []
     # forced on a newer interpreter (tests), extract() must not filter again, nor warn that it does not
-    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+    trusted: dict[str, Any] = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
     for member in (tar if members is None else members):
         safe = _own_data_filter(member, str(dest))
         if safe.isdir():
@@ -139,7 +143,7 @@ def _own_data_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
     return _replace(member, {"mode": mode, "uid": os.geteuid(), "gid": os.getegid(), "uname": "", "gname": ""})
 
 
-def _replace(member: tarfile.TarInfo, changes: dict) -> tarfile.TarInfo:
+def _replace(member: tarfile.TarInfo, changes: dict[str, Any]) -> tarfile.TarInfo:
     """A shallow copy of member with `changes` applied: TarInfo.replace(deep=False) where it exists."""
     if STDLIB_FILTER:
         return member.replace(**changes, deep=False)
@@ -222,17 +226,17 @@ def _check(chosen: list[tuple[tuple[str, ...], str, tarfile.TarInfo]]) -> None:
             if kinds.get(target) != "file":
                 raise ArchiveRefused(f"hard link {m.name!r} -> {m.linkname!r}: the target is not a file extracted before it")
         kinds[rel] = kind
-    for rel, kind, m in chosen:
+    for rel, _kind, m in chosen:
         for i in range(1, len(rel)):
             through = kinds.get(rel[:i], "folder")
             if through != "folder":
                 raise ArchiveRefused(f"member {m.name!r} would be written through the {through} {'/'.join(rel[:i])!r}")
     links = {rel: m.linkname for rel, kind, m in chosen if kind == "symlink"}
-    for rel, target in links.items():
-        if not target:
+    for rel, link in links.items():
+        if not link:
             raise ArchiveRefused(f"symlink {'/'.join(rel)!r} has an empty target")
-        if target.startswith("/"):
-            raise ArchiveRefused(f"symlink {'/'.join(rel)!r} -> {target!r} is absolute")
+        if link.startswith("/"):
+            raise ArchiveRefused(f"symlink {'/'.join(rel)!r} -> {link!r} is absolute")
         _resolve(rel, links, [0])
 
 
@@ -358,7 +362,7 @@ def _from_root(link: tuple[str, ...], target: str) -> str:
 class TarStream:
     """One tar archive for extract_trees, read once from its start to its end (a pipe will do)."""
     name: str                                        # what refusals call it
-    open: Callable[[], ContextManager[BinaryIO]]     # the uncompressed tar as a stream
+    open: Callable[[], AbstractContextManager[BinaryIO]]     # the uncompressed tar as a stream
     packed: int                                      # its packed size, for the ratio limit
 
 
@@ -428,8 +432,8 @@ class _Forward(io.RawIOBase):
     def tell(self) -> int:
         return self.pos
 
-    def readinto(self, b) -> int:
-        n = self._f.readinto(b)
+    def readinto(self, b: Buffer) -> int:
+        n: int = self._f.readinto(b)  # type: ignore[attr-defined]  # a raw stream: BinaryIO omits readinto
         self.pos += n
         return n
 
@@ -471,7 +475,9 @@ def _read_stream(source: TarStream, g: int, limits: Limits, spool: Path) -> list
                              0o600)
                 with os.fdopen(fd, "wb") as out:
                     if m.issparse():
-                        shutil.copyfileobj(tar.extractfile(m), out, _CHUNK)
+                        sparse = tar.extractfile(m)
+                        assert sparse is not None, "a sparse member is a regular file"
+                        shutil.copyfileobj(sparse, out, _CHUNK)
                         continue
                     stream.seek(m.offset_data)
                     left = m.size

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence
+from typing import Any, Protocol, cast
 
-from builder.config.recipe import ALL_VARIANTS_FEATURE
+from builder.config.recipe import ALL_VARIANTS_FEATURE, Recipe
 from builder.errors import AssembleError
 from builder.paths import builtin_data
 from builder.source.gitobjects import GitRepo
@@ -56,11 +57,13 @@ class Detector:
         return f"{path} {verb}"
 
     def matches(self, data: bytes) -> bool:
-        return _matcher(self.kind, self.value)(data)
+        return bool(_matcher(self.kind, self.value)(data))
 
 
-@lru_cache(maxsize=None)
-def _matcher(kind: str, value: str | None):
+@cache
+def _matcher(kind: str, value: str | None) -> Callable[[bytes], object]:
+    if value is None:                  # the kinds that take no value
+        return lambda data: True
     if kind == "contains":
         needle = value.encode()
         return lambda data: needle in data
@@ -126,7 +129,7 @@ def _detector(path: Path, key: str, raw: object) -> Detector:
         raise _fail(path, f"{key}.{kind}", "needs a non-empty string", f'write {kind} = "..."')
     if kind == "regex":
         try:
-            re.compile(value)
+            re.compile(cast(str, value))   # checked just above
         except re.error as exc:
             raise _fail(path, f"{key}.regex", f"invalid regular expression ({exc})", "fix the pattern") from None
     return Detector(tuple(f.strip("/") for f in files), kind, value)
@@ -202,7 +205,7 @@ class DirView:
         return detector.matches((self.root / path).read_bytes())
 
 
-class BlobCache(dict):
+class BlobCache(dict[tuple["Detector", str], bool]):
     """(detector, blob id) -> result. Told which detectors read which path, it runs them
     all on a blob it had to read, so several features never read one blob twice."""
 
@@ -215,7 +218,7 @@ class BlobCache(dict):
                     self.readers.setdefault(path, []).append(d)
 
 
-def _blob_matches(repo: GitRepo, cache: dict, detector: Detector, oid: str, path: str) -> bool:
+def _blob_matches(repo: GitRepo, cache: dict[tuple[Detector, str], bool], detector: Detector, oid: str, path: str) -> bool:
     key = (detector, oid)
     hit = cache.get(key)
     if hit is None:
@@ -229,7 +232,7 @@ def _blob_matches(repo: GitRepo, cache: dict, detector: Detector, oid: str, path
 class CommitView:
     """A commit read through GitRepo; content checks are cached by blob id in `cache`."""
 
-    def __init__(self, repo: GitRepo, sha: str, cache: dict):
+    def __init__(self, repo: GitRepo, sha: str, cache: dict[tuple[Detector, str], bool]):
         self.repo, self.sha, self.cache = repo, sha, cache
 
     def kind(self, path: str) -> str | None:
@@ -239,14 +242,16 @@ class CommitView:
         return "dir" if entry.is_tree else "file"
 
     def check(self, path: str, detector: Detector) -> bool:
-        return _blob_matches(self.repo, self.cache, detector, self.repo.entry(self.sha, path).oid, path)
+        entry = self.repo.entry(self.sha, path)
+        assert entry is not None, "check() runs on a path kind() found"
+        return _blob_matches(self.repo, self.cache, detector, entry.oid, path)
 
 
 class StateView:
     """Some paths' entries, already known (pin reconstructs them from git's log without
     reading any tree); content checks are cached by blob id like CommitView's."""
 
-    def __init__(self, repo: GitRepo, state: dict, cache: dict):
+    def __init__(self, repo: GitRepo, state: dict[str, Any], cache: dict[tuple[Detector, str], bool]):
         self.repo, self.state, self.cache = repo, state, cache   # state: path -> Entry | None
 
     def kind(self, path: str) -> str | None:
@@ -301,12 +306,12 @@ def check_tree(tree: Path, names: Sequence[str]) -> FeatureReport:
     return check_view(DirView(tree), lookup(names))
 
 
-def check_commit(repo: GitRepo, sha: str, names: Sequence[str], cache: dict | None = None) -> FeatureReport:
+def check_commit(repo: GitRepo, sha: str, names: Sequence[str], cache: dict[tuple[Detector, str], bool] | None = None) -> FeatureReport:
     """The same check on a commit, reading git objects (no checkout)."""
     return check_view(CommitView(repo, sha, {} if cache is None else cache), lookup(names))
 
 
-def require(tree: Path, recipe) -> FeatureReport:
+def require(tree: Path, recipe: Recipe) -> FeatureReport:
     """Check the recipe's features on the tree about to be built; refuse if any is absent."""
     report = check_tree(tree, recipe.pin.features)
     if report.missing:

@@ -21,6 +21,7 @@ import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import requests
@@ -42,19 +43,19 @@ PYPI_SIMPLE = os.environ.get("ASSEMBLE_PYPI_SIMPLE", "https://pypi.org/simple")
 class SourceTree:
     path: Path
     sha: str | None        # None only for a local tree that is not a git checkout
-    provenance: dict       # how the tree was obtained and verified (goes into the manifest)
+    provenance: dict[str, Any]       # how the tree was obtained and verified (goes into the manifest)
 
 
 class MirrorFailed(Exception):
     """This mirror cannot give the pinned tree; try the next one."""
 
 
-def _git(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 600) -> str:
+def _git(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 600) -> str:
     """stdout of git, or MirrorFailed with its last line: this mirror is done, try the next."""
     proc = git(*args, cwd=cwd, env=env, timeout=timeout)
     if proc.returncode != 0:
         raise MirrorFailed(f"git {args[0]} failed: {last_line(proc)}")
-    return proc.stdout
+    return str(proc.stdout)
 
 
 def _reachable(url: str) -> None:
@@ -71,13 +72,13 @@ def _reachable(url: str) -> None:
         raise MirrorFailed(f"cannot reach {host}:{port} ({exc.strerror or exc})") from None
 
 
-def verify_git_tree(tree: Path, sha: str) -> dict:
+def verify_git_tree(tree: Path, sha: str) -> dict[str, Any]:
     """Prove with git that `tree` is exactly commit `sha`: HEAD, the commit's own hash, every file."""
     head = _git("rev-parse", "HEAD", cwd=tree).strip()
     if head != sha:
         raise MirrorFailed(f"tree is at {head}, not the pinned {sha}")
     body = git("cat-file", "commit", sha, cwd=tree, text=False).stdout
-    computed = hashlib.sha1(b"commit %d\0" % len(body) + body).hexdigest()
+    computed = hashlib.sha1(b"commit %d\0" % len(body) + body, usedforsecurity=False).hexdigest()
     if computed != sha:
         raise MirrorFailed(f"commit object of {sha} is missing or corrupt (hashes to {computed})")
     # read-tree re-hashes only the top tree: a swapped subtree object would pass
@@ -105,17 +106,18 @@ def _sdist_url(m: Mirror) -> str:
         files = resp.json()["files"]
     except (requests.RequestException, ValueError, KeyError) as exc:
         raise MirrorFailed(f"PyPI index for {m.package} unusable ({exc})") from None
-    norm = m.package.replace("-", "_").lower()
-    names = (f"{norm}-{m.version}.tar.gz", f"{m.package.lower()}-{m.version}.tar.gz")
+    norm = m.field("package").replace("-", "_").lower()
+    names = (f"{norm}-{m.version}.tar.gz", f"{m.field('package').lower()}-{m.version}.tar.gz")
     # An index is someone else's JSON: entries of the wrong shape are skipped, not trusted.
     for f in files if isinstance(files, list) else ():
         if not isinstance(f, dict) or not isinstance(f.get("url"), str) or not isinstance(f.get("filename"), str):
             continue
         if f["filename"].lower() in names:
-            listed = (f.get("hashes") if isinstance(f.get("hashes"), dict) else {}).get("sha256")
+            hashes = f.get("hashes")
+            listed = hashes.get("sha256") if isinstance(hashes, dict) else None
             if listed not in (None, m.sha256):
                 raise MirrorFailed(f"PyPI lists sha256 {listed} for {f['filename']}, the recipe pins {m.sha256}")
-            return f["url"]
+            return str(f["url"])
     raise MirrorFailed(f"no sdist {m.package}=={m.version} on the index")
 
 
@@ -126,7 +128,7 @@ def _sdist_archive(m: Mirror) -> Path:
     archive = downloads / f"{m.package}-{m.version}.tar.gz"
     if not archive.is_file() or sha256_file(archive) != m.sha256:  # the index is asked only when needed
         try:
-            fetch_verified(_sdist_url(m), archive, m.sha256, None, requests.Session(),
+            fetch_verified(_sdist_url(m), archive, m.field("sha256"), None, requests.Session(),
                            other_mirror="the next mirror of the recipe is tried")
         except BuildFailed as exc:
             raise MirrorFailed(exc.what) from None
@@ -156,9 +158,9 @@ def _neutralise_gitdir(gitdir: Path) -> None:
     (gitdir / "config").write_text(_GIT_CONFIG)
 
 
-def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
+def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
     archive = _sdist_archive(m)
-    subdir = m.subdir.strip("/")
+    subdir = m.field("subdir").strip("/")
     wanted = (subdir, f".git/modules/{subdir}")
     with paths.scratch("extract-") as tmp:     # in the cache: a killed run's copy is removed by the next
         root = Path(tmp) / "sdist"
@@ -180,21 +182,21 @@ def _from_sdist(m: Mirror, sha: str, dest: Path) -> dict:
             "subdir": subdir, **proof}
 
 
-def _from_git(m: Mirror, sha: str, dest: Path) -> dict:
-    _reachable(m.url)
+def _from_git(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
+    _reachable(m.field("url"))
     dest.mkdir()
     _git("init", "-q", cwd=dest)
     # A slow or silent server must not hold the build for minutes.
     _git("-c", "http.lowSpeedLimit=1000", "-c", "http.lowSpeedTime=20",
-         "fetch", "--depth", "1", "--no-tags", m.url, sha, cwd=dest, timeout=1800)
+         "fetch", "--depth", "1", "--no-tags", m.field("url"), sha, cwd=dest, timeout=1800)
     _git("-c", "advice.detachedHead=false", "checkout", "-q", sha, cwd=dest)
     proof = verify_git_tree(dest, sha)
     return {"kind": "git", "url": m.url, **proof}
 
 
-def _from_local_mirror(m: Mirror, sha: str, dest: Path) -> dict:
+def _from_local_mirror(m: Mirror, sha: str, dest: Path) -> dict[str, Any]:
     """A mirror that is a git repository on this machine (a clone, a shallow copy, a site mirror)."""
-    src = Path(m.path).expanduser().resolve()
+    src = Path(m.field("path")).expanduser().resolve()
     if not (src / ".git").exists() and not (src / "HEAD").is_file():
         raise MirrorFailed(f"{src} is not a git repository")
     dest.mkdir()

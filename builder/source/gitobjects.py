@@ -11,6 +11,7 @@ import subprocess
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.errors import AssembleError
 from builder.proc import git, git_env, last_line
@@ -42,7 +43,7 @@ class GitRepo:
             raise AssembleError("not a git repository", where=str(self.path),
                                 fix="pass --repo with a git clone of llama.cpp (bare or not)")
         self.git_dir = Path(proc.stdout.strip())
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._lookups: OrderedDict[tuple[str, str], Entry | None] = OrderedDict()
         self._commit_trees: dict[str, str] = {}
 
@@ -51,11 +52,12 @@ class GitRepo:
     def __enter__(self) -> GitRepo:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
         if self._proc is not None:
+            assert self._proc.stdin is not None and self._proc.stdout is not None   # both piped
             self._proc.stdin.close()
             self._proc.wait()
             self._proc.stdout.close()
@@ -67,9 +69,9 @@ class GitRepo:
         if check and proc.returncode != 0:
             raise AssembleError(f"git {args[0]} failed: {last_line(proc)}", where=str(self.path),
                                 fix="check the repository and the ref")
-        return proc.stdout
+        return str(proc.stdout)
 
-    def _batch(self) -> subprocess.Popen:
+    def _batch(self) -> subprocess.Popen[bytes]:
         if self._proc is None:
             self._proc = subprocess.Popen(["git", "--git-dir", str(self.git_dir), "cat-file", "--batch"],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=git_env())
@@ -78,6 +80,7 @@ class GitRepo:
     def read(self, oid: str) -> tuple[str, bytes]:
         """(type, content) of one object; raises AssembleError if it is missing."""
         proc = self._batch()
+        assert proc.stdin is not None and proc.stdout is not None   # both piped
         proc.stdin.write(oid.encode() + b"\n")
         proc.stdin.flush()
         header = proc.stdout.readline().split()
@@ -100,7 +103,7 @@ class GitRepo:
             if self.is_shallow():
                 fix = "this clone is shallow: git fetch --unshallow, or give a ref inside its history"
             raise AssembleError(f"'{ref}' names no commit in this repository", where=str(self.path), fix=fix)
-        return proc.stdout.strip()
+        return str(proc.stdout).strip()
 
     def is_shallow(self) -> bool:
         """Whether history is cut off (a --depth clone): older commits look like roots."""
@@ -110,7 +113,7 @@ class GitRepo:
         """Commits on head's first-parent chain, oldest first."""
         return self.git("rev-list", "--first-parent", "--reverse", head).split()
 
-    def commit_info(self, sha: str) -> dict:
+    def commit_info(self, sha: str) -> dict[str, Any]:
         """Author date (ISO 8601, committer's zone) and subject of a commit."""
         out = self.git("show", "-s", "--format=%cI%x00%s", sha)
         date, _, subject = out.rstrip("\n").partition("\x00")
@@ -161,9 +164,10 @@ class GitRepo:
         for part in [p for p in path.split("/") if p]:
             if not current.is_tree:
                 return None
-            current = self._lookup(current.oid, part)
-            if current is None:
+            found = self._lookup(current.oid, part)
+            if found is None:
                 return None
+            current = found
         return current
 
     def path_changes(self, head: str, paths: list[str]) -> dict[str, dict[str, Change]]:

@@ -21,6 +21,7 @@ import subprocess
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import paths, ui
 from builder.proc import git
@@ -126,7 +127,7 @@ def load_patch(meta: Path) -> Patch:
         raise _fail(meta, "patch", "needs a patch file name, or a list of variants",
                     'write patch = "NAME.patch"')
     files = tuple(meta.parent / n for n in names)
-    for n, file in zip(names, files):
+    for n, file in zip(names, files, strict=True):
         if not file.is_file() or file.parent != meta.parent:
             raise _fail(meta, "patch", f"no patch file {n!r} beside the metadata",
                         "put the .patch file in patches/ and name it here")
@@ -227,7 +228,7 @@ def select(patches: list[Patch], tree: Path | None, sha: str | None, recipe: Rec
 
 # --- checking and applying ---------------------------------------------------------
 
-def _git_apply(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess:
+def _git_apply(tree: Path, patch: Path, *extra: str) -> subprocess.CompletedProcess[Any]:
     """git apply in `tree`, which is its own root (proc.git's own_root: else git silently skips the
     patch's paths when a repository sits above the tree)."""
     return git("apply", "--whitespace=nowarn", *extra, str(patch.resolve()), cwd=tree, own_root=True)
@@ -289,7 +290,7 @@ def _stamp_ok(dest: Path, applied: tuple[AppliedPatch, ...]) -> bool:
         data = json.loads((dest / STAMP).read_text())
     except (OSError, ValueError):
         return False
-    return data.get("applied") == [vars(a) for a in applied]
+    return bool(data.get("applied") == [vars(a) for a in applied])
 
 
 def _fixed(source: SourceTree) -> bool:
@@ -323,7 +324,7 @@ def plan_tree(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
     if not chosen and not _fixed(source):
         return TreePlan(None, (), (), (), tuple(skipped))
     variants = tuple(check(source.path, p, source.sha) for p in chosen)
-    applied = tuple(AppliedPatch(p.name, v.name, sha256_file(v), p.fixes) for p, v in zip(chosen, variants))
+    applied = tuple(AppliedPatch(p.name, v.name, sha256_file(v), p.fixes) for p, v in zip(chosen, variants, strict=True))
     key = source.sha if _fixed(source) else "local-" + hashlib.sha256(str(source.path.resolve()).encode()).hexdigest()[:12]
     dest = cache_dir() / "trees" / f"{key}-{patch_set_id(list(variants)) if variants else 'pristine'}" / "src"
     return TreePlan(dest, tuple(chosen), variants, applied, tuple(skipped))
@@ -353,7 +354,7 @@ def prepare(source: SourceTree, recipe: Recipe, ctx: PatchContext, *,
                         ignore=lambda d, names: [".git"] if Path(d) == source.path else [])
         _borrow_git(source.path, work, source.sha)
         done: list[str] = []
-        for p, variant, a in zip(chosen, variants, applied):
+        for p, variant, a in zip(chosen, variants, applied, strict=True):
             proc = _git_apply(work, variant)
             if proc.returncode != 0:
                 raise BuildFailed(f"patch {p.name} applies to the pristine {source.sha or source.path} but not "

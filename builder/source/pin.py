@@ -25,15 +25,17 @@ import json
 import os
 import re
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 from builder import locks, paths, ui
 from builder.proc import git, last_line
 from builder.errors import AssembleError, BuildFailed
 from builder.source.features import implied_fix
-from builder.source.features import (BlobCache, CommitView, Feature, FeatureReport, StateView, check_view, evaluate, lookup)
+from builder.source.features import (BlobCache, CommitView, Detector, Feature, FeatureReport, StateView, check_view,
+                                     evaluate, lookup)
 from builder.source.gitobjects import Change, GitRepo
 from builder.paths import cache_dir
 from builder.config.recipe import Recipe, lock_path, parse_recipe
@@ -116,7 +118,7 @@ class _Scan:
     """
 
     def __init__(self, repo: GitRepo, history: list[str], feature: Feature,
-                 changes: list[tuple[int, dict[str, Change]]], cache: dict):
+                 changes: list[tuple[int, dict[str, Change]]], cache: dict[tuple[Detector, str], bool]):
         self.repo, self.history, self.feature, self.cache = repo, history, feature, cache
         self.changes = changes  # (first-parent index, what it changes), newest first
         self.checked = 0
@@ -127,13 +129,14 @@ class _Scan:
 
     def value(self, i: int) -> bool:
         self.checked += 1
+        view: StateView | CommitView
         if self.files_only:
             view = StateView(self.repo, self.state, self.cache)
         else:
             view = CommitView(self.repo, self.history[i], self.cache)
         return all(evaluate(view, d)[0] for d in self.feature.detectors)
 
-    def segments(self):
+    def segments(self) -> Iterator[tuple[int, int, bool]]:
         """(lo, hi, present) for each stretch in which the feature's paths do not change."""
         hi = len(self.history) - 1
         for i, change in self.changes:
@@ -171,7 +174,7 @@ def find_earliest(repo: GitRepo, head: str, features: Sequence[Feature]) -> Earl
         scans.append(scan)
         walks[f.name] = walk = scan.segments()
         newest_absent[f.name] = -1
-        for lo, hi, present in walk:
+        for _lo, hi, present in walk:
             if not present:
                 if hi == len(history) - 1:
                     raise AssembleError(f"{head[:12]} itself lacks {f.name}", fix="pin a ref that has it")
@@ -184,14 +187,14 @@ def find_earliest(repo: GitRepo, head: str, features: Sequence[Feature]) -> Earl
     # walk to the next older segment that has it (git log -S would say the same, slower).
     removals = []
     for name in deciding:
-        for lo, hi, present in walks[name]:
+        for _lo, hi, present in walks[name]:
             if present:
                 removals.append(Removal(name, history[hi], history[hi + 1]))
                 break
     found = history[pos]
     parent = history[pos - 1] if pos > 0 else None
     # Independent re-check through full path resolution: found has all, parent lacks the deciding ones.
-    fresh: dict = {}
+    fresh: dict[tuple[Detector, str], bool] = {}
     at_found = check_view(CommitView(repo, found, fresh), features)
     reasons = {}
     if parent is not None:
@@ -307,6 +310,7 @@ def write_recipe_pin(path: Path, sha: str, build: str | None) -> bool:
             end -= 1
             continue
         m = _key_line(key).fullmatch(lines[at].rstrip("\r\n"))
+        assert m is not None      # `at` was found by this very match
         newline = lines[at][len(lines[at].rstrip("\r\n")):]
         lines[at] = f"{m.group(1)}{m.group(2)}{value}{m.group(2)}{m.group(4)}{newline}"
     new = "".join(lines)
@@ -317,7 +321,7 @@ def write_recipe_pin(path: Path, sha: str, build: str | None) -> bool:
     return True
 
 
-def _key_line(key: str) -> re.Pattern:
+def _key_line(key: str) -> re.Pattern[str]:
     return re.compile(rf'(\s*{key}\s*=\s*)(["\'])([^"\']*)\2(.*)')
 
 
@@ -338,7 +342,7 @@ def _atomic_write(path: Path, text: str) -> None:
                             fix="copy the recipe somewhere writable and pin the copy, or use --lock") from None
 
 
-def result_json(recipe: Recipe, result: PinResult) -> dict:
+def result_json(recipe: Recipe, result: PinResult) -> dict[str, Any]:
     e = result.earliest
     return {
         "recipe": recipe.name,

@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import ui
 from builder.errors import AssembleError
@@ -34,7 +35,7 @@ class Engine:
     kind: str        # docker | podman (how to spell user mapping)
     path: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "path": self.path}
 
 

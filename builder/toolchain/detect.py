@@ -13,18 +13,20 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.config.targets import CudaArch, gfx_tokens
-from builder.config.versions import version_tuple  # noqa: F401 (read from here by the toolchain's users)
+from builder.config.versions import version_tuple as version_tuple  # read from here by the toolchain's users
 from builder.digest import sha256_file
 from builder.paths import builtin_data, scratch
-from builder.proc import PROBE_TIMEOUT, probe, run_probe
+from builder.proc import PROBE_TIMEOUT as PROBE_TIMEOUT, probe, run_probe   # PROBE_TIMEOUT: read from here too
 
 
-def parallel(calls: dict, workers: int = 8) -> dict:
+def parallel(calls: dict[str, Any], workers: int = 8) -> dict[str, Any]:
     """Run independent zero-argument callables at once; {name: result}. Doctor's wall time
     is then the slowest probe, not the sum of them."""
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -51,12 +53,12 @@ class Tool:
     data: str = ""               # cmake: its CMAKE_ROOT (the modules that go with the binary)
     machine: str = ""            # a compiler's target (-dumpmachine)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         out = {"path": self.path, "version": self.version}
         out.update({k: v for k, v in (("sha256", self.sha256), ("machine", self.machine)) if v})
         return out
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """What the tool is, never where: its version, its target and its content digest (the path
         only when no digest could be taken). Part of the build key (builder.units.plan)."""
         out = {"version": self.version, **({"sha256": self.sha256} if self.sha256 else {"path": self.path})}
@@ -168,7 +170,7 @@ class Distro:
                 return "arch"
         return "other"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"id": self.id, "like": list(self.like), "version": self.version_id,
                 "codename": self.codename, "name": self.pretty}
 
@@ -200,7 +202,7 @@ def _lib_dirs(prefix: str | Path) -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
-def _find_lib(prefixes: list[str | Path], name: str) -> str | None:
+def _find_lib(prefixes: Sequence[str | Path], name: str) -> str | None:
     for prefix in prefixes:
         for d in _lib_dirs(prefix):
             if (d / name).exists():
@@ -219,12 +221,12 @@ class CudaToolkit:
     has_cublas: bool             # libcublas.so and cublas_v2.h: the CUDA backend can link
     cublas_runtime_only: bool = False  # libcublas.so.N without the development files
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"root": self.root, "nvcc": self.nvcc, "version": self.version,
                 "archs": [str(a) for a in self.archs], "cublas": self.has_cublas}
 
     @classmethod
-    def from_dict(cls, d: dict) -> CudaToolkit:
+    def from_dict(cls, d: dict[str, Any]) -> CudaToolkit:
         """The inverse of as_dict: a toolkit recorded in a unit folder on another machine."""
         return cls(root=str(d.get("root", "")), nvcc=str(d.get("nvcc", "")), version=str(d.get("version", "")),
                    archs=tuple(CudaArch.parse(a, "recorded toolkit archs") for a in d.get("archs") or ()),
@@ -275,13 +277,13 @@ class VulkanSdk:
     header_version: str | None   # from vulkan_core.h VK_HEADER_VERSION_COMPLETE
     glslc: Tool | None
     header_dir: str | None = None                 # the include dir holding vulkan/vulkan_core.h
-    header_extensions: frozenset = frozenset()    # every VK_* extension the header declares
+    header_extensions: frozenset[str] = frozenset()    # every VK_* extension the header declares
     has_hpp: bool = False                         # vulkan/vulkan.hpp (ggml-vulkan is C++)
     loader_dev: str | None = None                 # libvulkan.so: what the link needs
     loader: str | None = None                     # libvulkan.so.1: what a run needs
     spirv_headers: str | None = None              # SPIRV-HeadersConfig.cmake (find_package CONFIG)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"headers": self.header_version, "glslc": self.glslc.as_dict() if self.glslc else None,
                 "header_dir": self.header_dir, "hpp": self.has_hpp, "loader_dev": self.loader_dev,
                 "loader": self.loader, "spirv_headers": self.spirv_headers}
@@ -361,8 +363,11 @@ GLSLC_EXTENSIONS = (
 )
 
 
+_GLSLC_EXTENSION_NAMES = tuple(e for e, _ in GLSLC_EXTENSIONS)
+
+
 def glslc_extensions(glslc: str, timeout: float = PROBE_TIMEOUT,
-                     extensions: tuple[str, ...] = tuple(e for e, _ in GLSLC_EXTENSIONS)) -> dict[str, bool | None]:
+                     extensions: tuple[str, ...] = _GLSLC_EXTENSION_NAMES) -> dict[str, bool | None]:
     """{extension: supported?} probed exactly as ggml's CMake does: compile a compute shader that
     requires the extension; only "extension not supported: NAME" on stderr means no.
     None: glslc did not answer in time, so the configure step will not know either."""
@@ -404,7 +409,7 @@ class RocmInstall:
             return ()
         return (f"--rocm-device-lib-path={self.device_libs}",)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"root": self.root, "version": self.version, "version_source": self.version_source,
                 "hipconfig": self.hipconfig, "hip": self.hip_lib, "hipblas": self.hipblas,
                 "rocblas": self.rocblas, "rocblas_data": self.rocblas_data,
@@ -492,6 +497,7 @@ def rocm(path: str | None = None, timeout: float = PROBE_TIMEOUT) -> RocmInstall
         return RocmInstall(str(root), version, source, hipconfig, hip_lib, _find_lib([root], "libhipblas.so"),
                            _find_lib([root], "librocblas.so"), rb_data, rb_archs, lt_data, lt_archs,
                            clang, device_libs(root, clang, timeout) if clang else None)
+    return None
 
 
 def rocm_searched(rocm_path: str | None, origin: str = "--rocm-path") -> list[str]:
@@ -552,7 +558,7 @@ class ContainerEngine:
     version: str
     usable: bool                 # the daemon (docker) or the engine itself (podman) answered
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"path": self.path, "version": self.version, "usable": self.usable}
 
 
@@ -572,9 +578,9 @@ def container_engines(timeout: float = PROBE_TIMEOUT) -> tuple[ContainerEngine, 
 class GlslcProbe:
     works: bool                  # compiled a shader with no extension at all
     error: str | None            # first line of why not
-    extensions: dict = field(default_factory=dict)   # {GL_ext: True | False | None (timed out)}
+    extensions: dict[str, bool | None] = field(default_factory=dict)   # {GL_ext: True | False | None (timed out)}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"works": self.works, "error": self.error, "extensions": dict(self.extensions)}
 
 
@@ -611,9 +617,9 @@ class Toolchain:
     patchelf: Tool | None = None             # the bundler sets our files' RPATH with it (host only)
     git: Tool | None = None                  # fetches, verifies and patches the source (host only)
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         """What a manifest and a unit folder record of it (also part of the build folder's key)."""
-        out: dict = {}
+        out: dict[str, Any] = {}
         for key in ("cmake", "ninja", "cc", "cxx"):
             tool = getattr(self, key)
             if tool is not None:
@@ -628,7 +634,7 @@ class Toolchain:
             out["launcher"] = {"name": self.launcher.name, **self.launcher.as_dict()}
         return out
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """What the build key names of the toolchain: versions, targets and digests of the build tools,
         never the folder they were installed in (a second virtual environment with the same versions
         builds in the same folder); the GPU toolkits as recorded (their paths are in the link lines)."""
@@ -659,7 +665,7 @@ def host_toolchain(backends: set[str], *, cc: str = "cc", cxx: str = "c++", laun
     """This host's toolchain for units with these backends: every probe at once, each bounded,
     and only those the backends need (a CPU build never asks nvcc). glslc=False: leave out the
     shader compiler's feature probes (they write shaders to a scratch folder; a plan needs none)."""
-    calls = {"cmake": lambda: cmake(timeout), "ninja": lambda: build_tool("ninja", timeout),
+    calls: dict[str, Callable[[], object]] = {"cmake": lambda: cmake(timeout), "ninja": lambda: build_tool("ninja", timeout),
              "cc": lambda: compiler(cc, timeout), "cxx": lambda: compiler(cxx, timeout),
              "launcher": lambda: launcher(launcher_choice, timeout),
              "patchelf": lambda: find_tool("patchelf", timeout=timeout),
@@ -669,11 +675,11 @@ def host_toolchain(backends: set[str], *, cc: str = "cc", cxx: str = "c++", laun
     if "hip" in backends:
         calls["rocm"] = lambda: rocm(rocm_path, timeout)
     if "vulkan" in backends:
-        def vulkan_and_glslc():
+        def vulkan_and_glslc() -> tuple[VulkanSdk, GlslcProbe | None]:
             sdk = vulkan_sdk(timeout)
             return sdk, (probe_glslc(sdk.glslc.path, timeout) if sdk.glslc and glslc else None)
         calls["vulkan"] = vulkan_and_glslc
     r = parallel(calls, workers=len(calls))
-    sdk, glslc = r.get("vulkan") or (None, None)
+    sdk, probe = r.get("vulkan") or (None, None)
     return Toolchain("host", r["cmake"], r["ninja"], r["cc"], r["cxx"], r["launcher"], launcher_choice,
-                     r.get("cuda"), r.get("rocm"), sdk, glslc, r["patchelf"], r["git"])
+                     r.get("cuda"), r.get("rocm"), sdk, probe, r["patchelf"], r["git"])

@@ -115,7 +115,7 @@ DEBIAN13_GLSLC = "2025.2"
 def newer_glslc_hint(glslc: Tool | None, distro: Distro) -> str:
     """Where a glslc with more extensions comes from; never the version the host already has."""
     have = version_tuple(glslc.version) if glslc and glslc.version != "unknown" else ()
-    if have and have >= version_tuple(DEBIAN13_GLSLC):
+    if glslc and have and have >= version_tuple(DEBIAN13_GLSLC):
         return (f"glslc {glslc.version} lacks them too: a newer shaderc (the LunarG Vulkan SDK, then VULKAN_SDK) "
                 "adds them as they appear")
     if _debian12(distro):

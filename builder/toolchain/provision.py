@@ -21,9 +21,11 @@ import platform as _platform
 import re
 import shutil
 import tarfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin
 
 import requests
@@ -74,7 +76,7 @@ class ProvisionedToolkit:
     platform: str                           # "linux-x86_64"
     components: tuple[tuple[str, str], ...]  # (component, its own version)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"root": str(self.root), "version": self.version, "platform": self.platform,
                 "components": dict(self.components)}
 
@@ -119,11 +121,11 @@ def cached_toolkits() -> tuple[tuple[str, str], ...]:
 
 # --- manifest --------------------------------------------------------------
 
-def fetch_manifest(version: str, url: str, session: requests.Session) -> dict:
+def fetch_manifest(version: str, url: str, session: requests.Session) -> dict[str, Any]:
     """redistrib_<version>.json, from the cache when a readable copy is there."""
     cached = _downloads(version) / f"redistrib_{version}.json"
     try:
-        return json.loads(cached.read_text())
+        return dict(json.loads(cached.read_text()))
     except (OSError, ValueError):
         pass
     full = urljoin(url, f"redistrib_{version}.json")
@@ -152,11 +154,11 @@ def fetch_manifest(version: str, url: str, session: requests.Session) -> dict:
     return data
 
 
-def select_archives(manifest: dict, components: tuple[str, ...] | None, plat: str, where: str) -> list[Archive]:
+def select_archives(manifest: dict[str, Any], components: tuple[str, ...] | None, plat: str, where: str) -> list[Archive]:
     """The archives to fetch: the named components, or the default set; each entry checked."""
     listed = sorted(k for k, v in manifest.items() if isinstance(v, dict) and plat in v)
     if components is None:
-        wanted = [c for c in REQUIRED] + [c for c in IF_PRESENT if c in listed]
+        wanted = list(REQUIRED) + [c for c in IF_PRESENT if c in listed]
     else:
         wanted = list(dict.fromkeys(components))
     missing = [c for c in wanted if c not in manifest or not isinstance(manifest[c], dict)]
@@ -175,7 +177,7 @@ def select_archives(manifest: dict, components: tuple[str, ...] | None, plat: st
     return out
 
 
-def _archive(comp: str, version: str, entry: dict, where: str) -> Archive:
+def _archive(comp: str, version: str, entry: dict[str, Any], where: str) -> Archive:
     rel, sha, size = entry.get("relative_path"), entry.get("sha256"), entry.get("size")
     if (not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/") or "\\" in rel
             or not _FILE_RE.fullmatch(rel.rsplit("/", 1)[-1]) or not rel.endswith((".tar.xz", ".tar.gz"))):
@@ -357,7 +359,7 @@ def _finish_root(root: Path, triple: str) -> None:
 
 
 @contextmanager
-def _locked(root: Path):
+def _locked(root: Path) -> Iterator[None]:
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(root.parent / f".{root.name}.lock", "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)  # a second assemble waits instead of unpacking beside us
@@ -401,7 +403,7 @@ def ensure_cuda(version: str, components: tuple[str, ...] | None = None, *, url:
         return result
 
 
-def _assemble(root: Path, version: str, plat: str, files: list[tuple[Archive, Path]], kept: dict,
+def _assemble(root: Path, version: str, plat: str, files: list[tuple[Archive, Path]], kept: dict[str, Any],
               url: str, defaults: bool) -> ProvisionedToolkit:
     """Build the root in a temporary sibling, check it, then swap it in."""
     triple = TARGET_DIRS[plat]
@@ -441,10 +443,12 @@ def _assemble(root: Path, version: str, plat: str, files: list[tuple[Archive, Pa
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     ui.info(f"CUDA {version} ready: {root}")
-    return installed(version, plat)  # type: ignore[return-value]
+    found = installed(version, plat)
+    assert found is not None, "the toolkit just laid out is installed"
+    return found
 
 
-def _check_root(root: Path, version: str, plat: str, records: dict) -> None:
+def _check_root(root: Path, version: str, plat: str, records: dict[str, Any]) -> None:
     """The nvcc we laid out must run and report the release we asked for (when it can run here)."""
     if "cuda_nvcc" not in records or plat != host_platform():
         return

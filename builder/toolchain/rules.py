@@ -11,8 +11,10 @@ cannot disagree because there is nothing else to consult.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
+from typing import Any
 
 from builder.config.options import HOST, BuildConfig, UnitConfig
 from builder.config.recipe import Recipe
@@ -20,10 +22,12 @@ from builder.config.targets import CudaArch, GfxTarget
 from builder.config.versions import parse_constraint, satisfies
 from builder.errors import AssembleError
 from builder.toolchain import hints
-from builder.toolchain.detect import (CudaToolkit, Distro, RocmInstall, Toolchain, VulkanSdk, kernel_archs,
-                                      rocm_searched, version_tuple)
+from builder.config.versions import version_tuple
+from builder.toolchain.detect import (CudaToolkit, Distro, GlslcProbe, RocmInstall, Tool, Toolchain, VulkanSdk,
+                                      kernel_archs, rocm_searched)
 
 REFUSE, SLOWER, OK = "refuse", "slower", "ok"
+T = TypeVar("T")
 
 # --- facts the rules compare against, each with its source ------------------------------
 MIN_ROCM = (6, 1)            # ggml-hip/CMakeLists.txt: FATAL_ERROR "At least ROCM/HIP V6.1 is required"
@@ -77,23 +81,59 @@ class Context:
     blackwell_patch: str | None = "not asked for"   # None: the build applies the Blackwell patch; else why not
     rocm_path: str | None = None                    # the resolved --rocm-path/ROCM_PATH/HIP_PATH, for messages
     rocm_origin: str = "--rocm-path"                # which of them gave it
-    distro: Distro = Distro("")                     # for install hints in this distribution's words
+    distro: Distro = field(default_factory=lambda: Distro(""))  # for install hints in this distribution's words
     provisioned: tuple[tuple[str, str], ...] = ()   # (version, root) of CUDA toolkits `assemble toolchain` laid out
 
     def hint(self, component: str) -> str:
-        return hints.hint(component, self.distro, self.cuda, self.vulkan.glslc if self.vulkan else None)
+        vulkan = self.toolchain.vulkan
+        return hints.hint(component, self.distro, self.toolchain.cuda, vulkan.glslc if vulkan else None)
 
+    # The toolkit a rule reads. Every rule that reads one sits under a topic shown only when it was
+    # found, or after the rule that refuses its absence (the evaluator stops at the first that fires).
     @property
-    def cuda(self) -> CudaToolkit | None:
+    def cuda(self) -> CudaToolkit:
+        assert self.toolchain.cuda is not None, "a CUDA rule ran without a CUDA toolkit"
         return self.toolchain.cuda
 
     @property
-    def rocm(self) -> RocmInstall | None:
+    def rocm(self) -> RocmInstall:
+        assert self.toolchain.rocm is not None, "a ROCm rule ran without a ROCm"
         return self.toolchain.rocm
 
     @property
-    def vulkan(self) -> VulkanSdk | None:
+    def vulkan(self) -> VulkanSdk:
+        assert self.toolchain.vulkan is not None, "a Vulkan rule ran without a Vulkan SDK"
         return self.toolchain.vulkan
+
+    def tool(self, name: str) -> Tool:
+        """A build tool (cmake, patchelf) a rule reads after the missing-tools rule or its guard."""
+        found: Tool | None = getattr(self.toolchain, name)
+        assert found is not None, f"a rule read {name}, which was not found"
+        return found
+
+    @property
+    def glslc(self) -> GlslcProbe:
+        assert self.toolchain.glslc is not None, "a glslc rule ran without a probe"
+        return self.toolchain.glslc
+
+    @property
+    def glslc_tool(self) -> Tool:
+        assert self.vulkan.glslc is not None, "a glslc rule ran without glslc"
+        return self.vulkan.glslc
+
+    @property
+    def rocm_version(self) -> str:
+        assert self.rocm.version is not None, "a ROCm version rule ran before the unknown-version rule"
+        return self.rocm.version
+
+    @property
+    def cuda_constraint(self) -> str | None:
+        """The recipe's [cuda] toolkit constraint, if any."""
+        return self.recipe.cuda_toolkit
+
+    @property
+    def multi_arch_risk(self) -> str | None:
+        return self.recipe.hip.multi_arch_risk if self.recipe.hip else None
 
     @property
     def archs(self) -> tuple[CudaArch, ...]:
@@ -109,7 +149,7 @@ class Context:
 
     @property
     def regression(self) -> bool:
-        return bool(self.cuda) and regression_applies(self.cuda.version, self.archs)
+        return self.toolchain.cuda is not None and regression_applies(self.cuda.version, self.archs)
 
     def cuda_label(self) -> str:
         return f"CUDA {self.cuda.version} at {self.cuda.root}"
@@ -149,8 +189,8 @@ class Finding:
         return AssembleError(self.means, where=where, fix=self.fix)
 
 
-def _f(text: str) -> Callable[[Context], str]:
-    return lambda c: text
+def _f(value: T) -> Callable[[Context], T]:
+    return lambda c: value
 
 
 # --- CUDA -------------------------------------------------------------------------------
@@ -183,7 +223,7 @@ _BETTER = "a CUDA 12.8 build is better (recipes cuda128-vulkan / rocm-cuda128, o
 
 
 def _constraint_fix(c: Context) -> str:
-    cached = [root for version, root in c.provisioned if satisfies(version, c.recipe.cuda.toolkit)]
+    cached = [root for version, root in c.provisioned if satisfies(version, c.cuda_constraint or "")]
     if cached:
         return f"pass --cuda-root {cached[0]} (laid out by `assemble toolchain cuda`)"
     return ("run `assemble toolchain cuda VERSION` for a matching version and pass --cuda-root ROOT, or build the "
@@ -242,7 +282,7 @@ def _unsupported_means(c: Context) -> str:
 
 
 def _unsupported_fix(c: Context) -> str:
-    since = {f"sm_{a.base}": cuda_needed([a]) for a in _unsupported(c) if cuda_needed([a])}
+    since = {f"sm_{a.base}": v for a in _unsupported(c) if (v := cuda_needed([a]))}
     hint = "".join(f"{name} needs CUDA >= {v[0]}.{v[1]}; " for name, v in since.items())
     return (f"{hint}use a toolkit that lists them in `nvcc --list-gpu-arch`, or drop them from [cuda] architectures"
             + (f" ({c.hint('cuda')})" if c.hint("cuda") else ""))
@@ -254,18 +294,17 @@ def _bw(c: Context) -> str:
 
 CUDA_TOPICS = (
     Topic("CUDA toolkit", "cuda", _f(True), lambda c: c.cuda_label(), (
-        Rule(REFUSE, lambda c: c.cuda is None,
+        Rule(REFUSE, lambda c: c.toolchain.cuda is None,
              _f("no nvcc"),
              _f("no CUDA toolkit found (nvcc): the CUDA backend cannot build"),
              lambda c: c.hint("cuda") or "install one, run `assemble toolchain cuda 12.8.1` and pass --cuda-root ROOT, "
                                          "or set CUDAToolkit_ROOT"),
-        Rule(REFUSE, lambda c: bool(c.recipe.cuda and c.recipe.cuda.toolkit)
-             and not satisfies(c.cuda.version, c.recipe.cuda.toolkit),
+        Rule(REFUSE, lambda c: bool(c.cuda_constraint) and not satisfies(c.cuda.version, c.cuda_constraint or ""),
              lambda c: c.cuda_label(),
-             lambda c: f"{c.cuda_label()} does not satisfy the recipe's toolkit = {c.recipe.cuda.toolkit!r}",
+             lambda c: f"{c.cuda_label()} does not satisfy the recipe's toolkit = {c.cuda_constraint!r}",
              _constraint_fix),
     )),
-    Topic("CUDA archs", "cuda", lambda c: c.cuda is not None,
+    Topic("CUDA archs", "cuda", lambda c: c.toolchain.cuda is not None,
           lambda c: f"{' '.join(map(str, c.archs))}: nvcc can target every one", (
         Rule(REFUSE, lambda c: not c.archs, _f("none"), _f("no CUDA architecture requested"),
              _f('list them in [cuda] architectures, e.g. ["89", "120"]')),
@@ -281,8 +320,8 @@ CUDA_TOPICS = (
                        "(CUDA >= 12.9 does)",
              lambda c: f"use {_family_too_old(c)[0].base} or {_family_too_old(c)[0].base}a instead"),
         Rule(REFUSE, _cmake_rejects_family,
-             lambda c: f"{' '.join(str(a) for a in c.archs if a.suffix == 'f')} with CMake {c.toolchain.cmake.version}",
-             lambda c: f"CMake {c.toolchain.cmake.version} rejects the 'f' architecture suffix (ggml-cuda needs "
+             lambda c: f"{' '.join(str(a) for a in c.archs if a.suffix == 'f')} with CMake {c.tool('cmake').version}",
+             lambda c: f"CMake {c.tool('cmake').version} rejects the 'f' architecture suffix (ggml-cuda needs "
                        "CMake >= 3.31.8 or >= 4.0.2 for it)",
              _f("pip install 'cmake>=4.0.2', or use the 'a' targets")),
     )),
@@ -305,7 +344,7 @@ CUDA_TOPICS = (
              lambda c: ways_out()),
     )),
     # After the Blackwell rule on purpose: that refusal already points at another toolkit.
-    Topic("cuBLAS", "cuda", lambda c: c.cuda is not None, _f("libcublas.so + cublas_v2.h"), (
+    Topic("cuBLAS", "cuda", lambda c: c.toolchain.cuda is not None, _f("libcublas.so + cublas_v2.h"), (
         Rule(REFUSE, lambda c: not c.cuda.has_cublas,
              lambda c: "runtime only" if c.cuda.cublas_runtime_only else "absent",
              lambda c: f"{c.cuda_label()} has no cuBLAS development files"
@@ -344,26 +383,26 @@ def rocm_floor_text(targets: Sequence[GfxTarget]) -> str:
 
 def _too_new(c: Context) -> list[GfxTarget]:
     """Targets this ROCm is older than (ggml's own floor aside)."""
-    have = version_tuple(c.rocm.version)[:2]
+    have = version_tuple(c.rocm_version)[:2]
     return [t for t in c.targets if have < ROCM_SINCE.get(t.arch, MIN_ROCM)]
 
 
 def _rocm_ok(c: Context) -> bool:
-    return c.rocm is not None and c.rocm.version is not None and version_tuple(c.rocm.version)[:2] >= MIN_ROCM
+    return c.toolchain.rocm is not None and c.rocm.version is not None and version_tuple(c.rocm.version)[:2] >= MIN_ROCM
 
 
 HIP_TOPICS = (
     Topic("gfx targets", "hip", _f(True), lambda c: " ".join(map(str, c.targets)), (
         Rule(REFUSE, lambda c: not c.targets, _f("none"), _f("no gfx target for the HIP unit"),
              _f('name the card\'s arch: [hip] targets = ["gfx1100"] or --hip-target gfx1100')),
-        Rule(REFUSE, lambda c: len(c.targets) > 1 and not c.recipe.hip.multi_arch_risk,
+        Rule(REFUSE, lambda c: len(c.targets) > 1 and not c.multi_arch_risk,
              lambda c: " ".join(map(str, c.targets)),
              lambda c: f"{len(c.targets)} gfx targets in one HIP unit ({', '.join(map(str, c.targets))}): a sibling "
                        "arch links, loads and then segfaults",
              _f("build one runtime per card arch, or state the risk in [hip] multi_arch_risk")),
     )),
     Topic("ROCm", "hip", _f(True), lambda c: f"{c.rocm.version} at {c.rocm.root} (version from {c.rocm.version_source})", (
-        Rule(REFUSE, lambda c: c.rocm is None,
+        Rule(REFUSE, lambda c: c.toolchain.rocm is None,
              lambda c: f"not found ({', '.join(rocm_searched(c.rocm_path, c.rocm_origin))})",
              lambda c: f"no ROCm found (looked at: {', '.join(rocm_searched(c.rocm_path, c.rocm_origin))}): the HIP backend cannot build",
              lambda c: c.hint("rocm") or "install ROCm >= 6.1 (AMD's packages, or Debian's hipcc + librocblas-dev + "
@@ -373,12 +412,12 @@ HIP_TOPICS = (
              lambda c: f"ROCm at {c.rocm.root}: cannot tell its version (no hipconfig, .info/version or "
                        "hip-config-version.cmake answered); ggml-hip refuses < 6.1",
              _f("install the HIP development package (hipcc / hip-devel), or point --rocm-path at a complete ROCm")),
-        Rule(REFUSE, lambda c: version_tuple(c.rocm.version)[:2] < MIN_ROCM,
+        Rule(REFUSE, lambda c: version_tuple(c.rocm_version)[:2] < MIN_ROCM,
              lambda c: f"{c.rocm.version} at {c.rocm.root}",
              lambda c: f"{c.rocm_label()} is older than 6.1; llama.cpp's HIP backend stops at configure below it",
              lambda c: c.hint("rocm") or "install ROCm >= 6.1 and pass --rocm-path DIR (Debian 12 ships 5.2: use "
                                          "sid's packages, scripts/rocm-sid-chroot.sh)"),
-   
+
         Rule(REFUSE, lambda c: bool(_too_new(c)),
              lambda c: f"{c.rocm.version} at {c.rocm.root}; {' '.join(map(str, _too_new(c)))} needs >= "
                        f"{rocm_floor_text(_too_new(c))}",
@@ -386,14 +425,14 @@ HIP_TOPICS = (
                        f"{', '.join(map(str, _too_new(c)))}",
              lambda c: f"install ROCm >= {rocm_floor_text(_too_new(c))} and pass --rocm-path DIR"),
     )),
-    Topic("HIP compiler", "hip", _rocm_ok, lambda c: c.rocm.hip_clang, (
+    Topic("HIP compiler", "hip", _rocm_ok, lambda c: c.rocm.hip_clang or "", (
         Rule(REFUSE, lambda c: c.rocm.hip_clang is None, _f("none"),
              lambda c: f"{c.rocm_label()}: no HIP compiler (looked for {Path(c.rocm.root) / 'llvm/bin/clang'}, the "
                        f"clang `hipconfig --hipclangpath` names, and one {c.rocm.root}/lib/llvm-*/bin/clang)",
              _f("install the HIP compiler (AMD: rocm-llvm; Debian: hipcc, which pulls its clang)")),
     )),
     Topic("ROCm device libraries", "hip", lambda c: _rocm_ok(c) and c.rocm.hip_clang is not None,
-          lambda c: c.rocm.device_libs, (
+          lambda c: c.rocm.device_libs or "", (
         Rule(REFUSE, lambda c: c.rocm.device_libs is None, _f("no ockl.bc"),
              lambda c: f"{c.rocm_label()}: no ROCm device library (ockl.bc) for {c.rocm.hip_clang} (looked in "
                        f"{Path(c.rocm.root) / 'amdgcn/bitcode'} and its resource dir); CMake's HIP compiler check "
@@ -460,16 +499,16 @@ def glslc_summary(extensions: dict[str, bool | None]) -> str:
 
 
 def _ext_found(c: Context) -> str:
-    return glslc_summary(c.toolchain.glslc.extensions)
+    return glslc_summary(c.glslc.extensions)
 
 
 def tested_note(v: VulkanSdk) -> str:
-    return "" if version_tuple(v.header_version) >= version_tuple(VULKAN_TESTED) else \
+    return "" if v.header_version is None or version_tuple(v.header_version) >= version_tuple(VULKAN_TESTED) else \
         f"; older than {VULKAN_TESTED}, the version this pin was built with"
 
 
 def _host_vulkan(c: Context) -> bool:
-    return c.vulkan is not None and c.toolchain.where == HOST
+    return c.toolchain.vulkan is not None and c.toolchain.where == HOST
 
 
 VULKAN_TOPICS = (
@@ -479,12 +518,12 @@ VULKAN_TOPICS = (
         Rule(REFUSE, lambda c: c.vulkan.header_version is None, _f("not found"),
              _f("no vulkan/vulkan_core.h: the Vulkan backend cannot build"),
              lambda c: c.hint("vulkan-headers")),
-        Rule(REFUSE, lambda c: bool(header_lacks(c.vulkan)), lambda c: c.vulkan.header_version,
+        Rule(REFUSE, lambda c: bool(header_lacks(c.vulkan)), lambda c: c.vulkan.header_version or "",
              lambda c: f"Vulkan headers {c.vulkan.header_version} are too old for this llama.cpp: they lack "
                        f"{', '.join(header_lacks(c.vulkan))} (ggml-vulkan.cpp fails: 'LayerSettingEXT' is not a "
                        "member of 'vk')",
              lambda c: c.hint("vulkan-headers")),
-        Rule(REFUSE, lambda c: not c.vulkan.has_hpp, lambda c: c.vulkan.header_version,
+        Rule(REFUSE, lambda c: not c.vulkan.has_hpp, lambda c: c.vulkan.header_version or "",
              _f("vulkan.hpp missing beside vulkan_core.h (ggml-vulkan is C++)"), lambda c: c.hint("vulkan-headers")),
     )),
     Topic("Vulkan loader", "vulkan", _host_vulkan, lambda c: f"{c.vulkan.loader_dev}: links libvulkan.so", (
@@ -496,12 +535,12 @@ VULKAN_TOPICS = (
              _f("no SPIRV-Headers: ggml-vulkan's find_package(SPIRV-Headers CONFIG REQUIRED) fails"),
              lambda c: c.hint("spirv-headers")),
     )),
-    Topic("glslc", "vulkan", _host_vulkan, lambda c: f"{c.vulkan.glslc.version} ({c.vulkan.glslc.path}): compiles shaders", (
+    Topic("glslc", "vulkan", _host_vulkan, lambda c: f"{c.glslc_tool.version} ({c.glslc_tool.path}): compiles shaders", (
         Rule(REFUSE, lambda c: c.vulkan.glslc is None, _f("not found"),
              _f("no glslc: find_package(Vulkan COMPONENTS glslc) fails"), lambda c: c.hint("glslc")),
         Rule(REFUSE, lambda c: c.toolchain.glslc is not None and not c.toolchain.glslc.works,
-             lambda c: f"{c.vulkan.glslc.version} ({c.vulkan.glslc.path})",
-             lambda c: f"glslc does not compile a plain shader: {c.toolchain.glslc.error}",
+             lambda c: f"{c.glslc_tool.version} ({c.glslc_tool.path})",
+             lambda c: f"glslc does not compile a plain shader: {c.glslc.error}",
              lambda c: c.hint("glslc") + " (one that runs on this system)"),
     )),
     Topic("glslc extensions", "vulkan",
@@ -533,7 +572,7 @@ def _launcher_missing(c: Context) -> bool:
 
 
 def _old_patchelf(c: Context) -> bool:
-    v = c.toolchain.patchelf.version
+    v = c.tool("patchelf").version
     return v != "unknown" and version_tuple(v) < MIN_PATCHELF
 
 
@@ -545,15 +584,15 @@ BUILD_TOPICS = (
              lambda c: "no " + ", ".join(label for label, _ in _missing_tools(c)),
              lambda c: f"missing {', '.join(label for label, _ in _missing_tools(c))}: every build needs them",
              lambda c: "; ".join(dict.fromkeys(c.hint(comp) or f"install {label}" for label, comp in _missing_tools(c)))),
-        Rule(REFUSE, _old_patchelf, lambda c: f"patchelf {c.toolchain.patchelf.version}",
-             lambda c: f"patchelf {c.toolchain.patchelf.version} at {c.toolchain.patchelf.path} is too old: 0.17.x and "
+        Rule(REFUSE, _old_patchelf, lambda c: f"patchelf {c.tool('patchelf').version}",
+             lambda c: f"patchelf {c.tool('patchelf').version} at {c.tool('patchelf').path} is too old: 0.17.x and "
                        "0.18.0 corrupt CUDA libraries when the bundle sets their RPATH",
              lambda c: c.hint("patchelf")),
         Rule(REFUSE, _launcher_missing, lambda c: f"no {c.toolchain.launcher_choice}",
              lambda c: f"compiler launcher '{c.toolchain.launcher_choice}' not found on PATH",
              lambda c: f"install {c.toolchain.launcher_choice} or pass --launcher none"),
-        Rule(REFUSE, lambda c: "hip" in c.unit.backends and version_tuple(c.toolchain.cmake.version) < CMAKE_MIN_HIP,
-             lambda c: f"cmake {c.toolchain.cmake.version}", _f("ggml-hip needs CMake >= 3.21"),
+        Rule(REFUSE, lambda c: "hip" in c.unit.backends and version_tuple(c.tool("cmake").version) < CMAKE_MIN_HIP,
+             lambda c: f"cmake {c.tool('cmake').version}", _f("ggml-hip needs CMake >= 3.21"),
              lambda c: c.hint("cmake") or "pip install 'cmake>=3.21'"),
     )),
 )
@@ -600,18 +639,18 @@ def enforce(c: Context, where: str) -> tuple[Finding, ...]:
 
 # --- what the manifest records of a unit's toolkits -------------------------------------------
 
-def cuda_record(c: Context) -> dict:
+def cuda_record(c: Context) -> dict[str, Any]:
     state = NOT_APPLICABLE if not c.regression else PATCHED if c.blackwell_patch is None else ACCEPTED
     return {"toolkit": c.cuda.version, "root": c.cuda.root, "archs": [str(a) for a in c.archs],
             "blackwell_targets": [str(a) for a in c.blackwell], "blackwell_regression": state}
 
 
-def hip_record(c: Context, findings: Sequence[Finding] = ()) -> dict:
+def hip_record(c: Context, findings: Sequence[Finding] = ()) -> dict[str, Any]:
     """notes: what the HIP rules said short of a refusal (hipBLASLt falling back)."""
     r = c.rocm
     notes = [f.means for f in findings if f.backend == "hip" and f.level == SLOWER]
     return {"rocm": r.version, "path": r.root, "version_source": r.version_source, "hip_compiler": r.hip_clang,
             "device_libs": r.device_libs, "hip_flags": list(r.hip_flags()), "targets": [str(t) for t in c.targets],
             "rocblas_data": r.rocblas_data, "rocblas_archs": list(kernel_archs(r.rocblas_data)),
-            "hipblaslt_archs": list(kernel_archs(r.hipblaslt_data)), "multi_arch_risk": c.recipe.hip.multi_arch_risk,
+            "hipblaslt_archs": list(kernel_archs(r.hipblaslt_data)), "multi_arch_risk": c.multi_arch_risk,
             "notes": list(notes)}

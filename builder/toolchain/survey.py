@@ -4,10 +4,11 @@ container units from their image, units built elsewhere from what their folder r
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from builder.config.options import ADOPTED, CONTAINER, HOST, BuildConfig, UnitConfig
 from builder.toolchain import container
-from builder.toolchain.detect import Tool, Toolchain, host_toolchain
+from builder.toolchain.detect import CudaToolkit, Tool, Toolchain, host_toolchain
 from builder.toolchain.container import Engine
 
 
@@ -27,18 +28,25 @@ def image(config: BuildConfig, unit: UnitConfig, engine: Engine | None, probe: b
     (building the image when the engine lacks it) when `probe`, else unknown (`show`)."""
     cuda = None
     if probe and engine is not None and "cuda" in unit.backends:
-        tag = container.ensure_image(engine, unit.where.image)
+        tag = container.ensure_image(engine, unit.where.image_name())
         cuda = container.probe_cuda(engine, tag)
-    image_tool = lambda name: Tool(name, name, f"image {unit.where.image}")  # noqa: E731
+    def image_tool(name: str) -> Tool:
+        return Tool(name, name, f"image {unit.where.image}")
+
     return Toolchain(CONTAINER, cmake=image_tool("cmake"), ninja=image_tool("ninja"), launcher_choice=config.launcher.value,
                      launcher=image_tool("ccache") if config.launcher.value != "none" else None, cuda=cuda)
 
 
-def adopted(unit_host: Toolchain, recorded_cuda) -> Toolchain:
+def adopted(unit_host: Toolchain, recorded_cuda: CudaToolkit | None) -> Toolchain:
     return Toolchain(ADOPTED, cuda=recorded_cuda, rocm=unit_host.rocm)
 
 
-def for_units(config: BuildConfig, units: tuple[UnitConfig, ...], recorded: Mapping[str, object] = {},
+class Recorded(Protocol):
+    """What a folder built elsewhere tells of its toolchain (builder.build.unitfolder.UnitDescription)."""
+    def cuda_toolkit(self) -> CudaToolkit | None: ...
+
+
+def for_units(config: BuildConfig, units: tuple[UnitConfig, ...], recorded: Mapping[str, Recorded] = {},
               engine: Engine | None = None, probe_images: bool = True) -> dict[str, Toolchain]:
     """unit name -> its Toolchain. recorded: unit name -> its UnitDescription (built elsewhere).
     probe_images=False (`show`): nothing is built or written, images and shader compilers unasked."""

@@ -46,7 +46,7 @@ class Endpoint:
     db: int
 
     @classmethod
-    def of(cls, cache: RemoteCache) -> "Endpoint":
+    def of(cls, cache: RemoteCache) -> Endpoint:
         if cache.scheme == "redis+unix":
             return cls(socket.AF_UNIX, cache.path, cache.user, cache.password, cache.db)
         host, port = cache.host or "localhost", cache.port or remotecache.DEFAULT_REDIS_PORT
@@ -118,7 +118,7 @@ class Relay:
         except OSError as e:
             return str(e) or type(e).__name__
 
-    def __enter__(self) -> "Relay":
+    def __enter__(self) -> Relay:
         # a short path, not the build folder: a unix socket path must stay under 108 bytes
         self.folder = Path(tempfile.mkdtemp(prefix="assemble-cache-relay-", dir=socket_parent()))
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -130,7 +130,7 @@ class Relay:
         self._threads.append(accept)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._listener is not None:
             try:
                 self._listener.shutdown(socket.SHUT_RDWR)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.config.remotecache import RemoteCache
 
@@ -39,7 +40,7 @@ class CacheStats:
         return (f"{self.launcher}: {self.compiles} compiles, {self.hits} hits ({self.hit_rate:.1%}){remote}, "
                 f"{self.misses} compiled")
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"launcher": self.launcher, "remote": self.remote, "compiles": self.compiles, "hits": self.hits,
                 "remote_hits": self.remote_hits, "misses": self.misses, "hit_rate": round(self.hit_rate, 4)}
 
@@ -57,7 +58,7 @@ def read_stats_log(path: Path, remote: RemoteCache | None) -> CacheStats | None:
                       counts["remote_storage_hit"], misses)
 
 
-def from_sccache(stats_json: dict, remote: RemoteCache | None) -> CacheStats:
+def from_sccache(stats_json: dict[str, Any], remote: RemoteCache | None) -> CacheStats:
     """sccache's `--show-stats --stats-format=json` of a server that served this build alone. With a
     remote store sccache keeps no local tier: every hit came from the store."""
     stats = stats_json.get("stats", {})

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 PASSED = ("PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES")
 PASSED_PREFIXES = ("CCACHE_", "SCCACHE_")        # the compiler cache's own settings: where hits come from
@@ -54,10 +55,10 @@ class BuildEnv:
     keyed: tuple[tuple[str, str], ...]      # the passed ones that are part of the build key
     scrubbed: tuple[str, ...]               # set by the caller, known to change results, not passed
 
-    def mapping(self, extra: Mapping[str, str] = ()) -> dict[str, str]:
-        return {**dict(self.passed), **dict(extra)}
+    def mapping(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {**dict(self.passed), **dict(extra or {})}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """For the manifest: names, and values only where they are part of the key."""
         return {"passed": sorted(k for k, _ in self.passed), "keyed": dict(self.keyed),
                 "scrubbed": list(self.scrubbed)}

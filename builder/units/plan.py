@@ -17,8 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.units.environment import BuildEnv, build_env
 from builder.config.options import CONTAINER, BuildConfig, UnitConfig
@@ -27,7 +29,7 @@ from builder.paths import cache_dir
 from builder.proc import command_line
 from builder.runtime.layout import LINK_RPATH
 from builder.toolchain import toolstore
-from builder.toolchain.detect import Toolchain
+from builder.toolchain.detect import Tool, Toolchain
 from builder.toolchain.toolstore import StoredTool
 
 # Where the build images keep their tools (containers/cuda12.8-build.Containerfile).
@@ -58,10 +60,10 @@ class UnitPlan:
     jobs: int
     cmake: str                                  # the cmake that runs it ("cmake" inside an image)
     env: tuple[tuple[str, str], ...] = ()       # ROCM_PATH / HIP_PATH for a HIP unit
-    toolchain: dict = field(default_factory=dict)   # Toolchain.record(): for the manifest
+    toolchain: dict[str, Any] = field(default_factory=dict)   # Toolchain.record(): for the manifest
     key: str = ""
     tree: str = ""                              # the patch set applied to the source ("" = pristine)
-    environment: BuildEnv = BuildEnv((), (), ())  # what CMake and the compilers see of ours (host units)
+    environment: BuildEnv = field(default_factory=lambda: BuildEnv((), (), ()))  # what CMake and the compilers see of ours (host units)
     launcher: str | None = None                 # "ccache" | "sccache" | None: what fronts the compilers
     remote_cache: RemoteCache | None = None     # the shared store (not in the key: it changes no output)
     stored: tuple[StoredTool, ...] = ()         # the tool copies the command lines run (made before the build)
@@ -130,12 +132,12 @@ def rpath_defines(defines: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _path(tool, fallback: str) -> str:
+def _path(tool: Tool | None, fallback: str) -> str:
     return tool.path if tool is not None else f"<{fallback} not found>"
 
 
 def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: Path, sha: str | None,
-              tree: str = "", environ=None) -> UnitPlan:
+              tree: str = "", environ: Mapping[str, str] | None = None) -> UnitPlan:
     """Everything needed to configure and build one unit; reads only, writes nothing.
     environ: the caller's environment (default os.environ), of which the plan keeps only what
     builder.units.environment allows; a container unit sees none of it."""

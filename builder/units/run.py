@@ -15,6 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import locks, ui
 from builder.units import cacherelay, cachestats, sccacheserver
@@ -49,7 +50,7 @@ class UnitRun:
     argv: tuple[str, ...]           # the engine command line
     expect: tuple[str, ...]         # paths under build_dir that must exist afterwards
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "container": self.container, "engine": self.engine.as_dict(),
                 "image": self.image, "argv": list(self.argv), "script": self.script}
 
@@ -67,7 +68,7 @@ def container_run(plan: UnitPlan, engine: Engine, *, image: str | None = None,
     """The engine command that runs `plan` in its unit's image. Refuses (exit 2) a define naming a
     host path the container cannot see, before anything runs. With an open `relay`, its folder is
     mounted and the container's ccache uses the remote cache through it (and through nothing else)."""
-    name = plan.unit.where.image
+    name = plan.unit.where.image_name()
     where = f"unit {plan.unit.name} (container {name})"
     container.containerfile(name)   # unknown names fail here, before anything runs
     source, build_dir, cache = plan.source_dir.resolve(), plan.build_dir.resolve(), cache_dir().resolve()
@@ -227,7 +228,7 @@ def _record_cache_stats(plan: UnitPlan, stats: cachestats.CacheStats | None) -> 
     (plan.build_dir / cachestats.STATS_FILE).write_text(json.dumps(stats.as_dict(), indent=1))
 
 
-def _tool_stats(tools: dict) -> dict:
+def _tool_stats(tools: dict[str, Any]) -> dict[str, Any]:
     """Size and mtime of every tool file the plan names: an upgraded toolkit is a changed toolchain even
     when its --version line is not. Tools with a digest are left out: the key names their content
     already, and where they were found (another virtual environment) changes nothing."""
@@ -243,7 +244,7 @@ def _tool_stats(tools: dict) -> dict:
     return out
 
 
-def _outputs(build_dir: Path) -> dict:
+def _outputs(build_dir: Path) -> dict[str, Any]:
     """bin/ as the build left it; a file deleted or touched since means the stamp no longer holds."""
     out = {}
     bindir = build_dir / "bin"
@@ -253,7 +254,7 @@ def _outputs(build_dir: Path) -> dict:
     return out
 
 
-def _fingerprint(plan: UnitPlan) -> dict:
+def _fingerprint(plan: UnitPlan) -> dict[str, Any]:
     # plan.key already hashes recipe, unit, sha, patches, defines (flags, launcher) and tool identities.
     return {"key": plan.key, "targets": list(plan.targets), "configure": list(plan.configure),
             "tools": _tool_stats(plan.toolchain)}
@@ -264,7 +265,7 @@ def _fixed_source(plan: UnitPlan) -> bool:
     return plan.sha is not None and plan.source_dir.resolve().is_relative_to(cache_dir())
 
 
-def _unchanged(plan: UnitPlan, stamp: Path, fingerprint: dict) -> bool:
+def _unchanged(plan: UnitPlan, stamp: Path, fingerprint: dict[str, Any]) -> bool:
     try:
         data = json.loads(stamp.read_text())
     except (OSError, ValueError):

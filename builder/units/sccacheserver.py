@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Any
 
 from builder import proc
 from builder.units import cachestats
@@ -27,10 +28,10 @@ START_TIMEOUT = 60
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
-def _run(sccache: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+def _run(sccache: str, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[Any]:
     return proc.run([sccache, *args], env=env, timeout=START_TIMEOUT)
 
 

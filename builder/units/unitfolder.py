@@ -17,6 +17,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.units.plan import UnitPlan
 from builder.config.options import BuildConfig, Define, UnitConfig
@@ -44,10 +45,10 @@ class UnitDescription:
     build_dir: str
     jobs: int
     env: tuple[tuple[str, str], ...] = ()
-    toolchain: dict = field(default_factory=dict)
+    toolchain: dict[str, Any] = field(default_factory=dict)
     key: str = ""
     container: str | None = None
-    built_on: dict = field(default_factory=dict)   # machine, libc
+    built_on: dict[str, Any] = field(default_factory=dict)   # machine, libc
     folder: str = ""                          # where it is now (not written: the reader fills it in)
 
     def define(self, key: str) -> str | None:
@@ -69,7 +70,7 @@ class UnitDescription:
         body["defines"], body["env"] = dict(self.defines), dict(self.env)
         return json.dumps(body, indent=1)
 
-    def origin(self) -> dict:
+    def origin(self) -> dict[str, Any]:
         """For the manifest: where an adopted unit was built."""
         return {"folder": self.folder, "built_on": self.built_on, "container": self.container}
 
@@ -131,7 +132,7 @@ def read(folder: str | Path, recipe: Recipe, unit_name: str) -> UnitDescription:
     return _parse(raw, str(folder), where, rebuild)
 
 
-def _parse(raw: dict, folder: str, where: str, rebuild: str) -> UnitDescription:
+def _parse(raw: dict[str, Any], folder: str, where: str, rebuild: str) -> UnitDescription:
     kinds = {"recipe": str, "unit": str, "backends": list, "tree": str, "defines": dict, "targets": list,
              "cmake": str, "source_dir": str, "build_dir": str, "jobs": int, "env": dict, "toolchain": dict,
              "key": str, "built_on": dict}

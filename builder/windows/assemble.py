@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.errors import AssembleError
 from builder.prebuilt.inputs import Input
@@ -101,7 +102,7 @@ class WinPlan:
     parts: tuple[WinPart, ...]
     carried: tuple[Carried, ...]
     host: tuple[HostDll, ...]
-    contributed: dict                      # input given -> backends taken from it
+    contributed: dict[str, Any]                      # input given -> backends taken from it
     left_out: tuple[str, ...]              # driver DLLs an input shipped, not carried (why: the policy)
 
 
@@ -155,6 +156,7 @@ def plan(parts: Sequence[WinPart], targets: Sequence[str] = ()) -> WinPlan:
     for part in [first] + [p for p in parts if p is not first]:
         for m in part.modules():
             backend = module_backend(m.path.name)
+            assert backend is not None           # modules() are the files module_backend names
             if m.path.name.lower() in carried or (part is not first and backend in first_backends):
                 continue               # the first input's own modules win; a later one adds what it lacks
             lacking = sorted((m.imported_from(BASE) | m.imported_from(LOADER)) - provided)

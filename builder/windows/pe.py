@@ -58,7 +58,9 @@ def read_pe(path: Path) -> PeFile:
     try:
         machine = MACHINES.get(pe.FILE_HEADER.Machine, f"0x{pe.FILE_HEADER.Machine:04x}")
         dll = bool(pe.FILE_HEADER.Characteristics & 0x2000)
-        imports, delay, symbols = [], [], []
+        imports: list[str] = []
+        delay: list[str] = []
+        symbols: list[tuple[str, str]] = []
         for attr, into in (("DIRECTORY_ENTRY_IMPORT", imports), ("DIRECTORY_ENTRY_DELAY_IMPORT", delay)):
             for entry in getattr(pe, attr, []):
                 name = _name(entry.dll)

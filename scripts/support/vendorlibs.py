@@ -34,10 +34,10 @@ import threading
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Iterator
 
 from builder.runtime.layout import arch_tokens
 from builder.runtime.manifest import sha256_file
@@ -207,7 +207,7 @@ def _tar_stream(deb: Path, use_dpkg: bool | None = None):
     if use_dpkg:
         proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
         return proc.stdout, proc
-    f = open(deb, "rb")
+    f = open(deb, "rb")  # noqa: SIM115 -- the stream returned reads from it
     if f.read(8) != b"!<arch>\n":
         raise RuntimeError(f"{deb}: not a Debian package")
     while header := f.read(60):
@@ -220,8 +220,8 @@ def _tar_stream(deb: Path, use_dpkg: bool | None = None):
                 proc = subprocess.Popen(["zstd", "-dc"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
                 def feed() -> None:
-                    with proc.stdin:
-                        shutil.copyfileobj(member, proc.stdin, 1 << 20)
+                    with proc.stdin:  # noqa: B023 -- feed runs for this member, returned below
+                        shutil.copyfileobj(member, proc.stdin, 1 << 20)  # noqa: B023
                 threading.Thread(target=feed, daemon=True).start()
                 return proc.stdout, proc
             raise Unavailable(f"{deb}: {name} needs dpkg-deb or zstd")

@@ -73,7 +73,7 @@ def test_moved_runtime_serves_with_empty_env_and_decoys(cpu_runtime, spm_model, 
     neutral = tmp_path / "cwd"
     neutral.mkdir()
     env = {"LD_LIBRARY_PATH": str(decoy)}
-    with server(moved, spm_model, [], env, neutral) as (base, proc, log):
+    with server(moved, spm_model, [], env, neutral) as (base, proc, _log):
         body = complete(base, n=16)
         assert body["tokens_predicted"] == 16
         maps = Path(f"/proc/{proc.pid}/maps").read_text()

@@ -31,7 +31,7 @@ def test_vulkan_device_listed_and_serving(vulkan_runtime, tmp_path):
     model = write_tiny_llama(tmp_path / "tiny.gguf")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    with server(moved, model, ["--device", "Vulkan0", "-ngl", "99"], LAVAPIPE, cwd) as (base, proc, log):
+    with server(moved, model, ["--device", "Vulkan0", "-ngl", "99"], LAVAPIPE, cwd) as (base, proc, _log):
         body = complete(base, n=12)
         assert body["tokens_predicted"] == 12
         # The work ran through the bundled Vulkan backend on Mesa's lavapipe driver.

@@ -51,7 +51,7 @@ def _start(*args: str, log: Path, env: dict | None = None) -> subprocess.Popen:
     with open(log, "w") as f:
         return subprocess.Popen([sys.executable, "-m", "builder", *args], cwd=REPO, env={**_env(), **(env or {})},
                                 stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=_ctrl_c_as_at_a_terminal)
+                                preexec_fn=_ctrl_c_as_at_a_terminal)  # noqa: PLW1509 -- the test runs no threads
 
 
 @pytest.fixture(autouse=True)
@@ -207,9 +207,9 @@ def test_swap_interrupted_at_every_step_is_finished_or_undone(tmp_path, monkeypa
 
         def step(fn):
             def wrapped(*a, **kw):
-                count[0] += 1
-                if count[0] == kill_at:
-                    raise Killed()
+                count[0] += 1  # noqa: B023 -- wrapped runs within this iteration
+                if count[0] == kill_at:  # noqa: B023
+                    raise Killed
                 return fn(*a, **kw)
             return wrapped
         for name, fn in real.items():
@@ -465,7 +465,7 @@ def test_read_only_output_folder_is_refused_clearly(cpu_runtime, tmpfs):
     out = disk / "runtime-cpu"
     assemble("build", "--recipe", "cpu", "--out", str(out), check=True)
     subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
-    with pytest.raises(OSError):   # as root, permission bits would not stop us: prove the mount does
+    with pytest.raises(OSError, match="Read-only file system"):   # as root, permission bits would not stop us: prove the mount does
         (disk / "probe").write_text("x")
     before = sha256_file(out / "manifest.json")
     proc = assemble("build", "--recipe", "cpu", "--out", str(out), "-q")

@@ -145,7 +145,7 @@ def test_the_chroot_trusts_the_hosts_ca_bundle_and_proxies(sid_chroot, tmp_path)
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
                     "/CN=assemble test CA trusted by nothing", "-keyout", str(tmp_path / "key.pem"),
                     "-out", str(ca)], check=True, capture_output=True)
-    no_proxies = {name: "" for name in PROXY_VARS}
+    no_proxies = dict.fromkeys(PROXY_VARS, "")
     cache = tmp_path / "cache"
 
     proc = in_chroot(sid_chroot, cache, "fetch", "rocm", env={**no_proxies, **{v: str(ca) for v in CA_VARS}},

@@ -29,7 +29,7 @@ def whole(runtime: Path) -> bool:
     """The folder is exactly what its (valid) manifest says."""
     try:
         return check_files(runtime, Manifest.load(runtime)) == []
-    except Exception:
+    except Exception:  # noqa: BLE001 -- any failure to load or check is "not exactly"
         return False
 
 

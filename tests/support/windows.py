@@ -12,10 +12,10 @@ import socket
 import subprocess
 import time
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from tests.support.common import REPO
 
@@ -168,7 +168,7 @@ def wine_server(prefix: Path, exe: Path, *args: str, cwd: Path) -> Iterator[tupl
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    log = open(cwd / "server.log", "w")
+    log = open(cwd / "server.log", "w")  # noqa: SIM115 -- the server's output while it runs; closed below
     proc = subprocess.Popen([WINE, str(exe), *args, "--host", "127.0.0.1", "--port", str(port)], cwd=cwd,
                             env=wine_env(prefix), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:

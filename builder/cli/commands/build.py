@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from builder.cli.args import EXAMPLES, add_plan_options, add_recipe, cli_options, env_pairs, lib_dirs
+from builder.cli.args import EXAMPLES, Subparsers, add_plan_options, add_recipe, cli_options, env_pairs, lib_dirs
 from builder.cli.result import print_runtime
 from builder.config.options import BuildConfig, resolve
 from builder.errors import AssembleError
@@ -13,7 +13,7 @@ from builder.config.recipe import load_recipe
 from builder.runtime.layout import runtime_dir_name
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("build", parents=[common], help="build, bundle and verify a runtime",
                        description="Build llama.cpp at the recipe's pinned sha, bundle every library it needs "
                        "into a relocatable runtime-<recipe>/ folder, and verify it.",
@@ -41,14 +41,14 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def config_of(args) -> BuildConfig:
+def config_of(args: argparse.Namespace) -> BuildConfig:
     """The build's resolved configuration: what `show`, `doctor` and `matrix` resolve the same way."""
     from builder.units import unitfolder
     return resolve(load_recipe(args.recipe), cli_options(args, unit_from=unitfolder.parse_specs(args.unit_from),
                                                          only_unit=args.only_unit))
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from builder.flows.build import BuildRequest, build, build_unit  # heavy imports only when building
 
     recipe = load_recipe(args.recipe)

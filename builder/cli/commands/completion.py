@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from builder.cli.args import Subparsers
+
 
 def _words(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
     """Subcommand -> its option strings (and recipe names where a recipe is expected)."""
@@ -48,7 +50,7 @@ complete -F _assemble assemble
     return body
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("completion", parents=[common], help="print a shell completion script",
                        description="Print a completion script for bash or zsh.",
                        epilog="examples:\n  source <(assemble completion bash)\n"
@@ -58,6 +60,6 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     print(script(args.shell), end="")
     return 0

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 from builder.check import doctor
-from builder.cli.args import add_recipe, add_toolkit_options
+from builder.cli.args import Subparsers, add_recipe, add_toolkit_options
 from builder.config.options import CliOptions
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
@@ -27,7 +27,7 @@ MAX_TIMEOUT = 600.0   # a probe that needs longer is a hung tool, not a slow one
 _COLOURS = {doctor.OK: "32", doctor.WARN: "33", doctor.MISSING: "31", doctor.INFO: "36"}
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("doctor", parents=[common], help="check this host's toolchains before building",
                        description="Find Python, CMake, Ninja, patchelf, compilers, CUDA, Vulkan, ROCm, container "
                        "engines, GPUs and PCIe atomics; say what each means and, for a recipe, whether it is "
@@ -41,7 +41,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT):
         raise AssembleError(f"--timeout {args.timeout:g} is not a number of seconds between 0 and {MAX_TIMEOUT:g}",
                             where="--timeout", fix=f"write e.g. --timeout {PROBE_TIMEOUT:g}")

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from builder import ui
-from builder.cli.args import add_recipe
+from builder.cli.args import Subparsers, add_recipe
 from builder.config.options import with_mirrors
 from builder.config.recipe import load_recipe
 from builder.paths import cache_dir
@@ -25,7 +25,7 @@ A cached tree is reused: nothing is downloaded twice.
 exit status: 0 the tree is in the cache, 1 no mirror could provide it, 2 bad input (recipe, arguments)"""
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("fetch", parents=[common], help="fetch and verify a recipe's pinned llama.cpp tree, no compile",
                        description="Fetch the llama.cpp tree a recipe pins (its mirrors in order: git, the PyPI "
                        "sdist that vendors llama.cpp, a local repository), verify it with git and keep it in "
@@ -38,7 +38,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe)
     sha = recipe.pin.sha
     was_cached = cached_tree(sha) is not None

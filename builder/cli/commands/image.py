@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 from pathlib import Path
 
+from builder.cli.args import Subparsers
 from builder.release import image
 from builder.toolchain import container
 
 
-def register(subparsers, common) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("image", parents=[common], help="build a container image from a runtime folder",
                               description="Build an image from containers/runtime.Containerfile: a slim base plus "
                                           "the runtime folder, llama-server as entrypoint, a /health check.",
@@ -28,7 +30,7 @@ def register(subparsers, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     engine = container.find_engine(args.engine)
     plan = image.plan_image(args.runtime, engine=engine, tag=args.tag, base=args.base)
     if args.dry_run:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
+from builder.cli.args import Subparsers
 from builder.config.recipe import all_recipes
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("list", parents=[common], help="list the shipped recipes",
                        description="List the recipes shipped with this version of assemble.",
                        epilog="examples:\n  assemble list\n  assemble list --json | jq -r '.[].name'",
@@ -15,7 +17,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     recipes = all_recipes()
     if args.json:
         print(json.dumps([{"name": r.name, "aliases": list(r.aliases), "backends": list(r.backends),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from builder.config.targets import GfxTarget
 from builder import __version__
-from builder.cli.args import add_recipe
+from builder.cli.args import Subparsers, add_recipe
 from builder.release import workflow
 from builder.release.matrix import FORMATS, entries, render
 from builder.config.recipe import SHA_RE, URL_RE, load_recipe
@@ -18,7 +18,7 @@ from builder.proc import run as run_tool
 CHECKOUT = Path(__file__).resolve().parents[3]     # the folder builder/ sits in
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("matrix", parents=[common], help="print the CI build matrix (recipes x GPU archs)",
                        description="Print one entry per recipe and GPU arch (a CUDA runtime carries its list of "
                        "architectures; a HIP runtime is built per gfx target), with the `assemble build` "
@@ -55,7 +55,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.json and args.format == "github":
         raise AssembleError("--json and --format github ask for two outputs", where="matrix",
                             fix="drop one: --json prints the readable list, --format github the one-line matrix")

@@ -6,10 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
+from builder.cli.args import Subparsers
 from builder.release.package import DEFAULT_FORMAT, FORMATS, WINDOWS_FORMAT, package
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("package", parents=[common], help="archive a runtime for release (tar + SBOM + SHA256SUMS)",
                        description="Write runtime-<recipe>[-<bNNNN>][-<toolkit>]-<sha12>-linux-<arch>.<ext> (e.g. "
                        "runtime-cuda-vulkan-b7416-cuda12.8-0c1e57098bba-linux-x86_64.tar.zst): a byte-reproducible "
@@ -34,7 +35,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     result = package(Path(args.runtime), Path(args.out_dir), args.format)
     if args.json:
         print(json.dumps({"archive": str(result.archive), "sha256": result.sha256, "size": result.size,

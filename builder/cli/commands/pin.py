@@ -7,9 +7,9 @@ import json
 
 from builder.source import pin as pinning
 from builder import ui
-from builder.cli.args import add_recipe
+from builder.cli.args import Subparsers, add_recipe
 from builder.errors import AssembleError
-from builder.config.recipe import load_recipe
+from builder.config.recipe import Recipe, load_recipe
 
 EPILOG = """examples:
   assemble pin cpu --repo ~/src/llama.cpp                  pin origin's HEAD, if it has the features
@@ -22,7 +22,7 @@ commit after it up to REF has all the recipe's features (a feature removed and a
 back counts from its return). The output names the feature that decided C."""
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("pin", parents=[common], help="pin llama.cpp to a commit that has the recipe's features",
                        description="Resolve REF to a full sha in a llama.cpp git repository, check every feature "
                        "the recipe lists there (reading git objects, no checkout), and write the sha into "
@@ -39,7 +39,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def _default_repo(recipe) -> str:
+def _default_repo(recipe: Recipe) -> str:
     for m in recipe.pin.mirrors:
         if m.kind == "git" and m.url:
             return m.url
@@ -49,7 +49,7 @@ def _default_repo(recipe) -> str:
                         fix="pass --repo with a llama.cpp clone")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe)
     spec = args.repo or _default_repo(recipe)
     ui.step(f"pin {recipe.name}: {', '.join(recipe.pin.features) or '(no features)'} at {args.ref} in {spec}")

@@ -6,7 +6,7 @@ import argparse
 import re
 from pathlib import Path
 
-from builder.cli.args import env_pairs, lib_dirs
+from builder.cli.args import Subparsers, env_pairs, lib_dirs
 from builder.cli.result import print_runtime
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
@@ -15,7 +15,7 @@ from builder.runtime.layout import runtime_dir_name
 from builder.windows import FOLDER_SUFFIX, PLATFORM
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("repair", parents=[common], help="turn prebuilt llama.cpp into a verified runtime",
                        description="Read prebuilt llama.cpp -- a CMake build folder, a release archive (.tar.gz, "
                        ".zip, ...) or .deb packages -- find its executables, ggml base, libraries and backend "
@@ -83,7 +83,7 @@ def default_name(first: str) -> str:
     return stem
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from builder.flows import publish, repair
 
     if args.keep is not None and args.keep < 0:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING, Any
 
 from builder import ui
 from builder.units.plan import PLACEHOLDER
-from builder.cli.args import add_plan_options, add_recipe, cli_options
+from builder.cli.args import Subparsers, add_plan_options, add_recipe, cli_options
 from builder.config.options import resolve
 from builder.config.recipe import load_recipe
+
+if TYPE_CHECKING:
+    from builder.toolchain.rules import Finding
 
 
 # show takes the plan options only: build's examples with --out or --check-env would not parse here
@@ -22,7 +26,7 @@ A line holding a placeholder (a tool this host lacks, a tree not fetched yet: <.
 commented out; a unit this host's build would refuse gets a warning in build's own words."""
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("show", parents=[common], help="print a recipe's resolved plan and cmake command lines",
                        description="Print the resolved configuration of a recipe (every value with the step of the "
                        "cascade it came from) and the exact cmake command lines, without fetching, configuring or "
@@ -34,7 +38,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from builder.flows.build import preview
 
     recipe = load_recipe(args.recipe)
@@ -73,8 +77,8 @@ def run(args) -> int:
         targets = [str(a) for a in u.cuda_archs] + [str(t) for t in u.hip_targets]
         print(f"\nunit {u.name} [{', '.join(u.backends)}] on {u.where.label()}"
               + (f"; targets {' '.join(targets)}" if targets else ""))
-        for k, v in p.env:           # one holding a placeholder is commented out, as the cmake lines are
-            print(f"  {'# ' if PLACEHOLDER.search(v) else ''}env {k}={v}")
+        for k, value in p.env:       # one holding a placeholder is commented out, as the cmake lines are
+            print(f"  {'# ' if PLACEHOLDER.search(value) else ''}env {k}={value}")
         if notice := p.environment.notice():
             print(f"  env {notice[0]}")
         configure, build = p.lines()
@@ -90,7 +94,7 @@ def run(args) -> int:
     return 0
 
 
-def _refusal(finding) -> dict | None:
+def _refusal(finding: Finding | None) -> dict[str, Any] | None:
     """build's refusal of a unit on this host, in the rules' words (None: build would go on)."""
     if finding is None:
         return None

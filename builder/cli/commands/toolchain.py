@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
+from builder.cli.args import Subparsers
 from builder.toolchain import provision
 
 
-def register(subparsers, common) -> None:
+def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p = subparsers.add_parser("toolchain", parents=[common], help="provision a toolkit into the cache",
                               description="Download, verify and lay out a toolkit in the cache; print its root.",
                               epilog="examples:\n  assemble toolchain cuda 12.8.1\n"
@@ -31,7 +33,7 @@ def register(subparsers, common) -> None:
     cuda.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     # Both "--components a b" and "--components a,b" read the same.
     comps = tuple(c for item in args.components for c in item.split(",") if c) if args.components else None
     tk = provision.ensure_cuda(args.version, comps, url=args.base_url, plat=args.platform)

@@ -7,7 +7,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-from builder.cli.args import env_pairs
+from builder.cli.args import Subparsers, env_pairs
 from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError
 
@@ -18,7 +18,7 @@ def looks_like_runtime(folder: Path) -> bool:
     return os.path.lexists(folder / "manifest.json") or os.path.lexists(folder / "bin" / "llama-server")
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p = sub.add_parser("verify", parents=[common], help="prove a runtime works on this host",
                        description="Check a runtime folder: manifest hashes, ELF closure and RPATHs, backend "
                        "modules, devices, and with --smoke a real completion per device.",
@@ -47,7 +47,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from builder.check.verify import render, verify_runtime
 
     targets = tuple(str(GfxTarget.parse(gfx, "--hip-target")) for gfx in args.hip_target)   # arguments first

@@ -16,6 +16,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import ui
 from builder.check import verify as checks
@@ -44,8 +45,8 @@ class BundleRules:
     """What the bundler reads of a recipe, for inputs that have none: the shipped policy as it is,
     and the cards whose AMD data (rocBLAS, hipBLASLt) to keep (all of them without --hip-target)."""
     hip: _Hip | None = None
-    bundle_always: tuple = ()
-    bundle_never: tuple = ()
+    bundle_always: tuple[str, ...] = ()
+    bundle_never: tuple[str, ...] = ()
     path: str = "assemble repair"
 
 
@@ -72,12 +73,17 @@ class Part:
     def describe(self) -> str:
         return self.base.describe() if self.base else "backend modules only (no ggml base of its own)"
 
+    def own_base(self) -> identity.BaseIdentity:
+        """The base of an input that carries one: the first always does (_read refuses it otherwise)."""
+        assert self.base is not None, "the first input has a ggml base"
+        return self.base
+
 
 @dataclass(frozen=True)
 class Plan:
     parts: tuple[Part, ...]
     own: tuple[OwnFile, ...]
-    contributed: dict                           # input given -> backends taken from it
+    contributed: dict[str, Any]                           # input given -> backends taken from it
     left_out: tuple[tuple[str, str], ...]       # (file as the user knows it, why), every input's
     loader: LoaderFacts | None
     bundle: BundlePlan
@@ -120,14 +126,15 @@ def _read(inp: Input, root: Path, unpacked: origins.Unpacked, index: int, req: R
     return Part(inp, found, base, build, unpacked)
 
 
-def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict, list[tuple[Part, LeftOut]]]:
+def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict[str, Any], list[tuple[Part, LeftOut]]]:
     """The first input's files, plus the backends each later one adds; refusals before any copy. A
     later input without a base of its own is proved by its modules' imports alone."""
     first = parts[0]
+    assert first.found.base is not None, "the first input has a ggml base (_read refuses it otherwise)"
     for other in parts[1:]:
-        why = identity.same_base(first.base, other.base) if other.base else _declared_base_differs(first, other)
+        why = identity.same_base(first.own_base(), other.base) if other.base else _declared_base_differs(first, other)
         if why:
-            versus = f" ({first.base.describe()} vs {other.base.describe()})" if other.base else ""
+            versus = f" ({first.own_base().describe()} vs {other.base.describe()})" if other.base else ""
             raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: "
                                 f"{why}{versus}",
                                 where=other.input.given,
@@ -145,6 +152,7 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict, list[tuple[Part, Lef
     for part in parts:
         for m in part.found.modules:
             backend = module_backend(m.source.name)
+            assert backend is not None           # found.modules are the files module_backend names
             if m.dest in modules or (part is not first and backend in first_backends):
                 # the first input's own modules win; a later one adds what it lacks
                 skipped.append((part, LeftOut(m.source, f"{first.input.given} gives the {backend} backend")))
@@ -174,14 +182,14 @@ def _declared_base_differs(first: Part, other: Part) -> str | None:
     checked against the first base afterwards either way."""
     if first.build and other.build and first.build != other.build:
         return f"their build tags differ ({first.build} vs {other.build})"
-    if other.input.kind != "debs" or not first.base.version:
+    if other.input.kind != "debs" or not first.own_base().version:
         return None
     owners = deb_owners(other.input, other.found.root)
     for m in other.found.modules:
         owner = owners.get(str(m.source.resolve()))
-        if owner and owner.version and _upstream_version(owner.version) != first.base.version:
+        if owner and owner.version and _upstream_version(owner.version) != first.own_base().version:
             return (f"{m.source.name} is of ggml {_upstream_version(owner.version)} (package {owner.name} "
-                    f"{owner.version}), the first input's base is ggml {first.base.version}")
+                    f"{owner.version}), the first input's base is ggml {first.own_base().version}")
     return None
 
 
@@ -290,12 +298,12 @@ def _manifest(req: RepairRequest, p: Plan, result: BundleResult, staged: Path) -
                                         x.describe(), tuple(p.contributed.get(x.input.given, ())))
                    for x in p.parts)
     return repaired_manifest(
-        req, inputs, first=first.input.given, version=first.base.version, build=first.build, backends=backends,
+        req, inputs, first=first.input.given, version=first.own_base().version, build=first.build, backends=backends,
         executables=tuple(o.source.name for o in p.own if o.kind == "executable"),
         files=result.files, symlinks=result.symlinks, system_libs=result.system_libs,
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         # built elsewhere: no build host vouches for a floor, so none is promised; verify says what it needs
-        glibc_floor=manifest.GlibcFloor(None, None, (need := folder_need(staged)) and need.file),
+        glibc_floor=manifest.GlibcFloor(None, None, need.file if (need := folder_need(staged)) else None),
         gpu_runtimes=gpuruntime.describe(staged, [f.path for f in result.files], {}),
         left_out=tuple(manifest.LeftOutRecord(path, why) for path, why in p.left_out),
         loader=manifest.LoaderRecord(p.loader.backend_dirs, req.accept_loader_risk) if p.loader else None,

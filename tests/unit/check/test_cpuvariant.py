@@ -147,8 +147,8 @@ def test_module_names():
 
 def test_the_best_level_loading_passes():
     c = cv.judge(ALL, cv.Loaded("libggml-cpu-sapphirerapids.so"), SAPPHIRE)
-    assert (c.status, c.reason) == (PASS, "libggml-cpu-sapphirerapids.so loads: the best of the 14 levels "
-                                          "shipped for this CPU")
+    assert (c.status, c.reason) == (PASS, ("libggml-cpu-sapphirerapids.so loads: the best of the 14 levels "
+                                           "shipped for this CPU"))
     assert cv.judge(ALL, cv.Loaded("libggml-cpu-zen4.so"), ZEN4).status == PASS
     assert cv.judge(ALL, cv.Loaded("libggml-cpu-sse42.so"), NEHALEM).status == PASS
 

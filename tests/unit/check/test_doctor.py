@@ -439,7 +439,7 @@ def test_vulkan_hints_per_distribution():
     assert "LunarG" in doctor.install_hint("glslc", tc.Distro("gentoo"))
     # Debian 12: trixie's glslc does not run there, so the hint says so instead of naming it
     f = base_facts(distro=d12, vulkan=tc.VulkanSdk("1.4.309", tc.Tool("glslc", "/usr/bin/glslc", "2023.2")),
-                   glslc=doctor.GlslcProbe(True, None, {e: False for e in ALL_EXTS}))
+                   glslc=doctor.GlslcProbe(True, None, dict.fromkeys(ALL_EXTS, False)))
     c = next(c for c in doctor.host_checks(f) if c.name == "glslc extensions")
     assert "glibc 2.38" in c.hint
 
@@ -600,7 +600,7 @@ def test_gpus_from_rocminfo_and_vulkaninfo(fakes):
     assert [(g.name, g.arch) for g in rocm] == [("Radeon RX 7900 XTX", "gfx1100")]
     vk = report.facts.gpus["vulkaninfo"]
     assert [(g.vendor, g.arch) for g in vk] == [("amd", "discrete_gpu"), ("cpu", "cpu")]
-    lavapipe = [c for c in report.checks if "llvmpipe" in c.reason][0]
+    lavapipe = next(c for c in report.checks if "llvmpipe" in c.reason)
     assert "GGML_VK_VISIBLE_DEVICES" in lavapipe.meaning
 
 

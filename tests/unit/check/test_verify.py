@@ -476,7 +476,7 @@ def test_rocm_runtime_passes_against_the_real_debian_layout(rocm_runtime):
     report = verify_runtime(rocm_runtime, static=True)
     checks = checks_of(report)
     assert report.passed, [(c.name, c.reason) for c in report.checks if c.status != PASS]
-    folder, rel = rocblas_folder(rocm_runtime)
+    _folder, rel = rocblas_folder(rocm_runtime)
     assert checks["rocBLAS data"].status == PASS
     assert checks["rocBLAS data"].reason.startswith(f"lib/{rel} (read from the library's strings)")
     assert checks["rocBLAS gfx1100"].status == PASS and "TensileLibrary_lazy_gfx1100.dat" in         checks["rocBLAS gfx1100"].reason
@@ -506,8 +506,8 @@ def test_upstream_layout_for_a_debian_rocblas(rocm_copy):
     shutil.rmtree(folder.parent)
     check = static(rocm_copy)["rocBLAS data"]
     assert check.status == FAIL
-    assert f"the data sits in lib/rocblas/library/ (the upstream layout), but this build of the library reads " \
-        f"lib/{rel}" in check.reason
+    assert (f"the data sits in lib/rocblas/library/ (the upstream layout), but this build of the library reads "
+            f"lib/{rel}") in check.reason
 
 
 def test_missing_gfx_kernels(rocm_copy):

@@ -216,8 +216,8 @@ def test_unlisted_modules(tmp_path):
     rt = _folder(tmp_path, own=("bin/libggml-rpc.so",))
     assert integrity.problems(rt) == []
     (rt / "bin" / "libggml-vulkan.so").write_bytes(b"planted\n")
-    assert "bin/libggml-vulkan.so is a vulkan backend module, but the runtime lists cpu: ggml's loader would load " \
-        "it into llama-server" in integrity.problems(rt)
+    assert ("bin/libggml-vulkan.so is a vulkan backend module, but the runtime lists cpu: ggml's loader would load "
+            "it into llama-server") in integrity.problems(rt)
     rt = _folder(tmp_path / "two", backends=("vulkan", "cpu"))
     assert integrity.problems(rt) == [("no libggml-vulkan*.so in bin/ (ggml's loader looks next to the executable): "
                                        "its devices would silently vanish")]

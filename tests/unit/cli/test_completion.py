@@ -8,8 +8,8 @@ from tests.support.common import assemble
 
 
 def complete(script: str, words: list[str]) -> list[str]:
-    cmd = f'source /dev/stdin <<< "$SCRIPT"; COMP_WORDS=({" ".join(words)}); COMP_CWORD={len(words) - 1}; ' \
-          '_assemble; printf "%s\\n" "${COMPREPLY[@]}"'
+    cmd = (f'source /dev/stdin <<< "$SCRIPT"; COMP_WORDS=({" ".join(words)}); COMP_CWORD={len(words) - 1}; '
+           '_assemble; printf "%s\\n" "${COMPREPLY[@]}"')
     out = subprocess.run(["bash", "-c", cmd], env={"SCRIPT": script, "PATH": "/usr/bin:/bin"},
                          capture_output=True, text=True, check=True).stdout
     return out.split()

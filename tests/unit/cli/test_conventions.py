@@ -62,7 +62,7 @@ def test_both_spellings_are_refused_in_one_line(command, capsys):
 
 @pytest.mark.parametrize("command", sorted(set(RECIPE_COMMANDS) - {"matrix"}))
 def test_two_names_are_refused_in_one_line(command, capsys):
-    code, out, err = run_cli([command, "--recipe", "cpu", "--recipe", "vulkan", *RECIPE_COMMANDS[command]], capsys)
+    code, _out, err = run_cli([command, "--recipe", "cpu", "--recipe", "vulkan", *RECIPE_COMMANDS[command]], capsys)
     assert_one_line(code, err, 2, ["two recipes given (cpu, vulkan)", f"{command} takes one"])
     code, _, err = run_cli([command, "cpu", "vulkan"], capsys)    # a second NAME: argparse's own refusal
     assert_one_line(code, err, 2, ["unrecognized arguments: vulkan"])

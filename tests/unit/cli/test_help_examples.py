@@ -25,7 +25,7 @@ def _example_lines(epilog: str) -> list[str]:
         if joined.endswith("\\"):
             joined = joined[:-1] + " "
             continue
-        if joined.startswith("assemble ") or "$(assemble " in joined or joined.startswith("echo \"matrix=$(assemble"):
+        if joined.startswith(("assemble ", 'echo "matrix=$(assemble')) or "$(assemble " in joined:
             lines.append(joined)
         joined = ""
     return lines

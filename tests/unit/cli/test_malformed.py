@@ -123,7 +123,7 @@ ARG_CASES = sorted(_args(Path("/nonexistent")))
 def test_malformed_arguments(case, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     argv, words = _args(tmp_path)[case]
-    code, out, err = run_cli(argv, capsys)
+    code, _out, err = run_cli(argv, capsys)
     assert_one_line(code, err, 2, ["fix:", *words])
 
 

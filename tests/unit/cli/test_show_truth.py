@@ -67,7 +67,7 @@ def test_a_rocm_older_than_the_card_needs_is_named_like_build_names_it(isolated_
 
 
 def test_a_cpu_unit_with_the_tree_not_fetched_marks_only_the_source_path(isolated_cache):
-    out, err = _show("cpu")
+    _out, err = _show("cpu")
     assert "warning" not in err
     unit = json.loads(_show("cpu", "--json")[0])["units"][0]
     assert unit["refused_here"] is None
@@ -85,7 +85,7 @@ def test_a_remote_cache_build_would_refuse_is_said(isolated_cache, tmp_path, lau
     with pytest.raises(AssembleError) as err:
         build_flow._check_remote_cache(config, [plan], toolchains, adopted=set())
     refusal = err.value
-    out, shown = _show("cpu", "--launcher", launcher, "--remote-cache", url)
+    _out, shown = _show("cpu", "--launcher", launcher, "--remote-cache", url)
     assert "warning:" in shown and refusal.what in shown and refusal.fix in shown
     unit = json.loads(_show("cpu", "--launcher", launcher, "--remote-cache", url, "--json")[0])["units"][0]
     assert unit["refused_here"]["means"] == refusal.what and unit["refused_here"]["fix"] == refusal.fix

@@ -33,7 +33,7 @@ def _cc(out: Path, source: str, *args: str) -> Path:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cpu_module(needs: str, level: str) -> bytes:
     """A CPU level module that says what it was compiled with as ggml's do (builder.check.cpulevel reads
     its ggml_cpu_has_*() constants); compiled once per session: it depends on nothing else."""

@@ -78,7 +78,7 @@ def _refused_then_left_out(tmp_path: Path, build: Path, name: str, words: list[s
 
     dry = assemble("repair", str(build), "--without", name, "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
-    assert f"left out\n" in dry.stdout and f"{name}  (--without)" in dry.stdout, dry.stdout
+    assert "left out\n" in dry.stdout and f"{name}  (--without)" in dry.stdout, dry.stdout
 
     proc, out = _repair(tmp_path, str(build), "--without", name)
     assert proc.returncode == 0, proc.stderr
@@ -222,7 +222,7 @@ def test_an_input_with_nothing_of_llama_is_refused(tmp_path, build):
 
 def _deb(folder: Path, package: str, out: Path) -> Path:
     """A package as Debian's tools write one: control and md5sums (which say what file is whose)."""
-    sums = "".join(f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.relative_to(folder).as_posix()}\n"
+    sums = "".join(f"{hashlib.md5(p.read_bytes(), usedforsecurity=False).hexdigest()}  {p.relative_to(folder).as_posix()}\n"
                    for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink())
     (folder / "DEBIAN").mkdir(parents=True, exist_ok=True)
     (folder / "DEBIAN" / "md5sums").write_text(sums)

@@ -46,7 +46,7 @@ def members(archive: Path) -> list[tarfile.TarInfo]:
         import zstandard
         with open(archive, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as z, \
                 tarfile.open(fileobj=z, mode="r|") as tar:
-            return [m for m in tar]
+            return list(tar)
     with tarfile.open(archive, mode) as tar:
         return tar.getmembers()
 
@@ -128,7 +128,8 @@ def test_zst_archive_reads_with_the_zstd_tool(tmp_path):
     if not shutil.which("zstd"):
         pytest.skip("no zstd command on this host to cross-check the archive")
     result = package.package(make_runtime(tmp_path), tmp_path / "dist", "tar.zst")
-    listing = subprocess.run(f"zstd -dc {result.archive} | tar -tvf -", shell=True, capture_output=True, text=True)
+    listing = subprocess.run(["sh", "-c", 'zstd -dc "$1" | tar -tvf -', "sh", str(result.archive)],
+                             capture_output=True, text=True)
     assert listing.returncode == 0, listing.stderr
     assert "runtime-cpu/bin/llama-server" in listing.stdout
 
@@ -347,7 +348,7 @@ def test_matrix_splits_a_recipe_whose_units_need_different_toolkits():
     assert unit.unit == "cuda" and unit.args == "--recipe rocm-cuda-units --only-unit cuda"
     assert unit.needs.cuda_toolkit and unit.needs.rocm is None and unit.artifact.startswith("unit-rocm-cuda-units-cuda-")
     assert [m.name for m in merges] == ["rocm-cuda-units-gfx1100", "rocm-cuda-units-gfx942"]
-    for m, gfx in zip(merges, ("gfx1100", "gfx942")):
+    for m, gfx in zip(merges, ("gfx1100", "gfx942"), strict=True):
         assert m.after == (unit.name,) and m.unit is None and m.gpu_arch == gfx
         assert m.args == f"--recipe rocm-cuda-units --hip-target {gfx} --unit-from cuda={unit.artifact}"
         assert m.needs.rocm == ">=6.1" and m.needs.cuda_toolkit is None and "cuBLAS" in m.needs.summary
@@ -365,7 +366,7 @@ def test_matrix_args_are_accepted_by_assemble(capsys):
             parsed = cli.parser().parse_args(["build", *args])
             assert parsed.only_unit == e.unit and len(parsed.unit_from) == len(e.after), e.name
             args = [a for a in args if not a.startswith("--only-unit") and not a.startswith("--unit-from")
-                    and a not in (e.unit,) and "=unit-" not in a]
+                    and a != e.unit and "=unit-" not in a]
         assert cli.main(["show", args[1], *args[2:], "--json", "--container", "none"]) == 0, e.name
         shown = json.loads(capsys.readouterr().out)
         if e.gpu_arch.startswith("gfx"):

@@ -188,7 +188,7 @@ def test_split_recipe_merge_path_rehearsed(tmp_path):
     r = rehearsal.Rehearsal(tmp_path / "split", HEAD,
                             assemble=_SPLIT_ASSEMBLE.format(python=sys.executable, log=str(log)))
     results = r.workflow(doc)
-    assert set(results.values()) == {"success"} and list(results)[0].startswith("unit-"), results
+    assert set(results.values()) == {"success"} and next(iter(results)).startswith("unit-"), results
     calls = [json.loads(ln)["argv"] for ln in log.read_text().splitlines()]
     builds = [c for c in calls if c[0] == "build"]
     unit, merge = matrix.entries([load_recipe("rocm-cuda-units")])

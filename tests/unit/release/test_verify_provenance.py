@@ -92,7 +92,7 @@ def test_a_tampered_sums_or_archive_is_caught(release):
 
 
 def test_a_provenance_of_another_runtime_fails(release, tmp_path):
-    result, rt = release
+    result, _rt = release
     other = glibc_runtime(tmp_path / "other", floor={"promised": "2.36", "stated_by": "build host",
                                                      "needed_by": "bin/llama-server"})
     proc = assemble("verify", str(other), "--static", "--json", "--provenance", str(result.provenance))

@@ -96,7 +96,7 @@ def _actionlint(path) -> list[dict]:
 
 
 def test_workflow_for_every_recipe_passes_actionlint(tmp_path):
-    text, doc = _emit(tmp_path, RUNNERS)
+    text, _doc = _emit(tmp_path, RUNNERS)
     assert _actionlint(_write(tmp_path, "release", text)) == []
     assert _actionlint(_write(tmp_path, "default", _emit(tmp_path)[0])) == []
     # the linter is live: a typo'd context and a need that names no job
@@ -115,7 +115,7 @@ def test_no_expression_or_recipe_string_reaches_a_script(tmp_path):
         for flag, value in e.build_args if e else ():    # a recipe's values reach scripts only as variables
             assert f'{flag} "$BUILD_' in step["run"] or flag not in step["run"], (job_id, step["run"])
             assert f"{flag} {value}" not in step["run"] and f'"{value}"' not in step["run"], (job_id, value)
-    for job_id, job in doc["jobs"].items():
+    for job in doc["jobs"].values():
         for step in job["steps"]:
             if "uses" in step:
                 assert re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", step["uses"]), step["uses"]

@@ -143,7 +143,7 @@ def omp_build(tmp_path):
 
 
 def test_host_closure_placement_and_relocation(tmp_path, omp_build):
-    build, exe, lib = omp_build
+    _build, exe, lib = omp_build
     own = [OwnFile(exe, "bin/probe", "executable"), OwnFile(lib, "lib/libllama.so.0.0.1", "library")]
     plan = plan_bundle(own)
     vendor = {v.soname: v for v in plan.vendor}
@@ -262,7 +262,7 @@ def test_module_without_rpath_is_left_as_is_and_still_loads_from_lib(tmp_path):
 
 
 def test_unresolved_names_library_and_requester(tmp_path, omp_build):
-    build, exe, lib = omp_build
+    _build, exe, lib = omp_build
     subprocess.run(["patchelf", "--add-needed", "libnot-installed.so.7", str(exe)], check=True)
     with pytest.raises(BuildFailed) as err:
         plan_bundle([OwnFile(exe, "bin/probe", "executable"), OwnFile(lib, "lib/libllama.so.0.0.1", "library")])
@@ -271,7 +271,7 @@ def test_unresolved_names_library_and_requester(tmp_path, omp_build):
 
 
 def test_stub_is_never_a_resolution(tmp_path, omp_build):
-    build, exe, lib = omp_build
+    _build, exe, lib = omp_build
     subprocess.run(["patchelf", "--add-needed", "libfakedriver.so.1", str(exe)], check=True)
     stubs = tmp_path / "toolkit" / "stubs"
     stubs.mkdir(parents=True)
@@ -283,7 +283,7 @@ def test_stub_is_never_a_resolution(tmp_path, omp_build):
 
 
 def test_bad_inputs(tmp_path, omp_build):
-    build, exe, lib = omp_build
+    _build, exe, lib = omp_build
     with pytest.raises(AssembleError):
         plan_bundle([OwnFile(exe, "../bin/probe", "executable")])
     with pytest.raises(AssembleError):
@@ -581,7 +581,7 @@ def test_rocm_missing_arch_stops_the_bundle(rocm, tmp_path):
 
 def test_flattened_copy_is_caught_if_planted(rocm, rocm_bundle, tmp_path):
     """What `cp -r SRC DST` does when DST is missing (flatten) or present (nest), planted beside a real rocBLAS."""
-    plan, result, runtime = rocm_bundle
+    plan, _result, runtime = rocm_bundle
     rocblas = next(v for v in plan.vendor if v.soname == "librocblas.so.4")
     place_rel = expected_places(rocblas.real, data_rules_for("librocblas.so.4")[0])[0]   # rocblas/4.4.1/library
     # a small source folder (the arch-less files) laid out as the package lays it out

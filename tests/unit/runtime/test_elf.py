@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -215,5 +216,5 @@ def test_ldconfig_dirs_follow_includes(tmp_path):
 def test_elfinfo_is_frozen_plain_data(tmp_path):
     info = read_elf(libfoo(tmp_path / "a", "A"))
     assert isinstance(info, ElfInfo)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         info.soname = "other"  # type: ignore[misc]

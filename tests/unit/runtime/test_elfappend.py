@@ -101,7 +101,7 @@ def test_append_sets_rpath_and_needed_that_ld_so_obeys(tmp_path, parts):
 
 
 def test_shapes_it_does_not_handle_are_left_untouched(tmp_path, parts):
-    src, module, host, decoys = parts
+    _src, module, host, _decoys = parts
     exe = compile_c("int main(void) { return 0; }", tmp_path / "static", "-static")
     before = exe.read_bytes()
     assert not elfappend.patch_in_place(exe, "$ORIGIN", ())     # no .dynamic to edit: patchelf's job
@@ -125,7 +125,7 @@ def test_place_bundle_appends_to_large_files_with_the_same_result_as_patchelf(tm
     for label, threshold in (("patchelf", 1 << 62), ("append", 0)):
         monkeypatch.setattr(elfappend, "MIN_SIZE", threshold)
         calls = []
-        monkeypatch.setattr(elfappend, "patch_in_place", lambda *a: calls.append(a) or real(*a))
+        monkeypatch.setattr(elfappend, "patch_in_place", lambda *a: calls.append(a) or real(*a))  # noqa: B023 -- used in this iteration
         out = tmp_path / label
         out.mkdir()
         result = place.place_bundle(plan, out)

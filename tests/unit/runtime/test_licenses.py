@@ -182,11 +182,11 @@ def test_nvidia_wheels_carry_their_license_txt_under_nvidias_eula(tmp_path, cuda
     lib = cuda_wheels.libdir
     # each library is used, so the linker records it even where it links --as-needed
     staged, placed = _bundle(tmp_path, [("", f"-L{lib}"),
-                                        ("unsigned long cublasLtGetVersion(void);\n"
-                                         "unsigned long use_lt(void) { return cublasLtGetVersion(); }\n",
+                                        (("unsigned long cublasLtGetVersion(void);\n"
+                                          "unsigned long use_lt(void) { return cublasLtGetVersion(); }\n"),
                                          "-l:libcublasLt.so.13"),
-                                        ("int cudaRuntimeGetVersion(int *);\n"
-                                         "int use_rt(int *v) { return cudaRuntimeGetVersion(v); }\n",
+                                        (("int cudaRuntimeGetVersion(int *);\n"
+                                          "int use_rt(int *v) { return cudaRuntimeGetVersion(v); }\n"),
                                          "-l:libcudart.so.13")],
                              search=[lib])
     carried = {Path(f.path).name for f in placed.files if f.role == "vendor"}

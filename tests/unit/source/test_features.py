@@ -142,8 +142,8 @@ url = "https://example.org/llama.cpp.git"
      "more than one check"),
     ('[[feature]]\nname = "x"\ndescription = "d"\ndetect = []\n', "at least one detector"),
     ('[[feature]]\nname = "X Y"\ndescription = "d"\ndetect = [{ file = "a" }]\n', "invalid feature name"),
-    ('[[feature]]\nname = "x"\ndescription = "d"\ndetect = [{ file = "a" }]\n'
-     '[[feature]]\nname = "x"\ndescription = "d"\ndetect = [{ file = "a" }]\n', "defined twice"),
+    (('[[feature]]\nname = "x"\ndescription = "d"\ndetect = [{ file = "a" }]\n'
+      '[[feature]]\nname = "x"\ndescription = "d"\ndetect = [{ file = "a" }]\n'), "defined twice"),
     ('[[feature]]\nname = "x"\ndetect = [{ file = "a" }]\n', "needs a description"),
     ('[[feature]]\nname = "x"\ndescription = "d"\ndetect = [{ contains = "a" }]\n', "needs a path"),
     ('', "defines no feature"),

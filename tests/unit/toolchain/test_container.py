@@ -178,7 +178,7 @@ def standin(tmp_path, monkeypatch, isolated_cache):
         @staticmethod
         def calls() -> list[list[str]]:
             f = state / "calls.jsonl"
-            return [json.loads(l)["argv"] for l in f.read_text().splitlines()] if f.exists() else []
+            return [json.loads(line)["argv"] for line in f.read_text().splitlines()] if f.exists() else []
 
         @staticmethod
         def images() -> dict:
@@ -258,7 +258,7 @@ def test_script_is_the_plans_own_lines_with_the_images_tools(standin, source, tm
     assert not any(a.startswith("-D") and "=/" in a and "/usr/local/cuda" not in a for a in configure), configure
     assert "-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc" in configure
     assert "-DCUDAToolkit_ROOT=/usr/local/cuda" in configure and "-DCMAKE_MAKE_PROGRAM=ninja" in configure
-    assert {f"-DCMAKE_{l}_COMPILER_LAUNCHER=ccache" for l in ("C", "CXX", "CUDA")} <= set(configure)
+    assert {f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in ("C", "CXX", "CUDA")} <= set(configure)
     assert build == ["cmake", "--build", str(run.build_dir), "-j", "7", "--target", "llama-server", "llama-bench"]
     assert run.expect == ("CMakeCache.txt", "bin/llama-server", "bin/llama-bench", "bin/libggml-cuda.so",
                           "bin/libggml-vulkan.so", "bin/libggml-cpu*.so")
@@ -306,7 +306,7 @@ def test_refusals_before_anything_runs(standin, source, tmp_path):
     with pytest.raises(AssembleError) as err:
         run_mod.container_run(make_plan(source, defines=(("CMAKE_PREFIX_PATH", "/opt/rocm;/usr/local"),)), engine)
     assert "/opt/rocm" in err.value.what and err.value.code == 2
-    with pytest.raises(AssembleError, match="not a llama.cpp source tree"):
+    with pytest.raises(AssembleError, match=r"not a llama\.cpp source tree"):
         run_mod.container_run(make_plan(tmp_path), engine)
     assert standin.calls() == []
 
@@ -430,7 +430,7 @@ def test_image_refusals(standin, runtime):
     p = image.plan_image(runtime, engine=engine, base="debian:trixie-slim", tag="x:y")
     assert "BASE=debian:trixie-slim" in p.argv and p.tag == "x:y"
     (runtime / "manifest.json").unlink()
-    with pytest.raises(AssembleError, match="manifest.json"):
+    with pytest.raises(AssembleError, match=r"manifest\.json"):
         image.plan_image(runtime, engine=engine)
     (runtime / "bin" / "llama-server").unlink()
     with pytest.raises(AssembleError, match="llama-server"):

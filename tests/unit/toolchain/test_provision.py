@@ -110,7 +110,7 @@ def manifest_for(archives: dict[str, tuple[str, bytes]], version: str = VERSION)
     for name, (ver, data) in archives.items():
         m[name] = {"name": name, "license": "CUDA Toolkit", "version": ver,
                    PLAT: {"relative_path": f"{name}/{PLAT}/{name}-{PLAT}-{ver}-archive.tar.xz",
-                          "sha256": hashlib.sha256(data).hexdigest(), "md5": hashlib.md5(data).hexdigest(),
+                          "sha256": hashlib.sha256(data).hexdigest(), "md5": hashlib.md5(data, usedforsecurity=False).hexdigest(),
                           "size": str(len(data))}}
     return m
 
@@ -377,7 +377,7 @@ def test_cuda13_style_release_takes_crt_and_nvvm(redist, cache):
 
 def test_nvcc_of_another_release_is_refused(redist, cache):
     redist.publish(release(nvcc_release="12.6"))
-    with pytest.raises(BuildFailed, match="reports CUDA 12.6, not 12.8.1"):
+    with pytest.raises(BuildFailed, match=r"reports CUDA 12\.6, not 12\.8\.1"):
         provision.ensure_cuda(VERSION, url=_url(redist))
     assert not (cache / "toolkits" / f"cuda-{VERSION}-{PLAT}").exists()
     assert _leftovers(cache) == []

@@ -17,6 +17,7 @@ from builder.flows import build as build_flow
 from builder.check import doctor
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe
+from builder.config.targets import CudaArch
 from builder.errors import AssembleError
 from builder.toolchain import detect as tc
 from builder.toolchain.detect import CudaToolkit, GlslcProbe, RocmInstall, Tool, Toolchain, VulkanSdk
@@ -70,7 +71,7 @@ CASES = [
     case("rocm", "missing", rocm="no-clang"),
     case("rocm", "missing", rocm="gfx1030-only"),
     case("rocm", "missing", cmake=Tool("cmake", "/usr/bin/cmake", "3.20.0"), rocm="6.4.1"),
-    case("vulkan", "ready", vulkan=GOOD_VK, glslc=GlslcProbe(True, None, {e: True for e in EXTS})),
+    case("vulkan", "ready", vulkan=GOOD_VK, glslc=GlslcProbe(True, None, dict.fromkeys(EXTS, True))),
     case("vulkan", "slower", vulkan=GOOD_VK, glslc=GlslcProbe(True, None, {EXTS[0]: False, EXTS[1]: True})),
     case("vulkan", "missing", vulkan=dataclasses.replace(GOOD_VK, header_version="1.3.239",
                                                          header_extensions=frozenset())),
@@ -105,7 +106,7 @@ def test_build_refuses_exactly_what_doctor_calls_missing(recipe_name, cli, parts
     # build: the pipeline's own enforcement, before CMake
     refused, warned = None, []
     try:
-        monkeypatch.setattr(build_flow.ui, "warn", lambda text: warned.append(text))
+        monkeypatch.setattr(build_flow.ui, "warn", warned.append)
         build_flow._enforce(config, config.wanted(), {u.name: toolchain for u in config.units}, patch)
     except AssembleError as exc:
         refused = exc

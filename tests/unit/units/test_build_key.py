@@ -146,7 +146,7 @@ def test_the_copies_are_what_the_plan_names_and_outlive_the_install(two, tmp_pat
         assert not s.folder.exists()                 # planning writes nothing
         assert toolstore.ensure(s) == s.program and sha256_file(s.program) == s.sha256
     shutil.rmtree(tmp_path / "venv-a")               # the environment is upgraded, or deleted
-    version, command, root = detect.ask_cmake(p.cmake)
+    _version, command, root = detect.ask_cmake(p.cmake)
     assert command == p.cmake and Path(root).is_relative_to(Path(p.cmake).parent.parent)
     ninja = Path(dict(p.defines)["CMAKE_MAKE_PROGRAM"])
     before = ninja.stat().st_mtime_ns

@@ -176,7 +176,7 @@ def test_a_unit_built_alone_and_carried_elsewhere_merges_and_serves(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert "Vulkan0:" in listed.stdout, listed.stdout + listed.stderr
     model = write_tiny_llama(tmp_path / "tiny.gguf")
-    with server(out, model, ["--device", "Vulkan0", "-ngl", "99"], LAVAPIPE, tmp_path) as (base, proc, log):
+    with server(out, model, ["--device", "Vulkan0", "-ngl", "99"], LAVAPIPE, tmp_path) as (base, proc, _log):
         assert complete(base, n=8)["tokens_predicted"] == 8
         assert str(out / "bin" / "libggml-vulkan.so") in Path(f"/proc/{proc.pid}/maps").read_text()
 
