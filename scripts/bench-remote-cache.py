@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from scripts.support.remotecache import build_on, machine, redis_server  # noqa: E402
+from scripts.support.remotecache import build_on, machine, redis_server
 
 
 def main() -> int:

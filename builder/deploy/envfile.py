@@ -26,8 +26,8 @@ OWNED = {"LLAMA_ARG_MODEL": "--model", "LLAMA_ARG_PORT": "--port"}
 # The guards a serving host needs, by the backend that needs them, with the reason (one table).
 GUARDS = {
     "cuda": (("GGML_CUDA_NO_PINNED", "1",
-              "never page-lock host memory for CPU-placed tensors: a tensor left on the CPU once landed in a "
-              "pinned CUDA_Host buffer that page-locked 108 GiB and starved the host's other tenants"),),
+              ("never page-lock host memory for CPU-placed tensors: a tensor left on the CPU once landed in a "
+               "pinned CUDA_Host buffer that page-locked 108 GiB and starved the host's other tenants")),),
 }
 
 

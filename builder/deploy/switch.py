@@ -376,7 +376,7 @@ def preflight(folder: Path, kind: str, timeout: float) -> GateResult:
         log = tmp / "server.log"
         with open(log, "w") as out:
             proc = subprocess.Popen([str(folder / SERVE)], env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT,
-                                    preexec_fn=dies_with_us())
+                                    preexec_fn=dies_with_us())  # noqa: PLW1509 -- one prctl, no lock taken
         try:
             result = gate(serving.host, port, serving.model_names, timeout, proc=proc, api_key=serving.api_key)
             result = dataclasses.replace(result, devices=devices_from_log(log.read_text(errors="replace")))

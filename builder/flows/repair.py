@@ -28,8 +28,8 @@ def platform_of(inputs: tuple[str, ...]) -> str:
     if all(flags):
         return WINDOWS
     if any(flags):
-        win = next(i for i, f in zip(inputs, flags) if f)
-        other = next(i for i, f in zip(inputs, flags) if not f)
+        win = next(i for i, f in zip(inputs, flags, strict=True) if f)
+        other = next(i for i, f in zip(inputs, flags, strict=True) if not f)
         raise AssembleError(f"{win} holds Windows binaries and {other} does not", where=other,
                             fix="repair Windows zips and Linux inputs separately: one runtime runs on one OS")
     return "linux"

@@ -169,7 +169,7 @@ def boot(share: Path, binds_ro: tuple[Path, ...] = (), log: Path | None = None) 
     try:
         while True:
             assert nspawn.poll() is None, f"systemd-nspawn exited {nspawn.returncode}:\n{log.read_text()[-3000:]}"
-            pid = guest and guest.pid or _guest_init(nspawn.pid)
+            pid = (guest and guest.pid) or _guest_init(nspawn.pid)
             if pid and guest is None:
                 guest = Guest(nspawn, pid, share, log)
             if guest and guest.state() in ("running", "degraded"):

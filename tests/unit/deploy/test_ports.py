@@ -14,8 +14,8 @@ from builder.check.dynamic import free_port
 from builder.deploy.ports import port_holder, wait_port_free
 from builder.errors import AssembleError
 
-HOLD = "import socket, sys, time; s = socket.socket({family}); s.bind(({host!r}, int(sys.argv[1]))); s.listen(); " \
-       "print('listening', flush=True); time.sleep(600)"
+HOLD = ("import socket, sys, time; s = socket.socket({family}); s.bind(({host!r}, int(sys.argv[1]))); s.listen(); "
+        "print('listening', flush=True); time.sleep(600)")
 
 
 def hold(port: int, family: str = "socket.AF_INET", host: str = "127.0.0.1") -> subprocess.Popen:

@@ -165,8 +165,8 @@ def test_bad_input_is_one_line(image, tmp_path, args, code, words):
     root, rt, model = image
     if "OUTSIDE" in args:
         args = ["--model", str(write_tiny_llama(tmp_path / "out.gguf"))]
-    argv = dict(zip(["--name", "--model"], ["chat", str(model)]))
-    argv.update(dict(zip(args[::2], args[1::2])))
+    argv = dict(zip(["--name", "--model"], ["chat", str(model)], strict=True))
+    argv.update(dict(zip(args[::2], args[1::2], strict=True)))
     before = snapshot(root)
     proc = assemble("deploy", str(rt), "--root", str(root), *[x for kv in argv.items() for x in kv])
     one_error_line(proc, code, words)

@@ -142,8 +142,8 @@ def test_a_release_whose_server_cannot_start_is_rolled_back(served):
 def test_a_held_port_stops_the_switch_before_anything_changes(served):
     tree, rt, model, port, sup, first = served
     sup.stop("u")
-    holder = subprocess.Popen(["python3", "-c", "import socket, sys, time; s = socket.socket(); "
-                               f"s.bind(('127.0.0.1', {port})); s.listen(); print('ok', flush=True); time.sleep(300)"],
+    holder = subprocess.Popen(["python3", "-c", ("import socket, sys, time; s = socket.socket(); "
+                               f"s.bind(('127.0.0.1', {port})); s.listen(); print('ok', flush=True); time.sleep(300)")],
                               stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "ok"

@@ -101,7 +101,7 @@ def test_append_sets_rpath_and_needed_that_ld_so_obeys(tmp_path, parts):
 
 
 def test_shapes_it_does_not_handle_are_left_untouched(tmp_path, parts):
-    _src, module, host, _decoys = parts
+    _src, module, _host, _decoys = parts
     exe = compile_c("int main(void) { return 0; }", tmp_path / "static", "-static")
     before = exe.read_bytes()
     assert not elfappend.patch_in_place(exe, "$ORIGIN", ())     # no .dynamic to edit: patchelf's job

@@ -17,7 +17,6 @@ from builder.flows import build as build_flow
 from builder.check import doctor
 from builder.config.options import CliOptions, resolve
 from builder.config.recipe import load_recipe
-from builder.config.targets import CudaArch
 from builder.errors import AssembleError
 from builder.toolchain import detect as tc
 from builder.toolchain.detect import CudaToolkit, GlslcProbe, RocmInstall, Tool, Toolchain, VulkanSdk
