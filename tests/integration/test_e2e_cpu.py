@@ -14,7 +14,6 @@ from builder.config import cpulevels
 from tests.support.common import REPO, SHA, TEST_CACHE, assemble
 from tests.support.server import complete, decoy_folder, server
 
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")

@@ -16,12 +16,10 @@ import os
 import shutil
 import sysconfig
 
-import pytest
 
 from builder.config.remotecache import redacted
 from tests.support.remotecache import build_on, machine, redis_server
 
-pytestmark = pytest.mark.slow
 
 # One CPU level and one target: the same path at less than half the compiles of the whole recipe
 # (scripts/bench-remote-cache.py measures the whole recipe).

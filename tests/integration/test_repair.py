@@ -20,7 +20,6 @@ from builder.runtime.manifest import Manifest
 from tests.support.common import assemble
 from tests.support.server import complete, decoy_folder, server
 
-pytestmark = pytest.mark.slow
 
 ACCEPT = "test host: no ggml packages installed, the service starts in an empty folder"
 VK = {"GGML_VK_VISIBLE_DEVICES": "0"}

@@ -21,7 +21,6 @@ from tests.support.common import REPO, assemble
 from tests.support.debianllama import FACTS, HIP, debian_llama_debs
 from tests.support.vendorlibs import ROCM_PACKAGES, SID, fetch_deb
 
-pytestmark = pytest.mark.slow
 ACCEPT = "a service image with no ggml packages, started in an empty folder"
 
 

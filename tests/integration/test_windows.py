@@ -30,7 +30,6 @@ from tests.support.server import complete
 from tests.support.windows import (BUILD, PLANTED_MARK, WindowsInputs, cross_build, mingw_licences, mingw_runtime,
                                    pack, planted_dll, wine_output, wine_server)
 
-pytestmark = pytest.mark.slow
 
 ACCEPT = "test: the service starts in its own folder"
 
