@@ -8,7 +8,7 @@ import shutil
 from builder import outdir
 from tests.support.common import TEST_CACHE, assemble
 from tests.support.manifests import whole
-from tests.unit.test_outdir import snapshot  # noqa: F401  (shared with the quick tier)
+from tests.unit.test_outdir import snapshot  # shared with the quick tier
 
 
 def test_look_alike_names_and_glob_characters_are_never_touched(cpu_runtime, tmp_path):

@@ -19,13 +19,14 @@ import pytest
 from builder.runtime.manifest import Manifest
 from tests.support.common import assemble
 from tests.support.server import complete, decoy_folder, server
-
+from tests.support.tiers import compiles
 
 ACCEPT = "test host: no ggml packages installed, the service starts in an empty folder"
 VK = {"GGML_VK_VISIBLE_DEVICES": "0"}
 
 
 @pytest.fixture(scope="session")
+@compiles
 def upstream_build(tmp_path_factory, vulkan_runtime) -> Path:
     """The build folder of llama.cpp at the pin, configured like upstream's release: the loader
     unpatched, RUNPATH $ORIGIN on everything in bin/. (Built through a recipe so the compile

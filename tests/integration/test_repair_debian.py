@@ -19,14 +19,20 @@ import pytest
 from builder.runtime.manifest import Manifest
 from tests.support.common import REPO, assemble
 from tests.support.debianllama import FACTS, HIP, debian_llama_debs
+from tests.support.tiers import downloads
 from tests.support.vendorlibs import ROCM_PACKAGES, SID, fetch_deb
 
 ACCEPT = "a service image with no ggml packages, started in an empty folder"
 
 
-@pytest.fixture(scope="module")
-def debs() -> dict[str, Path]:
+def debs_with_hip() -> dict[str, Path]:
     return debian_llama_debs(with_hip=True)
+
+
+@pytest.fixture(scope="module")
+@downloads(warm=debs_with_hip)
+def debs() -> dict[str, Path]:
+    return debs_with_hip()
 
 
 def _base_debs(debs: dict[str, Path]) -> list[str]:

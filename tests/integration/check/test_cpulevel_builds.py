@@ -5,11 +5,10 @@ from __future__ import annotations
 import ctypes
 import shutil
 
-
 from builder.check.cpulevel import NAME, compiled_features, cpu_level_check
 from builder.check.report import FAIL, PASS
 from builder.config import cpulevels
-from tests.unit.check.test_cpulevel import runtime_with  # noqa: F401  (shared with the quick tier)
+from tests.unit.check.test_cpulevel import runtime_with  # shared with the quick tier
 
 
 def test_the_cpu_builds_fourteen_levels_each_report_their_own(cpu_runtime):

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.support.common import assemble, one_error_line
+from tests.support.debianllama import debian_llama_debs
+from tests.support.tiers import downloads
 from tests.unit.prebuilt import test_left_out as quick_tier
 
 STATIC, _repair = quick_tier.STATIC, quick_tier._repair
@@ -14,8 +16,8 @@ build, pristine = quick_tier.build, quick_tier.pristine       # fixtures shared 
 
 
 @pytest.fixture(scope="module")
+@downloads(warm=debian_llama_debs)
 def sid_debs() -> dict[str, Path]:
-    from tests.support.debianllama import debian_llama_debs
     return debian_llama_debs()
 
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 from builder.check.prebuiltloader import CWD_NAME
 from builder.check.report import PASS
 from builder.prebuilt.loader import cwd_readers, loader_facts
 from tests.support.common import assemble
-from tests.unit.prebuilt.test_loader_cwd import _checks  # noqa: F401  (shared with the quick tier)
+from tests.unit.prebuilt.test_loader_cwd import _checks  # shared with the quick tier
 
 
 def test_debians_libggml_imports_current_path():

@@ -13,7 +13,7 @@ from builder.check import integrity
 from builder.runtime.elf import read_elf
 from tests.support.common import assemble
 from tests.support.manifests import copy_runtime, reseal
-from tests.unit.release.test_package_gate import _tree  # noqa: F401  (shared with the quick tier)
+from tests.unit.release.test_package_gate import _tree  # shared with the quick tier
 
 LIBLLAMA = "lib/libllama.so.0.5.0"
 

@@ -24,6 +24,7 @@ from builder.runtime.layout import (
 from builder.runtime.manifest import sha256_file
 from builder.runtime.place import copy_tree, place_bundle
 from builder.runtime.policy import data_rules_for
+from tests.support.tiers import downloads
 from tests.support.vendorlibs import (
     SID,
     compile_c,
@@ -34,7 +35,12 @@ from tests.support.vendorlibs import (
     readelf_dynamic,
     rocm_libs,
 )
-from tests.unit.runtime.test_bundle import DECOY, place, recipe, run  # noqa: F401  (shared with the quick tier)
+from tests.unit.runtime.test_bundle import (  # shared with the quick tier
+    DECOY,
+    place,
+    recipe,
+    run,
+)
 
 CUDA_MAIN = r"""
 #define _GNU_SOURCE
@@ -71,6 +77,7 @@ const char *llama_probe(void) { snprintf(buf, sizeof buf, "real-llama lt=%zu", c
 
 
 @pytest.fixture(scope="module")
+@downloads(warm=cuda_libs)
 def cuda():
     return get_or_skip(cuda_libs)
 
@@ -166,6 +173,7 @@ def test_runpath_vendor_dependency_is_pinned(tmp_path, cuda):
 
 
 @pytest.fixture(scope="module")
+@downloads(warm=rocm_libs)
 def rocm():
     return get_or_skip(rocm_libs)
 

@@ -10,11 +10,18 @@ from builder.digest import sha256_file
 from builder.prebuilt.inputs import classify, deb_owners, unpack
 from builder.runtime import licenses
 from builder.runtime.manifest import Manifest, check_files
+from tests.support.tiers import downloads
 from tests.support.vendorlibs import SID, cuda_site, fetch_deb, get_or_skip
-from tests.unit.runtime.test_licenses import GCC_EXCEPTION, _bundle, _manifest, _tree  # noqa: F401  (shared with the quick tier)
+from tests.unit.runtime.test_licenses import (  # shared with the quick tier
+    GCC_EXCEPTION,
+    _bundle,
+    _manifest,
+    _tree,
+)
 
 
 @pytest.fixture(scope="module")
+@downloads(warm=cuda_site)
 def cuda_wheels():
     return get_or_skip(cuda_site)
 
@@ -47,9 +54,14 @@ def test_nvidia_wheels_carry_their_license_txt_under_nvidias_eula(tmp_path, cuda
 ROCM_DEBS = ("libamdhip64-6", "libhsa-runtime64-1", "libhipblas2", "libroctx64-4", "libnuma1")
 
 
+def rocm_debs() -> list:
+    return [fetch_deb(SID[p]) for p in ROCM_DEBS]
+
+
 @pytest.fixture(scope="module")
+@downloads(warm=rocm_debs)
 def sid_debs():
-    return get_or_skip(lambda: [fetch_deb(SID[p]) for p in ROCM_DEBS])
+    return get_or_skip(rocm_debs)
 
 
 def test_rocm_debs_give_each_library_its_packages_copyright(tmp_path, sid_debs):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from builder.toolchain.detect import _multiarch, rocm
+from tests.support.rocmdev import rocm_dev_tree
 from tests.support.rocmtrees import (  # noqa: F401
     SID_ROCBLAS,
     _clang,
@@ -13,12 +14,16 @@ from tests.support.rocmtrees import (  # noqa: F401
     amd_rocm,
     debian_rocm,
 )
-from tests.unit.toolchain.test_rules_rocm import ok, refused  # noqa: F401  (shared with the quick tier)
+from tests.support.tiers import downloads
+from tests.unit.toolchain.test_rules_rocm import (  # shared with the quick tier
+    ok,
+    refused,
+)
 
 
 @pytest.fixture(scope="module")
+@downloads(warm=rocm_dev_tree)
 def sid():
-    from tests.support.rocmdev import rocm_dev_tree
     from tests.support.vendorlibs import get_or_skip
     return get_or_skip(rocm_dev_tree)
 
