@@ -156,6 +156,30 @@ def vulkan_runtime(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+@compiles
+def unpatched_runtime(tmp_path_factory) -> Path:
+    """The vulkan recipe as upstream's release is built: the loader patch off (the hole it closes
+    stays open), RUNPATH $ORIGIN on everything in bin/. One build for the repair tests (its build
+    folder is their upstream input) and the e2e test that shows the hole; its compiles are the vulkan
+    build's, from ccache, but for the loader's one file."""
+    import re
+    work = tmp_path_factory.mktemp("unpatched")
+    recipe = (REPO / "recipes" / "vulkan.toml").read_text()
+    recipe = re.sub(r'(?m)^name = "vulkan"', 'name = "upstream-vulkan"', recipe)
+    recipe = re.sub(r"(?m)^aliases = .*\n", "", recipe)
+    recipe += ('\n[patches.disable]\n"backend-loader-no-cwd" = "upstream\'s release loader, as shipped"\n'
+               if "[patches.disable]" not in recipe else "")
+    recipe = recipe.replace("[cmake.defines]\n", '[cmake.defines]\nCMAKE_INSTALL_RPATH = "$ORIGIN"\n'
+                            'CMAKE_BUILD_WITH_INSTALL_RPATH = "ON"\n') if "[cmake.defines]" in recipe else (
+        recipe + '\n[cmake.defines]\nCMAKE_INSTALL_RPATH = "$ORIGIN"\nCMAKE_BUILD_WITH_INSTALL_RPATH = "ON"\n')
+    (work / "upstream-vulkan.toml").write_text(recipe)
+    out = work / "runtime-upstream-vulkan"
+    assemble("build", "--recipe", str(work / "upstream-vulkan.toml"), "--out", str(out), "--no-verify", "-q",
+             check=True)
+    return out
+
+
 def make_sid_chroot() -> Path:
     """The Debian sid chroot with ROCm 6.4 (scripts/rocm-sid-chroot.sh), made once per machine and cached."""
     import shutil
