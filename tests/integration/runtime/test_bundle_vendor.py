@@ -76,6 +76,8 @@ const char *llama_probe(void) { snprintf(buf, sizeof buf, "real-llama lt=%zu", c
 """
 
 
+# cold: NVIDIA's cuBLAS and CUDA runtime wheels (pip download, unzipped to 583 MB; about 1 min,
+# estimated), prefetched in the background; warm 0 s (the cache's .complete marker)
 @pytest.fixture(scope="module")
 @downloads(warm=cuda_libs)
 def cuda():
@@ -172,6 +174,8 @@ def test_runpath_vendor_dependency_is_pinned(tmp_path, cuda):
     assert "DECOY libcublasLt loaded" in proc.stdout
 
 
+# cold: Debian sid's 19 ROCm .debs (600 MB: rocBLAS 280 MB, hipBLASLt 159 MB), extracted to 1.6 GB with
+# rocBLAS data for two archs (2-4 min, estimated), prefetched in the background; warm 0 s
 @pytest.fixture(scope="module")
 @downloads(warm=rocm_libs)
 def rocm():

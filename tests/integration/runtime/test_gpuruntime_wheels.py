@@ -15,7 +15,7 @@ from tests.support.tiers import downloads
 from tests.support.vendorlibs import cuda_libs, get_or_skip
 
 
-# cost: ~10 s cold (two wheels, 0.6 GB, shared with test_bundle_vendor's `cuda`), 0 s warm
+# cold: the same cache as test_bundle_vendor's `cuda` (whichever runs first pays, about 1 min), warm 0 s
 @pytest.fixture(scope="module")
 @downloads(warm=cuda_libs)
 def cuda():

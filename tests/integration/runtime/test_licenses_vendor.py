@@ -20,6 +20,8 @@ from tests.unit.runtime.test_licenses import (  # shared with the quick tier
 )
 
 
+# cold: the cached wheels pip-installed into a site folder (591 MB; under a minute, estimated, after
+# the download `cuda` pays), prefetched; warm 0 s
 @pytest.fixture(scope="module")
 @downloads(warm=cuda_site)
 def cuda_wheels():
@@ -58,6 +60,7 @@ def rocm_debs() -> list:
     return [fetch_deb(SID[p]) for p in ROCM_DEBS]
 
 
+# cold: five of rocm_libs' .debs (10 MB; shared with it), prefetched; warm 0 s
 @pytest.fixture(scope="module")
 @downloads(warm=rocm_debs)
 def sid_debs():

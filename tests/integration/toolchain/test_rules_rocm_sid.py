@@ -21,6 +21,8 @@ from tests.unit.toolchain.test_rules_rocm import (  # shared with the quick tier
 )
 
 
+# cold: rocm_libs (see test_bundle_vendor's `rocm`) plus sid's ROCm -dev .debs (11 MB, hard-linked tree:
+# seconds more), prefetched; warm 0 s
 @pytest.fixture(scope="module")
 @downloads(warm=rocm_dev_tree)
 def sid():
