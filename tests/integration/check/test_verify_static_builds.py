@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 
-
 from tests.support.common import assemble
 
 

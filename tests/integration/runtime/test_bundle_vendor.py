@@ -15,12 +15,7 @@ import pytest
 from builder.errors import BuildFailed
 from builder.runtime.bundle import plan_bundle
 from builder.runtime.elf import read_elf, section_strings
-from builder.runtime.layout import (
-    OwnFile,
-    arch_tokens,
-    data_layout_problems,
-    expected_places,
-)
+from builder.runtime.layout import OwnFile, arch_tokens, data_layout_problems, expected_places
 from builder.runtime.manifest import sha256_file
 from builder.runtime.place import copy_tree, place_bundle
 from builder.runtime.policy import data_rules_for
@@ -35,12 +30,7 @@ from tests.support.vendorlibs import (
     readelf_dynamic,
     rocm_libs,
 )
-from tests.unit.runtime.test_bundle import (  # shared with the quick tier
-    DECOY,
-    place,
-    recipe,
-    run,
-)
+from tests.unit.runtime.test_bundle import DECOY, place, recipe, run  # shared with the quick tier
 
 CUDA_MAIN = r"""
 #define _GNU_SOURCE

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-
 from builder.runtime.elf import read_elf
 from builder.runtime.manifest import sha256_file
-from tests.support.debianllama import (
-    BASE,
-    DEBIAN_LLAMA,
-    FACTS,
-    debian_llama_debs,
-    extract_debian_llama,
-)
+from tests.support.debianllama import BASE, DEBIAN_LLAMA, FACTS, debian_llama_debs, extract_debian_llama
 from tests.support.vendorlibs import MULTIARCH, get_or_skip
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-
 from builder.runtime.elf import read_elf
 from tests.support.vendorlibs import cuda_libs, get_or_skip
 

@@ -12,12 +12,7 @@ from builder.runtime import licenses
 from builder.runtime.manifest import Manifest, check_files
 from tests.support.tiers import downloads
 from tests.support.vendorlibs import SID, cuda_site, fetch_deb, get_or_skip
-from tests.unit.runtime.test_licenses import (  # shared with the quick tier
-    GCC_EXCEPTION,
-    _bundle,
-    _manifest,
-    _tree,
-)
+from tests.unit.runtime.test_licenses import GCC_EXCEPTION, _bundle, _manifest, _tree  # shared with the quick tier
 
 
 # cold: the cached wheels pip-installed into a site folder (591 MB; under a minute, estimated, after

@@ -6,19 +6,9 @@ import pytest
 
 from builder.toolchain.detect import _multiarch, rocm
 from tests.support.rocmdev import rocm_dev_tree
-from tests.support.rocmtrees import (  # noqa: F401
-    SID_ROCBLAS,
-    _clang,
-    _data,
-    _exe,
-    amd_rocm,
-    debian_rocm,
-)
+from tests.support.rocmtrees import SID_ROCBLAS, _clang, _data, _exe, amd_rocm, debian_rocm  # noqa: F401
 from tests.support.tiers import downloads
-from tests.unit.toolchain.test_rules_rocm import (  # shared with the quick tier
-    ok,
-    refused,
-)
+from tests.unit.toolchain.test_rules_rocm import ok, refused  # shared with the quick tier
 
 
 # cold: rocm_libs (see test_bundle_vendor's `rocm`) plus sid's ROCm -dev .debs (11 MB, hard-linked tree:
