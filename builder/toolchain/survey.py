@@ -42,7 +42,7 @@ def adopted(unit_host: Toolchain, recorded_cuda: CudaToolkit | None) -> Toolchai
 
 
 class Recorded(Protocol):
-    """What a folder built elsewhere tells of its toolchain (builder.build.unitfolder.UnitDescription)."""
+    """What a folder built elsewhere tells of its toolchain (builder.units.unitfolder.UnitDescription)."""
     def cuda_toolkit(self) -> CudaToolkit | None: ...
 
 

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from scripts.support.heavy import compiles
 from scripts.support.vendorlibs import cache_root
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,6 +103,7 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str], timeout: float) -> subpr
                           capture_output=True, text=True, timeout=timeout)
 
 
+@compiles
 def build_on(m: Machine, url: str, *args: str, env: dict[str, str] | None = None,
              cli: Callable[..., subprocess.CompletedProcess] = run_cli) -> tuple[float, dict, str]:
     """Build the recipe there through the remote cache: (seconds, the manifest's units[0].cache, stderr).

@@ -41,6 +41,7 @@ from pathlib import Path, PurePosixPath
 
 from builder.runtime.layout import arch_tokens
 from builder.runtime.manifest import sha256_file
+from scripts.support.heavy import downloads
 
 MIRROR = os.environ.get("ASSEMBLE_DEBIAN_MIRROR", "https://deb.debian.org/debian").rstrip("/")
 MULTIARCH = "usr/lib/x86_64-linux-gnu"
@@ -156,8 +157,14 @@ def _apt_download(package: str, dest_dir: Path) -> Path:
         return new[0]
 
 
+@downloads
 def fetch_deb(deb: Deb) -> Path:
     """The pinned .deb from the cache, downloading it (sha256-checked) when missing."""
+    with _locked(f"deb-{deb.package}"):     # the background prefetch may be fetching it now
+        return _fetch_deb(deb)
+
+
+def _fetch_deb(deb: Deb) -> Path:
     folder = cache_root() / "debs"
     folder.mkdir(exist_ok=True)
     dest = folder / PurePosixPath(deb.filename).name
@@ -292,6 +299,7 @@ def _keep_rocm(archs: tuple[str, ...]) -> Callable[[str], bool]:
     return keep
 
 
+@downloads
 def rocm_libs(archs: tuple[str, ...] = DEFAULT_ARCHS, packages: tuple[str, ...] = ROCM_PACKAGES) -> RocmLibs:
     """Debian sid's ROCm runtime libraries in one tree, with data for `archs` plus arch-less files."""
     require_x86_64_linux()
@@ -327,6 +335,11 @@ class CudaLibs:
 
 
 def _wheel(project: str, version: str) -> Path:
+    with _locked("wheels"):                  # one pip download into the folder at a time
+        return _fetch_wheel(project, version)
+
+
+def _fetch_wheel(project: str, version: str) -> Path:
     folder = cache_root() / "wheels"
     folder.mkdir(exist_ok=True)
     stem = f"{project.replace('-', '_')}-{version}-"
@@ -348,6 +361,7 @@ def _wheel(project: str, version: str) -> Path:
 CUDA_WHEELS_FULL = CUDA_WHEELS + (("nvidia-nccl-cu13", "2.32.3"), ("nvidia-cuda-nvrtc", "13.5.37"))
 
 
+@downloads
 def cuda_libs(wheel_pins: tuple[tuple[str, str], ...] = CUDA_WHEELS) -> CudaLibs:
     """CUDA 13 shared libraries from NVIDIA's PyPI wheels, all in one folder."""
     require_x86_64_linux()
@@ -382,6 +396,7 @@ class CudaSite:
     libdir: Path                # site/nvidia/cu13/lib: libcudart.so.13, libcublas.so.13, libcublasLt.so.13
 
 
+@downloads
 def cuda_site(wheel_pins: tuple[tuple[str, str], ...] = CUDA_WHEELS) -> CudaSite:
     """The same wheels installed by pip (not unpacked by hand): their .dist-info and RECORD say which wheel
     a library came from, and hold NVIDIA's License.txt."""

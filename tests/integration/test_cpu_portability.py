@@ -18,7 +18,6 @@ from builder.config import cpulevels
 from tests.support.server import complete, server
 
 pytestmark = [
-    pytest.mark.slow,
     pytest.mark.skipif(platform.machine() != "x86_64", reason="the CPU levels are x86-64 ones"),
 ]
 

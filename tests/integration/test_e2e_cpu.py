@@ -11,10 +11,9 @@ import pytest
 
 from builder.check.tinymodel import write_tiny_llama
 from builder.config import cpulevels
-from tests.support.common import REPO, SHA, TEST_CACHE, assemble
+from tests.support.common import SHA, TEST_CACHE, assemble
 from tests.support.server import complete, decoy_folder, server
 
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="session")
@@ -90,7 +89,7 @@ def test_verify_smoke_cpu(cpu_runtime):
     assert names["--list-devices"] == "pass"
 
 
-def test_planted_module_in_working_directory(cpu_runtime, tmp_path):
+def test_planted_module_in_working_directory(cpu_runtime, unpatched_runtime, tmp_path):
     """The loader patch closes the hole: without it, llama-server dlopen()s a planted
     libggml-cpu-*.so from its working directory and runs its constructor."""
     import subprocess
@@ -109,12 +108,9 @@ def test_planted_module_in_working_directory(cpu_runtime, tmp_path):
     manifest = json.loads((cpu_runtime / "manifest.json").read_text())
     assert [p["name"] for p in manifest["llama_cpp"]["patches"]] == ["backend-loader-no-cwd"]
 
-    # The same recipe with the patch disabled (ccache makes this build cheap: one file differs).
-    recipe = tmp_path / "cpu-unpatched.toml"
-    recipe.write_text((REPO / "recipes" / "cpu.toml").read_text()
-                      + '\n[patches]\ndisable = { "backend-loader-no-cwd" = "test: show the hole it closes" }\n')
-    unpatched = tmp_path / "runtime-unpatched"
-    assemble("build", "--recipe", str(recipe), "--out", str(unpatched), "--no-verify", check=True)
+    # A build with the patch disabled: the suite's one unpatched build (tests/conftest.py), shared with
+    # the repair tests; its CPU modules are the same fourteen levels, beside the Vulkan one.
+    unpatched = unpatched_runtime
     assert json.loads((unpatched / "manifest.json").read_text())["llama_cpp"]["patches"] == []
     assert marker_after_start(unpatched, "unpatched")
     # and verify names the hole

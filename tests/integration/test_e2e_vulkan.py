@@ -7,13 +7,11 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 
 from builder.check.tinymodel import write_tiny_llama
 from tests.support.common import assemble
 from tests.support.server import complete, server
 
-pytestmark = pytest.mark.slow
 LAVAPIPE = {"GGML_VK_VISIBLE_DEVICES": "0"}  # ggml skips CPU Vulkan devices unless asked
 
 

@@ -20,32 +20,16 @@ from builder.runtime.manifest import Manifest
 from tests.support.common import assemble
 from tests.support.server import complete, decoy_folder, server
 
-pytestmark = pytest.mark.slow
-
 ACCEPT = "test host: no ggml packages installed, the service starts in an empty folder"
 VK = {"GGML_VK_VISIBLE_DEVICES": "0"}
 
 
 @pytest.fixture(scope="session")
-def upstream_build(tmp_path_factory, vulkan_runtime) -> Path:
+def upstream_build(unpatched_runtime) -> Path:
     """The build folder of llama.cpp at the pin, configured like upstream's release: the loader
-    unpatched, RUNPATH $ORIGIN on everything in bin/. (Built through a recipe so the compile
-    shares the vulkan build's compiler cache; the folder is a plain CMake build tree.)"""
-    work = tmp_path_factory.mktemp("upstream")
-    recipe = (Path(__file__).parents[2] / "recipes" / "vulkan.toml").read_text()
-    recipe = re.sub(r'(?m)^name = "vulkan"', 'name = "upstream-vulkan"', recipe)
-    recipe = re.sub(r"(?m)^aliases = .*\n", "", recipe)
-    recipe += ('\n[patches.disable]\n"backend-loader-no-cwd" = "upstream\'s release loader, as shipped"\n'
-               if "[patches.disable]" not in recipe else "")
-    recipe = recipe.replace("[cmake.defines]\n", '[cmake.defines]\nCMAKE_INSTALL_RPATH = "$ORIGIN"\n'
-                            'CMAKE_BUILD_WITH_INSTALL_RPATH = "ON"\n') if "[cmake.defines]" in recipe else (
-        recipe + '\n[cmake.defines]\nCMAKE_INSTALL_RPATH = "$ORIGIN"\nCMAKE_BUILD_WITH_INSTALL_RPATH = "ON"\n')
-    (work / "upstream-vulkan.toml").write_text(recipe)
-    assemble("build", "--recipe", str(work / "upstream-vulkan.toml"), "--out", str(work / "unused"), "--no-verify",
-             "-q", check=True)
-    build_dir = Path(json.loads((work / "unused" / "manifest.json").read_text())["units"][0]["build_dir"])
-    shutil.rmtree(work / "unused")
-    return build_dir
+    unpatched, RUNPATH $ORIGIN on everything in bin/ (tests/conftest.py builds it once for this
+    and test_e2e_cpu). A plain CMake build tree: read-only for tests."""
+    return Path(json.loads((unpatched_runtime / "manifest.json").read_text())["units"][0]["build_dir"])
 
 
 def _build_number(build_dir: Path) -> str:

@@ -19,15 +19,22 @@ import pytest
 from builder.runtime.manifest import Manifest
 from tests.support.common import REPO, assemble
 from tests.support.debianllama import FACTS, HIP, debian_llama_debs
+from tests.support.tiers import downloads
 from scripts.support.vendorlibs import ROCM_PACKAGES, SID, fetch_deb
 
-pytestmark = pytest.mark.slow
 ACCEPT = "a service image with no ggml packages, started in an empty folder"
 
 
-@pytest.fixture(scope="module")
-def debs() -> dict[str, Path]:
+def debs_with_hip() -> dict[str, Path]:
     return debian_llama_debs(with_hip=True)
+
+
+# cold: Debian's llama.cpp/ggml .debs with the HIP module (126 MB, under a minute, estimated), prefetched;
+# warm 0 s. The tests also need sid_chroot (tests/conftest.py).
+@pytest.fixture(scope="module")
+@downloads(warm=debs_with_hip)
+def debs() -> dict[str, Path]:
+    return debs_with_hip()
 
 
 def _base_debs(debs: dict[str, Path]) -> list[str]:

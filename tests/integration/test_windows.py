@@ -29,13 +29,16 @@ from tests.support.common import TEST_CACHE, assemble, one_error_line
 from tests.support.server import complete
 from tests.support.windows import (BUILD, PLANTED_MARK, WindowsInputs, cross_build, mingw_licences, mingw_runtime,
                                    pack, planted_dll, wine_output, wine_server)
+from tests.support.tiers import compiles
 
-pytestmark = pytest.mark.slow
 
 ACCEPT = "test: the service starts in its own folder"
 
 
+# cold: the mingw-w64 cross-build in the sid chroot, 354 s on 2 cores (docs/windows.md), plus the chroot
+# (tests/conftest.py, prefetched); warm: ccache-mingw hits, about a minute (estimated)
 @pytest.fixture(scope="module")
+@compiles
 def win(sid_chroot, llama_tree, tmp_path_factory) -> WindowsInputs:
     from builder.config.options import CliOptions, resolve
     from builder.config.recipe import load_recipe

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.support.vendorlibs import Deb, _locked, cache_root, extract_deb, fetch_deb, require_x86_64_linux
+from tests.support.tiers import downloads
 
 # Pinned from sid's Packages index (main; contrib for CUDA) on 2026-11-30. Not pinned, because
 # a host provides them (and must, at these floors): libc6 >= 2.43, libstdc++6, libgcc-s1,
@@ -76,12 +77,14 @@ def _selected(with_hip: bool, with_cuda: bool) -> tuple[str, ...]:
     return BASE + ((HIP,) if with_hip else ()) + ((CUDA,) if with_cuda else ())
 
 
+@downloads
 def debian_llama_debs(with_hip: bool = False, with_cuda: bool = False) -> dict[str, Path]:
     """The pinned .deb files, package name -> cached path (downloaded and sha256-checked once)."""
     require_x86_64_linux()
     return {name: fetch_deb(DEBIAN_LLAMA[name]) for name in _selected(with_hip, with_cuda)}
 
 
+@downloads
 def extract_debian_llama(dest: Path, with_hip: bool = False, with_cuda: bool = False) -> Path:
     """Unpack the packages into one root as `dpkg -x` of each would (same files, modes and
     symlinks; no maintainer scripts run); returns dest."""
@@ -91,6 +94,7 @@ def extract_debian_llama(dest: Path, with_hip: bool = False, with_cuda: bool = F
     return dest
 
 
+@downloads
 def debian_llama_root(with_hip: bool = False, with_cuda: bool = False) -> Path:
     """extract_debian_llama into the test cache, once per machine. Read-only for tests: copy it
     (shutil.copytree(..., symlinks=True)) before changing anything. Holds a `.complete` marker."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.support.vendorlibs import MULTIARCH, SID, Deb, _locked, cache_root, extract_deb, fetch_deb, rocm_libs
+from tests.support.tiers import downloads
 
 # Pinned from Debian sid on 2026-11-29 (apt-cache show in scripts/rocm-sid-chroot.sh's chroot).
 DEV: tuple[Deb, ...] = (
@@ -52,6 +53,7 @@ def _dev_files(path: str) -> bool:
     return path.startswith("usr/") and not path.startswith(("usr/share/doc/", "usr/share/man/"))
 
 
+@downloads
 def rocm_dev_tree() -> RocmDevTree:
     """Sid's ROCm as `apt install hipcc librocblas-dev libhipblas-dev libhipblaslt-dev` lays it out."""
     base = rocm_libs()

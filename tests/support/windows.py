@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.support.common import REPO
+from tests.support.tiers import compiles
 
 WINE = shutil.which("wine64") or "/usr/lib/wine/wine64"      # Debian 12's wine64 package
 BUILD = "b7500"                                               # the build number the zips are named with
@@ -38,6 +39,7 @@ __declspec(dllexport) void *ggml_backend_init(void) { return NULL; }
 PLANTED_MARK = "PLANTED-DLL-WAS-LOADED"
 
 
+@compiles
 def cross_build(chroot: Path, src: Path, build: Path, targets: tuple[str, ...], *defines: str,
                 ccache: Path | None = None) -> Path:
     """bin/ of a mingw-w64 build of `src` (every DLL and .exe of the build lands there)."""

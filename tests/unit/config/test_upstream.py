@@ -30,14 +30,6 @@ def test_what_pin_records_for_the_nearest_tag(tag, distance, expect):
         assert BUILD_RE.fullmatch(expect)
 
 
-@pytest.mark.parametrize("cuda, rocm, expect", [
-    ("12.8", None, "cuda12.8"), ("12.8.93", None, "cuda12.8"), (None, "6.4", "rocm6.4"),
-    ("13.0", "6.4.1", "rocm6.4-cuda13.0"), (None, None, None), ("unknown", None, None),
-])
-def test_toolkit_line(cuda, rocm, expect):
-    assert toolkit_line(cuda, rocm) == expect
-
-
 # --- only names upstream publishes (UPSTREAM_LINUX_ARCHIVE) ------------------------------------
 
 _LINUX_NAME = re.compile(r"(?:cudart-)?llama-b(?:\d+|N+)-bin-ubuntu-[\w.-]*?x64(?:\.tar\.gz|\.zip)")
@@ -75,16 +67,9 @@ def test_the_upstream_linux_archive_grammar(name, published):
     assert bool(UPSTREAM_LINUX_ARCHIVE.fullmatch(name)) is published
 
 
-def test_the_grammar_covers_what_the_pinned_release_workflow_links(llama_tree):
-    """The release body of the pinned tree's .github/workflows/release.yml links every Linux x64
-    archive it publishes; each, with a tag put in, is a name the grammar accepts."""
-    from builder.config.upstream import UPSTREAM_LINUX_ARCHIVE
-    workflow = (llama_tree / ".github" / "workflows" / "release.yml").read_text()
-    links = re.findall(r"/releases/download/\$\{\{ steps\.tag\.outputs\.name \}\}/([^)]*?bin-ubuntu-[^)]*?x64\.tar\.gz)\)",
-                       workflow)
-    assert len(links) >= 5, links
-    for link in links:
-        name = re.sub(r"\$\{\{ steps\.tag\.outputs\.name \}\}", "b1234", link)
-        name = re.sub(r"\$\{\{ needs\.[\w-]+\.outputs\.openvino_version \}\}", "2025.4", name)
-        assert UPSTREAM_LINUX_ARCHIVE.fullmatch(name), name
-    assert any("cuda-12.8" in link for link in links)   # upstream does publish a Linux CUDA build
+@pytest.mark.parametrize("cuda, rocm, expect", [
+    ("12.8", None, "cuda12.8"), ("12.8.93", None, "cuda12.8"), (None, "6.4", "rocm6.4"),
+    ("13.0", "6.4.1", "rocm6.4-cuda13.0"), (None, None, None), ("unknown", None, None),
+])
+def test_toolkit_line(cuda, rocm, expect):
+    assert toolkit_line(cuda, rocm) == expect

@@ -257,32 +257,6 @@ def test_a_library_in_a_subfolder_of_a_given_deb_resolves(tmp_path, build):
 
 # --- Debian's real packages (cached; the fixture's name marks these slow: a cold cache downloads) ----
 
-@pytest.fixture(scope="module")
-def sid_debs() -> dict[str, Path]:
-    from tests.support.debianllama import debian_llama_debs
-    return debian_llama_debs()
-
-
-def test_debians_vulkan_package_given_as_a_second_input_merges(tmp_path, sid_debs):
-    from scripts.support.vendorlibs import extract_deb
-    first = tmp_path / "debian-cpu"
-    for name in ("libggml0", "libllama0", "llama.cpp-tools"):
-        extract_deb(sid_debs[name], first, lambda _: True)
-    vulkan = str(sid_debs["libggml0-backend-vulkan"])
-    dry = assemble("repair", str(first), vulkan, "--dry-run", cwd=tmp_path)
-    assert dry.returncode == 0, dry.stderr
-    for words in (f"input {vulkan} (debs): backend modules only", "contributes  vulkan", "bin/libggml-vulkan.so",
-                  f"{first}/usr/libexec/x86_64-linux-gnu/ggml/test-gguf  (not a llama-* executable"):
-        assert words in dry.stdout, words
-
-
-def test_debians_vulkan_package_with_another_ggml_names_the_versions(tmp_path, build, sid_debs):
-    (build / "bin" / "libggml-vulkan.so").unlink()
-    vulkan = str(sid_debs["libggml0-backend-vulkan"])
-    proc, _ = _repair(tmp_path, str(build), vulkan)
-    one_error_line(proc, 2, [vulkan, "different ggml bases", "libggml-vulkan.so is of ggml 0.27.0",
-                             "libggml0-backend-vulkan 0.27.0-1", "base is ggml 0.9.4"])
-
 
 # --- the property: damage any files, and repair refuses naming one or lists every one it dropped ----
 

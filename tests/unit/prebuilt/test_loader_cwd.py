@@ -12,7 +12,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 
 from builder.check.prebuiltloader import CWD_NAME, cwd_search_check
 from builder.check.report import FAIL, PASS, WARN
@@ -99,16 +98,3 @@ def test_a_loader_without_the_import_says_nothing_in_dry_run_and_passes(tmp_path
 # --- real loaders (slow: Debian's packages, the cpu build) ----------------------------------
 
 
-@pytest.mark.slow
-def test_debians_libggml_imports_current_path():
-    from tests.support.debianllama import FACTS, debian_llama_root
-    lib = debian_llama_root() / "usr" / "lib" / "x86_64-linux-gnu" / f"libggml.so.{FACTS.ggml_version}"
-    facts = loader_facts(lib, (FACTS.backend_dir,))
-    assert facts.reads_cwd == ("std::filesystem::current_path",) and facts.backend_dirs == (FACTS.backend_dir,)
-
-
-def test_the_patched_build_passes_statically(cpu_runtime):
-    (libggml,) = [p for p in (cpu_runtime / "lib").glob("libggml.so*") if not p.is_symlink()]
-    assert cwd_readers(libggml) == ()
-    verified = assemble("verify", str(cpu_runtime), "--static", "--json")
-    assert verified.returncode == 0 and _checks(verified)[CWD_NAME]["status"] == PASS

@@ -42,41 +42,9 @@ def test_a_cuda_module_without_device_code_is_not_listed(tmp_path):
     assert g.cuda.modules == ()
 
 
-# --- the version from the library's own code -------------------------------------------
-
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-import pytest  # noqa: E402
+# --- the version from the library's own code (NVIDIA's real wheels: tests/integration/runtime/) -------
 
 from builder.runtime.cudart import runtime_version  # noqa: E402
-from scripts.support.vendorlibs import cuda_libs, get_or_skip  # noqa: E402
-
-@pytest.fixture(scope="module")
-def cuda():
-    """NVIDIA's CUDA 13 wheels (libcudart.so.13: no minor in the name), unpacked once per machine."""
-    return get_or_skip(cuda_libs)
-
-
-def _called(lib: Path) -> int:
-    """What cudaRuntimeGetVersion() returns when the library is loaded and called (no driver needed)."""
-    code = ("import ctypes, sys; v = ctypes.c_int(); l = ctypes.CDLL(sys.argv[1]); "
-            "assert l.cudaRuntimeGetVersion(ctypes.byref(v)) == 0; print(v.value)")
-    return int(subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True,
-                              check=True).stdout)
-
-
-def test_the_wheels_cudart_states_its_version_in_its_code(cuda, tmp_path):
-    lib = cuda.libdir / "libcudart.so.13"
-    value = _called(lib)
-    assert runtime_version(lib) == f"{value // 1000}.{value % 1000 // 10}"
-    (tmp_path / "lib").mkdir()
-    shutil.copyfile(lib, tmp_path / "lib" / "libcudart.so.13")
-    g = describe(tmp_path, ["lib/libcudart.so.13", "bin/llama-server"], {"cuda": "12.8"})
-    # the library, not the toolkit the units were built with nor its file name, says which runtime it is
-    assert g.cuda.version == runtime_version(lib) and g.cuda.version.startswith("13.")
-    assert g.cuda.driver_min.startswith("580") and g.cuda.source and "not carried" not in " ".join(g.notes)
 
 
 def test_a_file_named_libcudart_that_is_not_one_falls_back_to_the_name(tmp_path):

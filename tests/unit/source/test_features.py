@@ -41,15 +41,6 @@ def test_every_recipe_names_known_features():
         assert set(recipe.pin.features) <= set(reg), recipe.name
 
 
-def test_pinned_tree_has_every_feature(llama_tree):
-    tree = llama_tree
-    report = F.check_tree(tree, list(F.registry()))
-    assert report.missing == ()
-    assert report.present["backend-dl"] == "ggml/CMakeLists.txt declares option(GGML_BACKEND_DL)"
-    assert report.present["mtmd"] == "tools/mtmd/mtmd.h exists"
-    assert report.present["flash-attn"] == "common/arg.cpp contains '\"--flash-attn\"'"
-
-
 # --- detectors on a directory -------------------------------------------------------
 
 def test_check_tree_evidence_and_reasons(tmp_path):

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from builder.paths import data_dir
 from builder.config.recipe import parse_recipe
 from builder.source.fetch import SourceTree
 from tests.support.planted import build_planted_module
-from tests.support.common import SHA as PINNED
 
 SHA = "1" * 40
 def A(text: str) -> tuple[CudaArch, ...]:
@@ -109,47 +107,6 @@ def test_readme_example_is_valid_metadata(tmp_path):
     (tmp_path / "example-fix.patch").write_text(diff("x", "a\n", "b\n"))
     p = PT.load_patch(tmp_path / "example-fix.toml")
     assert p.when.cuda_toolkit == ">=13" and p.when.cuda_archs == A("120,121")
-
-
-def test_loader_patch_on_the_pinned_tree(tmp_path, cache, llama_tree):
-    real = llama_tree
-    reg = real / "ggml" / "src" / "ggml-backend-reg.cpp"
-    before = hashlib.sha256(reg.read_bytes()).hexdigest()
-    src = SourceTree(real, PINNED, {"kind": "test"})
-    r = recipe(tmp_path, sha=PINNED)
-    t0 = time.monotonic()
-    prepared = PT.prepare(src, r, DL)
-    first = time.monotonic() - t0
-    # <cache>/trees/<sha>-<patch set>/src: units build beside it, in .../build/
-    assert prepared.path.name == "src" and prepared.path.parent.parent == cache / "trees"
-    assert prepared.path.parent.name.startswith(PINNED + "-")
-    [applied] = prepared.applied
-    patch_file = data_dir("patches") / "backend-loader-no-cwd.patch"
-    assert applied.name == "backend-loader-no-cwd" and applied.file == patch_file.name
-    assert applied.sha256 == hashlib.sha256(patch_file.read_bytes()).hexdigest()
-    # the patched loader no longer searches the working directory; the pristine one still does
-    assert check_tree(prepared.path, ["backend-loader-cwd"]).missing == ("backend-loader-cwd",)
-    assert check_tree(real, ["backend-loader-cwd"]).ok
-    patched = (prepared.path / "ggml/src/ggml-backend-reg.cpp").read_text()
-    assert "current_path" not in patched and "search_paths.push_back(get_executable_path());" in patched
-    assert hashlib.sha256(reg.read_bytes()).hexdigest() == before
-    # the copy keeps git metadata (CMake asks git for the build number) and symlinks
-    assert (prepared.path / ".git").exists() == (real / ".git").exists()
-    # reused, not copied again
-    t0 = time.monotonic()
-    again = PT.prepare(src, r, DL)
-    assert again == prepared and time.monotonic() - t0 < max(first / 4, 0.5)
-    # opting out with a reason, or building without GGML_BACKEND_DL: the pristine tree
-    off = recipe(tmp_path, '[patches]\ndisable = { "backend-loader-no-cwd" = "started only from bin/" }\n',
-                 sha=PINNED)
-    plain = PT.prepare(src, off, DL)
-    # an unpatched copy in the same layout (so ccache serves both variants)
-    assert plain.path == cache / "trees" / f"{PINNED}-pristine" / "src" and plain.applied == ()
-    assert (plain.path / "ggml/src/ggml-backend-reg.cpp").read_text() == (real / "ggml/src/ggml-backend-reg.cpp").read_text()
-    assert dict(plain.skipped)["backend-loader-no-cwd"] == "disabled by the recipe: started only from bin/"
-    no_dl = PT.prepare(src, r, PT.PatchContext(("cpu",), None, (), backend_dl=False))
-    assert no_dl.path == plain.path and dict(no_dl.skipped)["backend-loader-no-cwd"] == (
-        "not for this build: GGML_BACKEND_DL is off")
 
 
 @pytest.mark.parametrize("form", ["search_paths.push_back(fs::current_path());",

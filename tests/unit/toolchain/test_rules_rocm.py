@@ -15,7 +15,7 @@ from builder.toolchain import detect
 from builder.errors import AssembleError
 from builder.toolchain.detect import kernel_archs
 from tests.support.toolkits import check_hip_unit
-from builder.toolchain.detect import _multiarch, rocm
+from builder.toolchain.detect import rocm
 from tests.support.rocmtrees import SID_ROCBLAS, _clang, _data, _exe, amd_rocm, debian_rocm  # noqa: F401
 
 
@@ -228,35 +228,6 @@ def test_searched_places_follow_the_probe_order(monkeypatch, tmp_path):
 
 
 # --- Debian sid's real packages (cached downloads, no chroot) -----------------------
-
-@pytest.fixture(scope="module")
-def sid():
-    from tests.support.rocmdev import rocm_dev_tree
-    from scripts.support.vendorlibs import get_or_skip
-    return get_or_skip(rocm_dev_tree)
-
-
-def test_sid_layout_is_read_by_the_real_probe(sid):
-    inst = rocm(str(sid.usr))
-    assert inst is not None and inst.version.startswith("6.4.")
-    assert inst.hipconfig == str(sid.usr / "bin" / "hipconfig")
-    assert inst.rocblas_data == str(sid.usr / "lib" / _multiarch() / "rocblas" / "4.4.1" / "library")
-    assert inst.hipblas and inst.rocblas and inst.hip_lib
-
-
-def test_sid_gfx1100_passes_with_its_own_clang_and_device_libs(sid):
-    r = ok(rocm(str(sid.usr)), ["gfx1100"])
-    assert r["hip_compiler"] == str(sid.usr / "lib" / "llvm-21" / "bin" / "clang")
-    bitcode = sid.usr / "lib" / "llvm-21" / "lib" / "clang" / "21" / "amdgcn" / "bitcode"
-    assert r["device_libs"] == str(bitcode) and (bitcode / "ockl.bc").is_file()
-    assert r["hip_flags"] == [f"--rocm-device-lib-path={bitcode}"]
-    assert r["rocblas_archs"] == list(SID_ROCBLAS)     # gfx803 .. gfx1102, as sid ships it
-
-
-@pytest.mark.parametrize("target", ["gfx1201", "gfx1200", "gfx1151"])
-def test_sid_rocblas_lacks_rdna4_and_strix_halo(sid, target):
-    e = refused(rocm(str(sid.usr)), [target])
-    assert f"no kernels for {target}" in e.what and ", ".join(SID_ROCBLAS) in e.what
 
 
 # --- the per-card ROCm floor (rules.ROCM_SINCE): one table for build, doctor and matrix ----------

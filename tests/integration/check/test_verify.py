@@ -19,22 +19,20 @@ from pathlib import Path
 import pytest
 
 from builder.check import dynamic as devices
-from builder.runtime import manifest
 from builder.check import static as staticcheck
-from builder.runtime.bundle import plan_bundle
-from builder.runtime.layout import OwnFile, arch_tokens
-from builder.runtime.place import place_bundle
-from builder.runtime.elf import read_elf, section_strings
-from builder.config.recipe import parse_recipe
 from builder.check.verify import FAIL, PASS, SKIP, WARN, Report, verify_runtime
-
-from tests.support.planted import build_planted_module
-from tests.support.common import assemble
+from builder.config.recipe import parse_recipe
+from builder.runtime import manifest
+from builder.runtime.bundle import plan_bundle
+from builder.runtime.elf import read_elf, section_strings
+from builder.runtime.layout import OwnFile, arch_tokens
 from builder.runtime.manifest import Manifest
+from builder.runtime.place import place_bundle
+from tests.support.common import assemble
 from tests.support.manifests import copy_runtime, read_raw, reseal, write_raw
+from tests.support.planted import build_planted_module
 from scripts.support.vendorlibs import compile_c, cuda_libs, get_or_skip, rocm_libs
 
-pytestmark = pytest.mark.slow
 
 
 # --- helpers -------------------------------------------------------------------
@@ -187,7 +185,6 @@ def test_runpath_on_own_file_and_a_decoy_on_ld_library_path(cpu_runtime, good, t
     assert untouched.returncode == 0 and "Available devices" in untouched.stdout
 
 
-@pytest.mark.slow   # downloads vendor libraries
 def test_vendor_runpath_dependency_must_be_pinned(tmp_path):
     """NVIDIA's toolkit libcublas finds libcublasLt through DT_RUNPATH=$ORIGIN, after LD_LIBRARY_PATH.
     The bundler pins libcublasLt as NEEDED of our module, so ld.so loads it first through our
