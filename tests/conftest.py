@@ -129,7 +129,7 @@ def llama_tree() -> Path:
             os.environ["ASSEMBLE_CACHE"] = old
 
 
-# cpu_runtime: cold 9 min (14 CPU levels, 427 compiles at -j2: docs/hardware.md), the suite's first
+# cpu_runtime: cold 9 min (14 CPU levels, 427 compiles at -j2: docs/lab/2026-11-29-hardware.md), the suite's first
 # build; warm 2.4 s wall, 1.7 s CPU (measured 2026-12-01, load 12: the build folder is reused).
 @pytest.fixture(scope="session")
 @compiles

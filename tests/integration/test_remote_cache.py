@@ -26,7 +26,7 @@ from scripts.support.remotecache import build_on, machine, redis_server
 # 125 compiles where llama-server needs 193 (its server, mtmd and httplib; `ninja -t commands` on the
 # warm cpu build folder) and the whole recipe 427 (scripts/bench-remote-cache.py measures that).
 # Cost: each test's machine A is a cold build, 578 s with llama-server under a competing cold CI run
-# (docs/release.md), so about 2/3 of that with llama-tokenize (estimated from the compile counts);
+# (docs/lab/2026-11-29-release.md), so about 2/3 of that with llama-tokenize (estimated from the compile counts);
 # machine B 31 s.
 SMALL = '\n[cpu]\nvariants = "haswell"\n'
 TARGET = "llama-tokenize"

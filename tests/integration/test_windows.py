@@ -35,7 +35,7 @@ from tests.support.tiers import compiles
 ACCEPT = "test: the service starts in its own folder"
 
 
-# cold: the mingw-w64 cross-build in the sid chroot, 354 s on 2 cores (docs/windows.md), plus the chroot
+# cold: the mingw-w64 cross-build in the sid chroot, 354 s on 2 cores (docs/reference/windows.md), plus the chroot
 # (tests/conftest.py, prefetched); warm: ccache-mingw hits, about a minute (estimated)
 @pytest.fixture(scope="module")
 @compiles
