@@ -16,7 +16,7 @@ import shlex
 import signal
 import subprocess
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -207,7 +207,7 @@ def run_logged(argv: Sequence[str | Path], log: Path, label: str, *, fix: str, e
                           details="\n".join(tail))
 
 
-def dies_with_us():
+def dies_with_us() -> Callable[[], None]:
     """A Popen preexec_fn: the child is SIGKILLed when this process dies, even by SIGKILL (Linux's
     PR_SET_PDEATHSIG survives the exec), so a killed command never leaves a server it started running."""
     import ctypes

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 
@@ -316,13 +316,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_health(base: str, timeout: float, proc: subprocess.Popen | None = None) -> str | None:
+class ServerProcess(Protocol):
+    """What the readiness wait asks of the server: poll() is None while it runs, else how it ended. A Popen,
+    or deploy's systemd unit seen as one."""
+
+    def poll(self) -> int | str | None: ...
+
+
+def wait_health(base: str, timeout: float, proc: ServerProcess | None = None) -> str | None:
     """Poll base/health until it answers 200 (None), the server exits, or `timeout` seconds pass (why not).
     The one readiness wait: verify's smoke and deploy's gate use it."""
     start = time.monotonic()
     while True:
-        if proc is not None and proc.poll() is not None:
-            return f"llama-server exited {proc.returncode} before /health"
+        if proc is not None and (code := proc.poll()) is not None:
+            return f"llama-server exited {code} before /health"
         try:
             if requests.get(base + "/health", timeout=2).status_code == 200:
                 return None

@@ -9,13 +9,13 @@ preflight): the devices it found, the backend modules it loaded, where the model
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import requests
 
-from builder.check.dynamic import wait_health
+from builder.check.dynamic import ServerProcess, wait_health
 
 N_PREDICT = 8
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -38,7 +38,7 @@ class GateResult:
     predicted: int | None = None
     devices: Devices = field(default_factory=Devices)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def line(self) -> str:
@@ -46,7 +46,7 @@ class GateResult:
 
 
 def gate(host: str, port: int, model_names: tuple[str, ...], timeout: float, n_predict: int = N_PREDICT,
-         proc: subprocess.Popen | None = None, api_key: str | None = None) -> GateResult:
+         proc: ServerProcess | None = None, api_key: str | None = None) -> GateResult:
     """Gate the server on host:port. `model_names`: what /v1/models may call the model (its path, its file
     name, an alias); `proc`: the server process when it is our child (its exit ends the wait)."""
     start = time.monotonic()

@@ -53,7 +53,7 @@ class HostTree:
     root: Path          # "/" on the live host; --root DIR for an image or a chroot
     name: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_name(self.name)
 
     @property

@@ -41,17 +41,17 @@ def read_model(given: str | Path) -> ModelInfo:
                             where=str(path), fix=fix) from None
     except OSError as exc:
         raise AssembleError(f"the model cannot be read ({exc.strerror or exc})", where=str(path), fix=fix) from None
-    arch = meta.get("general.architecture") if isinstance(meta.get("general.architecture"), str) else None
+    arch = name if isinstance(name := meta.get("general.architecture"), str) else None
     n_layer = _int(meta.get(f"{arch}.block_count"))
     return ModelInfo(path=path, size=path.stat().st_size, architecture=arch, n_layer=n_layer,
                      n_ctx_train=_int(meta.get(f"{arch}.context_length")), kv_bytes_per_token=_kv_per_token(meta, arch, n_layer))
 
 
-def _int(v) -> int | None:
+def _int(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
-def _kv_per_token(meta: dict, arch: str | None, n_layer: int | None) -> int | None:
+def _kv_per_token(meta: dict[str, object], arch: str | None, n_layer: int | None) -> int | None:
     """K and V bytes for one token over all layers: per layer n_head_kv * (key_length + value_length) * 2;
     head lengths default to embedding_length / head_count as llama.cpp does. A per-layer head count (an
     array, 0 for a layer without attention) is summed layer by layer."""
@@ -60,7 +60,7 @@ def _kv_per_token(meta: dict, arch: str | None, n_layer: int | None) -> int | No
     n_head = meta.get(f"{arch}.attention.head_count")
     n_head = n_head[0] if isinstance(n_head, list) and n_head else n_head
     n_embd = _int(meta.get(f"{arch}.embedding_length"))
-    default = n_embd // n_head if n_embd and _int(n_head) else None
+    default = n_embd // heads if n_embd and (heads := _int(n_head)) else None
     k_len = _int(meta.get(f"{arch}.attention.key_length")) or default
     v_len = _int(meta.get(f"{arch}.attention.value_length")) or default
     kv = meta.get(f"{arch}.attention.head_count_kv", n_head)

@@ -21,6 +21,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import __version__
 from builder.check.report import FAIL
@@ -40,7 +41,7 @@ class RuntimeInfo:
     backends: tuple[str, ...]
     manifest_sha256: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"identity": self.identity, "recipe": self.recipe, "sha": self.sha, "backends": list(self.backends),
                 "manifest_sha256": self.manifest_sha256, "source": str(self.path)}
 
@@ -81,7 +82,7 @@ class ReleasePlan:
     runtime: RuntimeInfo
     env: str                  # the env file's text
     serve: str                # the serve script's text
-    record: dict              # release.json (without its time)
+    record: dict[str, Any]    # release.json (without its time)
 
 
 def plan_release(runtime: RuntimeInfo, env: str, serve: str, model_path: str, model_size: int, port: int,

@@ -5,7 +5,7 @@ keeps every command it was asked to run, so the operator sees them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from builder.errors import FAILED, AssembleError
 from builder.proc import command_line, last_line, run
@@ -20,7 +20,7 @@ class UnitState:
     main_pid: int | None      # None when no process runs
     enabled: str = ""         # UnitFileState: enabled, disabled, ...
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"active": self.active, "sub": self.sub, "main_pid": self.main_pid, "enabled": self.enabled}
 
 
@@ -45,7 +45,7 @@ def _checked(argv: list[str]) -> str:
     if proc.returncode != 0:
         raise AssembleError(f"`{command_line(argv)}` failed (exit {proc.returncode}): {last_line(proc)}", code=FAILED,
                             fix="see `journalctl -xe` and `systemctl status` for the unit")
-    return proc.stdout
+    return str(proc.stdout)
 
 
 class Systemctl:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.deploy.layout import RECORD, HostTree
 from builder.deploy.service import ServiceManager, UnitState
@@ -23,15 +24,15 @@ class Status:
     port: int | None
     unit: str
     state: UnitState
-    last_gate: dict | None               # state/gate.json
-    switch_in_progress: dict | None      # state/switch.json: a switch that was interrupted
+    last_gate: dict[str, Any] | None     # state/gate.json
+    switch_in_progress: dict[str, Any] | None  # state/switch.json: a switch that was interrupted
     trash: tuple[str, ...]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _json(path: Path) -> dict | None:
+def _json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

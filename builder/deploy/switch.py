@@ -18,8 +18,10 @@ import os
 import secrets
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder import locks, ui
 from builder.deploy import ledger as owned
@@ -88,7 +90,7 @@ class Outcome:
     texts: tuple[tuple[str, str], ...] = ()   # --dry-run: each file's full text
     reused: bool = False
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["texts"] = dict(self.texts)
         return d
@@ -149,15 +151,15 @@ def make_plan(req: DeployRequest) -> Plan:
     return Plan(tree, release, unit, sysusers, Serving.of(env.as_dict()))
 
 
-def unit_texts(tree: HostTree, record: dict) -> tuple[str, str]:
+def unit_texts(tree: HostTree, record: dict[str, Any]) -> tuple[str, str]:
     """The unit and sysusers file a release needs, from its own record (backends: devices; model: paths)."""
     spec = UnitSpec(name=tree.name, user=tree.user, base=tree.host_path(tree.base),
                     backends=tuple(record["runtime"]["backends"]), model=Path(record["model"]["path"]))
     return render_unit(spec), render_sysusers(spec)
 
 
-def release_record(folder: Path) -> dict:
-    return json.loads((folder / RECORD).read_text())
+def release_record(folder: Path) -> dict[str, Any]:
+    return dict(json.loads((folder / RECORD).read_text()))
 
 
 # --- one run under the tree's lock ------------------------------------------------------------------------
@@ -233,9 +235,10 @@ class _UnitProcess:
     """The unit seen as a process by the gate's wait: it has ended once systemd gave up on it."""
 
     def __init__(self, service: ServiceManager, unit: str):
-        self.service, self.unit, self.returncode = service, unit, None
+        self.service, self.unit = service, unit
+        self.returncode: str | None = None
 
-    def poll(self):
+    def poll(self) -> str | None:
         state = self.service.state(self.unit)
         if state.active == "failed":
             self.returncode = f"(the unit failed: {state.sub})"
@@ -243,7 +246,7 @@ class _UnitProcess:
 
 
 @contextlib.contextmanager
-def locked(tree: HostTree, service: ServiceManager, create: bool = True):
+def locked(tree: HostTree, service: ServiceManager, create: bool = True) -> Iterator[_Run]:
     """The tree's flock, and the run holding its ledger; the folder is made (nothing else) on a first deploy."""
     owned.refuse_foreign_base(tree)
     if not create and not tree.ledger.exists():
@@ -282,7 +285,7 @@ def deploy(req: DeployRequest, service: ServiceManager) -> Outcome:
             run.ledger = owned.write_file(tree, run.ledger, tree.unit, plan.unit)
             run.ledger = owned.write_file(tree, run.ledger, tree.sysusers, plan.sysusers)
             run.flip(rid)
-            trashed = (run.to_trash(previous),) if previous not in (None, rid) else ()
+            trashed: tuple[str, ...] = (run.to_trash(previous),) if previous not in (None, rid) else ()
             return Outcome(req.name, rid, previous, trashed=trashed, files=files, reused=reused,
                            commands=_commands(tree, previous=None))
         if req.preflight != "none":

@@ -13,6 +13,7 @@ running host sees them, not as a --root image holds them.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def service_user(name: str) -> str:
     return f"assemble-{name}"
 
 
-def device_allow(backends) -> tuple[str, ...]:
+def device_allow(backends: Iterable[str]) -> tuple[str, ...]:
     """DeviceAllow= values for exactly the devices these backends use (none for cpu)."""
     out: list[str] = []
     for b in backends:

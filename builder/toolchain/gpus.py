@@ -15,6 +15,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from builder.proc import PROBE_TIMEOUT, probe, run_probe
 from builder.toolchain.detect import _first_version
@@ -106,7 +107,7 @@ class NvidiaDriver:
     version: str | None          # "580.82.07"
     cuda: str | None             # newest CUDA runtime the driver accepts, "13.0"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"version": self.version, "cuda": self.cuda}
 
 
@@ -129,7 +130,7 @@ class Gpu:
     arch: str | None = None      # "9.0" (compute capability) or "gfx1100"
     pci: str | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"vendor": self.vendor, "name": self.name, "source": self.source, "arch": self.arch, "pci": self.pci}
 
 
@@ -206,7 +207,7 @@ class PcieLink:
     downgraded: bool = False
     access_denied: bool = False        # lspci without root hides capabilities
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"slot": self.slot, "name": self.name, "atomics_cap": self.atomics_cap,
                 "atomics_requester": self.atomics_requester, "link_cap": self.link_cap,
                 "link_status": self.link_status, "downgraded": self.downgraded,

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from builder import ui
+from builder.cli.args import Subparsers
 from builder.errors import AssembleError
+
+if TYPE_CHECKING:
+    from builder.deploy.switch import Outcome
 
 EPILOG = """examples:
   assemble deploy runtime-cpu --name chat --model /srv/models/qwen3-8b-q4.gguf --port 8080
@@ -25,7 +30,7 @@ exit status: 0 in service and gated, 1 a gate, preflight or port wait failed (af
   names the step), 2 bad input"""
 
 
-def register(sub, common) -> None:
+def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     from builder.deploy.retire import DEFAULT_KEEP
     from builder.deploy.switch import DEFAULT_PORT, DEFAULT_PREFLIGHT, GATE_TIMEOUT, PORT_TIMEOUT, PREFLIGHTS
 
@@ -59,7 +64,7 @@ def register(sub, common) -> None:
     p.set_defaults(func=run)
 
 
-def _refuse_extra(args, command: str, allowed: set[str]) -> None:
+def _refuse_extra(args: argparse.Namespace, command: str, allowed: set[str]) -> None:
     """An option that means nothing for this form is refused, never ignored."""
     given = {"runtime": args.runtime, "--name": args.name, "--model": args.model, "--root": args.root,
              "--env": args.env or None, "--keep": args.keep, "--dry-run": args.dry_run or None}
@@ -68,7 +73,7 @@ def _refuse_extra(args, command: str, allowed: set[str]) -> None:
         raise AssembleError(f"{command} takes no {extra[0]}", where=extra[0], fix="see `assemble deploy --help`")
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from builder.deploy.service import Systemctl
     from builder.deploy.switch import DeployRequest, Timeouts, deploy, rollback
 
@@ -108,7 +113,7 @@ def run(args) -> int:
     return _report(deploy(req, Systemctl()), args.json, dry_run=args.dry_run)
 
 
-def _report(out, as_json: bool, dry_run: bool = False) -> int:
+def _report(out: Outcome, as_json: bool, dry_run: bool = False) -> int:
     if as_json:
         print(json.dumps(out.as_dict(), indent=2))
         return 0
