@@ -37,7 +37,7 @@ def test_debians_fourteen_levels_each_report_their_own(tmp_path):
 
 def test_every_module_replaced_by_the_x64_build_fails_verify_static(cpu_runtime, tmp_path):
     """The issue's case: manifest hashes updated, so only what the modules say gives it away."""
-    from tests.unit.check.test_verify import copy_runtime, reseal
+    from tests.integration.check.test_verify import copy_runtime, reseal
 
     from builder.check.verify import verify_runtime
     rt = copy_runtime(cpu_runtime, tmp_path / "rt")
@@ -55,7 +55,7 @@ def test_every_module_replaced_by_the_x64_build_fails_verify_static(cpu_runtime,
 def test_the_best_name_over_x64_code_is_no_pass_for_the_loaded_variant(cpu_runtime, tmp_path):
     """The dynamic verify of the issue's case: every module holds x64 code, so each scores as x64 and
     ggml keeps one of them (a tie); whichever it is, the cpu variant check reads what it holds."""
-    from tests.unit.check.test_verify import copy_runtime, reseal
+    from tests.integration.check.test_verify import copy_runtime, reseal
 
     from builder.check.verify import verify_runtime
     rt = copy_runtime(cpu_runtime, tmp_path / "rt")
