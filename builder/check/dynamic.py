@@ -308,6 +308,7 @@ class Smoke:
     foreign: tuple[str, ...] = ()
     log: str | None = None
     observed: dict[str, Any] = field(default_factory=dict)   # what while_loaded saw
+    server_log: str = ""                                     # llama-server's stdout and stderr
 
 
 def free_port() -> int:
@@ -372,11 +373,51 @@ def foreign_libraries(pid: int, runtime: Path, owned_names: set[str]) -> tuple[s
     return tuple(sorted(found))
 
 
+@dataclass(frozen=True)
+class Completion:
+    """One POST /completion: what came back (error: why not, one line; the caller adds its context)."""
+    error: str | None = None
+    predicted: int = 0                          # the tokens generated (timings.predicted_n, else tokens_predicted)
+    prompt_tokens: int = 0
+    seconds: float = 0.0
+    prompt_per_second: float | None = None      # the server's own timings (generation and prompt apart)
+    predicted_per_second: float | None = None
+    died: bool = False                          # no answer at all: the server died or hung on the request
+
+
+def complete(base: str, prompt: str, n_predict: int, timeout: float, headers: dict[str, str] | None = None,
+             ignore_eos: bool = False) -> Completion:
+    """POST base/completion once (temperature 0, no prompt cache) and read the answer's counts and timings.
+    The one completion request: verify's smoke measures speeds with it, deploy's gate asks for exactly
+    n_predict tokens (ignore_eos) with it."""
+    t0 = time.monotonic()
+    body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "cache_prompt": False}
+    if ignore_eos:
+        body["ignore_eos"] = True
+    try:
+        resp = requests.post(base + "/completion", headers=headers or {}, json=body, timeout=timeout)
+    except requests.RequestException as exc:
+        return Completion(error=f"the first request failed ({type(exc).__name__})", died=True)
+    seconds = time.monotonic() - t0
+    if resp.status_code != 200:
+        return Completion(error=f"/completion answered {resp.status_code}: {resp.text[:200]}", seconds=seconds)
+    try:
+        answer = resp.json()
+        timings = answer.get("timings") if isinstance(answer.get("timings"), dict) else {}
+        predicted = int(timings.get("predicted_n", answer.get("tokens_predicted", 0)))
+        prompt_tokens = int(answer.get("tokens_evaluated", timings.get("prompt_n", 0)))
+    except (ValueError, AttributeError, TypeError):
+        return Completion(error=f"/completion answered no JSON result: {resp.text[:200]}", seconds=seconds)
+    return Completion(None, predicted, prompt_tokens, seconds, _rate(timings.get("prompt_per_second")),
+                      _rate(timings.get("predicted_per_second")))
+
+
 def smoke(runtime: Path, model: Path, device_args: list[str], env: dict[str, str], timeout: float = 240,
-          while_loaded: Callable[[int], dict[str, Any]] | None = None) -> Smoke:
+          while_loaded: Callable[[int], dict[str, Any]] | None = None, ctx: int = 2048) -> Smoke:
     """Start llama-server, wait for /health, send a real completion with a long prompt.
 
     `while_loaded(pid) -> dict`, if given, runs once the model is loaded (e.g. to sample GPU memory).
+    The server's log comes back in `server_log` (a placement check reads its buffer sizes).
     """
     port = free_port()
     owned = carried_names(runtime)
@@ -384,35 +425,32 @@ def smoke(runtime: Path, model: Path, device_args: list[str], env: dict[str, str
         log_path = cwd / "server.log"
         with open(log_path, "w") as log:
             proc = subprocess.Popen([str(runtime / "bin" / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
-                                     "--port", str(port), "-c", "2048", "-np", "1", *device_args],
+                                     "--port", str(port), "-c", str(ctx), "-np", "1", *device_args],
                                     env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
         try:
             base = f"http://127.0.0.1:{port}"
             if not_ready := wait_health(base, timeout, proc):
-                return Smoke(error=f"{not_ready}: " + _tail(log_path))
+                return Smoke(error=f"{not_ready}: " + _tail(log_path), server_log=_read(log_path))
             observed = while_loaded(proc.pid) if while_loaded else {}
-            t0 = time.monotonic()
-            try:
-                resp = requests.post(base + "/completion", json={"prompt": SMOKE_PROMPT, "n_predict": 8,
-                                                                  "temperature": 0, "cache_prompt": False},
-                                     timeout=timeout)
-            except requests.RequestException as exc:
-                return Smoke(error=f"the first request failed ({exc.__class__.__name__}): " + _tail(log_path))
-            seconds = time.monotonic() - t0
-            if resp.status_code != 200:
-                return Smoke(error=f"/completion answered {resp.status_code}: {resp.text[:200]}")
-            body = resp.json()
-            predicted = int(body.get("tokens_predicted", 0))
-            prompt_tokens = int(body.get("tokens_evaluated", 0))
-            if predicted < 1:
-                return Smoke(error=f"no tokens generated: {json.dumps(body)[:200]}")
+            done = complete(base, SMOKE_PROMPT, 8, timeout)
+            if done.error:
+                return Smoke(error=f"{done.error}: " + _tail(log_path) if done.died else done.error,
+                             server_log=_read(log_path))
+            if done.predicted < 1:
+                return Smoke(error="no tokens generated", server_log=_read(log_path))
             foreign = foreign_libraries(proc.pid, runtime, owned)
-            timings = body.get("timings") if isinstance(body.get("timings"), dict) else {}
-            return Smoke(predicted=predicted, prompt_tokens=prompt_tokens, seconds=seconds, foreign=foreign,
-                         observed=observed, prompt_per_second=_rate(timings.get("prompt_per_second")),
-                         predicted_per_second=_rate(timings.get("predicted_per_second")))
+            return Smoke(predicted=done.predicted, prompt_tokens=done.prompt_tokens, seconds=done.seconds,
+                         foreign=foreign, observed=observed, prompt_per_second=done.prompt_per_second,
+                         predicted_per_second=done.predicted_per_second, server_log=_read(log_path))
         finally:
             stop(proc)
+
+
+def _read(log: Path) -> str:
+    try:
+        return log.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _rate(value: object) -> float | None:

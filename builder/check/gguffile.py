@@ -106,6 +106,15 @@ def write(path: Path, metadata: Sequence[tuple[str, Value]], tensors: Sequence[T
 class Contents:
     metadata: dict[str, object]
     tensors: dict[str, tuple[tuple[int, ...], int, int]]   # name -> (shape outermost first, ggml type, offset)
+    data_start: int = 0                                    # where the tensor data begins in the file
+    file_size: int = 0
+
+    def tensor_bytes(self) -> dict[str, int]:
+        """Each tensor's bytes in the file, from the offsets (any ggml type, quantised ones included):
+        a tensor runs to the next one's start, the last to the end of the file (padding counted, <= alignment)."""
+        starts = sorted((offset, name) for name, (_, _, offset) in self.tensors.items())
+        ends = [o for o, _ in starts[1:]] + [self.file_size - self.data_start]
+        return {name: end - offset for (offset, name), end in zip(starts, ends)}
 
 
 class _Reader:
@@ -160,4 +169,8 @@ def read(path: Path) -> Contents:
             dims = r.take(f"{n_dims}Q")
             ggml_type, offset = r.take("IQ")
             tensors[name] = (tuple(reversed(dims)), ggml_type, offset)
-    return Contents(metadata, tensors)
+        alignment = metadata.get("general.alignment", ALIGNMENT)
+        align = alignment if isinstance(alignment, int) and alignment > 0 else ALIGNMENT
+        data_start = -(-f.tell() // align) * align
+        size = f.seek(0, 2)
+    return Contents(metadata, tensors, data_start, size)

@@ -45,6 +45,16 @@ class ModelShape:
 
 
 TINY = ModelShape()
+# verify's layer split: llama.cpp splits n_layer + 1 layers (the output layer counts) in proportion to the devices'
+# free memory, so TINY's 2 layers put both on the first device and leave the second only the output layer. Eight
+# layers give each of two devices several (5 + 3 with the output layer on equal devices) and a KV cache that the
+# log's two decimals show growing: 64 x 2 x 2 B a token per layer, 1.25 -> 5.00 MiB from context 1024 to 4096.
+SPLIT = ModelShape(n_layer=8)
+
+
+def split_shape(n_devices: int) -> ModelShape:
+    """SPLIT, with four layers a device beyond two devices (so the last never gets the output layer alone)."""
+    return ModelShape(n_layer=max(SPLIT.n_layer, 4 * n_devices))
 # ~1.1B parameters (llama-style 1B shape); used by the hardware acceptance runs.
 ONE_B = ModelShape(n_layer=22, n_embd=2048, n_head=32, n_head_kv=4, n_ff=5632, n_ctx=8192, n_vocab_words=31741)
 

@@ -17,7 +17,7 @@ from typing import Any
 from builder import ui
 from builder import windows
 from builder.errors import AssembleError
-from builder.check import cpuvariant, gpufit, integrity, prebuiltloader
+from builder.check import cpuvariant, gpufit, integrity, placement, prebuiltloader
 from builder.check import dynamic as devices
 from builder.check import static as staticcheck
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
@@ -109,24 +109,48 @@ def _ld_library_path_check(runtime: Path, env: dict[str, str]) -> Check:
 
 def _smoke_checks(runtime: Path, devices_listed: list[str], env: dict[str, str], model: Path | None) -> list[Check]:
     checks = []
+    given = model
     with scratch("smoke-") as tmp:
         if model is None:
             from builder.check.tinymodel import write_tiny_llama
             model = write_tiny_llama(tmp / "tiny-random-llama.gguf")
         configs = [("CPU", ["--device", "none"])] + [(d, ["--device", d, "-ngl", "99"]) for d in devices_listed]
-        if len(devices_listed) >= 2:
-            pair = ",".join(devices_listed[:2])
-            configs.append((f"{pair} layer split", ["--device", pair, "-ngl", "99", "--split-mode", "layer"]))
         for label, args in configs:
-            result = devices.smoke(runtime, model, args, env)
-            if result.error:
-                checks.append(Check(f"smoke {label}", FAIL, result.error, f"log: {result.log}" if result.log else ""))
-            elif result.foreign:
-                checks.append(Check(f"smoke {label}", FAIL, "libraries loaded from outside the runtime: "
-                                    + ", ".join(result.foreign), "bundle them, or fix the RPATH of our files"))
-            else:
-                checks.append(Check(f"smoke {label}", PASS, _speeds(result)))
+            checks.append(_smoke_check(label, devices.smoke(runtime, model, args, env)))
+        if len(devices_listed) >= 2:
+            checks += _split_checks(runtime, tuple(devices_listed), env, given, tmp)
     return checks
+
+
+def _smoke_check(label: str, result: devices.Smoke) -> Check:
+    if result.error:
+        return Check(f"smoke {label}", FAIL, result.error, f"log: {result.log}" if result.log else "")
+    if result.foreign:
+        return Check(f"smoke {label}", FAIL, "libraries loaded from outside the runtime: " + ", ".join(result.foreign),
+                     "bundle them, or fix the RPATH of our files")
+    return Check(f"smoke {label}", PASS, _speeds(result))
+
+
+def _split_checks(runtime: Path, split: tuple[str, ...], env: dict[str, str], model: Path | None,
+                  tmp: Path) -> list[Check]:
+    """The layer split over every GPU device, started at two context sizes: it must serve (smoke), and the
+    server's log must show each device holding layers whose KV grows with the context (placement)."""
+    if model is None:     # the smoke model has too few layers to split: one with enough (tinymodel.SPLIT)
+        from builder.check.tinymodel import split_shape, write_tiny_llama
+        model = write_tiny_llama(tmp / "split-random-llama.gguf", split_shape(len(split)))
+    label = f"{','.join(split)} layer split"
+    args = ["--device", ",".join(split), "-ngl", "99", "--split-mode", "layer", *placement.LOG_VERBOSITY]
+    runs = []
+    for ctx in placement.CONTEXTS:
+        result = devices.smoke(runtime, model, args, env, ctx=ctx,
+                               while_loaded=lambda pid: {"cards": gpu_probes.card_memory()})
+        check = _smoke_check(f"{label} (context {ctx})", result)
+        if check.status != PASS:
+            return [check, Check("placement", SKIP, f"not run: the {label} did not serve at context {ctx}")]
+        runs.append(placement.Loaded(ctx, placement.read_log(result.server_log), result.observed.get("cards", ())))
+    return [Check(f"smoke {label}", PASS, f"serves at contexts {' and '.join(map(str, placement.CONTEXTS))}; "
+                  + _speeds(result)),
+            placement.judge(split, runs[0], runs[1], placement.offloadable_mib(model))]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import requests
 
-from builder.check.dynamic import ServerProcess, wait_health
+from builder.check.dynamic import ServerProcess, complete, wait_health
 
 N_PREDICT = 8
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -68,26 +68,18 @@ def gate(host: str, port: int, model_names: tuple[str, ...], timeout: float, n_p
     if not any(i in model_names or str(i).rsplit("/", 1)[-1] in model_names for i in ids):
         return failed("models", f"/v1/models lists {ids or 'no model'}, not {model_names[0]}")
     left = max(5.0, timeout - (time.monotonic() - start))
-    try:
-        resp = requests.post(base + "/completion", headers=headers, timeout=left, json={
-            "prompt": PROMPT, "n_predict": n_predict, "ignore_eos": True, "temperature": 0, "cache_prompt": False})
-    except requests.RequestException as exc:
-        return failed("completion", f"the first request failed ({type(exc).__name__}): the server died or hung")
-    if resp.status_code != 200:
-        return failed("completion", f"/completion answered {resp.status_code}: {resp.text[:200]}")
-    try:
-        body = resp.json()
-        timings = body.get("timings") or {}
-        predicted = int(timings.get("predicted_n", body.get("tokens_predicted", -1)))
-    except (ValueError, AttributeError, TypeError):
-        return failed("completion", f"/completion answered no JSON result: {resp.text[:200]}")
-    if predicted != n_predict:
-        return GateResult(False, "completion", f"asked for {n_predict} tokens, the answer carries {predicted}",
-                          time.monotonic() - start, predicted)
-    rate = timings.get("predicted_per_second")
-    speed = f" at {rate:.1f} t/s" if isinstance(rate, (int, float)) else ""
+    done = complete(base, PROMPT, n_predict, left, headers, ignore_eos=True)
+    if done.died:
+        return failed("completion", f"{done.error}: the server died or hung")
+    if done.error:
+        return failed("completion", done.error)
+    if done.predicted != n_predict:
+        return GateResult(False, "completion", f"asked for {n_predict} tokens, the answer carries {done.predicted}",
+                          time.monotonic() - start, done.predicted)
+    rate = done.predicted_per_second
+    speed = f" at {rate:.1f} t/s" if rate is not None else ""
     return GateResult(True, None, f"/health, /v1/models ({ids[0]}) and a {n_predict}-token completion{speed}",
-                      time.monotonic() - start, predicted)
+                      time.monotonic() - start, done.predicted)
 
 
 _LISTED = re.compile(r"common_param:\s+- (\S+)\s*: (.+)$")

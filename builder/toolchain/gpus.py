@@ -247,3 +247,58 @@ def amd_pcie(timeout: float = PROBE_TIMEOUT) -> tuple[PcieLink, ...] | None:
     """None when lspci is missing or fails."""
     text = run_probe(["lspci", "-vvv", "-nn", "-d", "1002:"], timeout)
     return None if text is None else parse_lspci(text)
+
+
+# --- memory per card: what a split's placement check reads beside the server's own log ------------
+
+@dataclass(frozen=True)
+class CardMemory:
+    """One card's memory as its driver reports it (the whole card: every process on it counts)."""
+    pci: str                     # "0000:00:06.0", as ggml's log names a device's card
+    total_mib: int
+    used_mib: int
+    source: str                  # nvidia-smi | sysfs (amdgpu mem_info_vram_*)
+
+
+def pci_id(text: str) -> str:
+    """A PCI address in one spelling (4-digit domain, lower case): nvidia-smi writes "00000000:06:00.0",
+    ggml and sysfs "0000:06:00.0"."""
+    text = text.strip().lower()
+    domain, _, rest = text.rpartition(":")[0].partition(":")
+    if not rest:
+        return text
+    return f"{int(domain, 16):04x}:{rest}:{text.rpartition(':')[2]}"
+
+
+def parse_smi_memory(rows: list[list[str]]) -> tuple[CardMemory, ...]:
+    """`nvidia-smi --query-gpu=pci.bus_id,memory.total,memory.used --format=csv,noheader` rows
+    ("00000000:06:00.0", "143771 MiB", "1133 MiB"), or the same with nounits."""
+    out = []
+    for parts in rows:
+        if len(parts) != 3:
+            continue
+        total, used = (re.match(r"(\d+)", p) for p in parts[1:])
+        if total and used:
+            out.append(CardMemory(pci_id(parts[0]), int(total.group(1)), int(used.group(1)), "nvidia-smi"))
+    return tuple(out)
+
+
+def amd_card_memory(root: str = "/sys/bus/pci/devices") -> tuple[CardMemory, ...]:
+    """amdgpu's VRAM counters in sysfs (what rocm-smi reads): bytes, per PCI device."""
+    out = []
+    for dev in sorted(Path(root).glob("*")):
+        try:
+            total = int((dev / "mem_info_vram_total").read_text())
+            used = int((dev / "mem_info_vram_used").read_text())
+        except (OSError, ValueError):
+            continue
+        out.append(CardMemory(pci_id(dev.name), total >> 20, used >> 20, "sysfs"))
+    return tuple(out)
+
+
+def card_memory(timeout: float = SMI_TIMEOUT) -> tuple[CardMemory, ...]:
+    """Every card whose driver reports its memory here (NVIDIA through nvidia-smi, AMD through sysfs);
+    empty when none does (lavapipe, a container without the tools)."""
+    smi = shutil.which("nvidia-smi")
+    rows = _smi_query("pci.bus_id,memory.total,memory.used", timeout, smi) if smi else None
+    return parse_smi_memory(rows or []) + amd_card_memory()
