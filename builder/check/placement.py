@@ -12,7 +12,8 @@ The rules (the field notes: "prove it, do not assert it"):
   weights but no KV holds only the output layer, not a layer of the model;
 - each device's KV grows with the context: raising the context adds KV to every card that holds layers;
 - no device holds the whole model: its weights stay below the model's bytes that a GPU can hold (all
-  tensors but the input layer, which llama.cpp keeps on the CPU: src/llama-model.cpp).
+  tensors but the input layer, which llama.cpp keeps on the CPU: src/llama-model.cpp; with tied embeddings
+  the GPU holding the output layer gets a copy of that matrix, so then all of them).
 The cards' own counters (nvidia-smi, amdgpu's sysfs) are reported beside the log's numbers, never judged:
 they count every process on the card, and two backends of one card (CUDA0 + Vulkan0) share them.
 """
@@ -87,6 +88,8 @@ def offloadable_mib(model: Path) -> float | None:
         sizes = gguffile.read(model).tensor_bytes()
     except (OSError, gguffile.GGUFError):
         return None
+    if "output.weight" not in sizes:     # tied embeddings: the output layer is a copy of the input layer's matrix
+        return sum(sizes.values()) / 2**20
     return sum(n for name, n in sizes.items() if not name.startswith(INPUT_LAYER)) / 2**20
 
 

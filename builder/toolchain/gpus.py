@@ -296,9 +296,10 @@ def amd_card_memory(root: str = "/sys/bus/pci/devices") -> tuple[CardMemory, ...
     return tuple(out)
 
 
-def card_memory(timeout: float = SMI_TIMEOUT) -> tuple[CardMemory, ...]:
+def card_memory(smi: str | None = None, sysfs: str = "/sys/bus/pci/devices",
+                timeout: float = SMI_TIMEOUT) -> tuple[CardMemory, ...]:
     """Every card whose driver reports its memory here (NVIDIA through nvidia-smi, AMD through sysfs);
     empty when none does (lavapipe, a container without the tools)."""
-    smi = shutil.which("nvidia-smi")
+    smi = smi or shutil.which("nvidia-smi")
     rows = _smi_query("pci.bus_id,memory.total,memory.used", timeout, smi) if smi else None
-    return parse_smi_memory(rows or []) + amd_card_memory()
+    return parse_smi_memory(rows or []) + amd_card_memory(sysfs)

@@ -85,3 +85,18 @@ def test_unreadable_smi_output_is_no_card_list(tmp_path, monkeypatch, line):
     monkeypatch.setattr(gpu_probes, "_PROC_VERSION", tmp_path / "absent")
     host = gpu_probes.nvidia_host(_smi(tmp_path, f'echo "{line}"'))
     assert host is None or host.gpus == ()
+
+
+def test_card_memory_from_nvidia_smi_and_amdgpu_sysfs(tmp_path):
+    """What the placement check reports beside the log: each card's memory, named by PCI address in ggml's
+    spelling (nvidia-smi's 8-digit domain made 4), from a stand-in nvidia-smi and a sysfs tree like amdgpu's."""
+    smi = _smi(tmp_path, 'echo "00000000:00:06.0, 143771 MiB, 2913 MiB"; echo "garbage"')
+    dev = tmp_path / "sys" / "0000:C3:00.0"
+    dev.mkdir(parents=True)
+    (dev / "mem_info_vram_total").write_text(str(48 << 30) + "\n")
+    (dev / "mem_info_vram_used").write_text(str(1536 << 20) + "\n")
+    (tmp_path / "sys" / "0000:00:1f.0").mkdir()            # a PCI device without VRAM counters
+    cards = gpu_probes.card_memory(smi, str(tmp_path / "sys"))
+    assert cards == (gpu_probes.CardMemory("0000:00:06.0", 143771, 2913, "nvidia-smi"),
+                     gpu_probes.CardMemory("0000:c3:00.0", 49152, 1536, "sysfs"))
+    assert gpu_probes.pci_id("00000000:C1:00.0") == "0000:c1:00.0" == gpu_probes.pci_id("0000:c1:00.0")
