@@ -8,6 +8,7 @@
 #   scripts/h200-acceptance.sh setup cudaunit                       # the CUDA unit of rocm-cuda-units
 #   scripts/h200-acceptance.sh setup build gpucheck cpuvariants     # CUDA code, driver floors, CPU variants
 #   scripts/h200-acceptance.sh setup build deploy                   # assemble deploy's tree, served and gated
+#   scripts/h200-acceptance.sh setup build placement                # the CUDA0 + Vulkan0 split's placement proof
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the llama.cpp git bundle (llama.bundle), the .deb files of
@@ -210,6 +211,21 @@ sys.exit(0 if result.passed else 1)
 PY
   echo "deploy_serve_gate_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
   kill "$pid"; wait "$pid" || true
+}
+
+# The layer split over every GPU device verify lists (CUDA0 + Vulkan0 on one H200), started at two contexts:
+# verify's placement check reads each device's model / KV / compute buffers from the server's log and the
+# card's memory from nvidia-smi. Once with verify's own 8-layer split model, once with the 1B model.
+stage_placement() {
+  local t0=$SECONDS
+  log "verify --smoke: placement of the layer split (tiny split model)"
+  assemble verify "$RT" --smoke "${CHECKENV[@]}" --json > "$RESULTS/placement.json" || true
+  assemble verify "$RT" --smoke "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/placement.txt" || true
+  log "verify --smoke: placement of the layer split (1B model)"
+  assemble verify "$RT" --smoke --model "$MODEL" "${CHECKENV[@]}" --json > "$RESULTS/placement-1b.json" || true
+  assemble verify "$RT" --smoke --model "$MODEL" "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/placement-1b.txt" || true
+  grep -hE "layer split|placement" "$RESULTS/placement.txt" "$RESULTS/placement-1b.txt" | tee -a "$RESULTS/acceptance.log"
+  echo "placement_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
 for stage in "$@"; do "stage_$stage"; done
