@@ -114,7 +114,7 @@ class Contents:
         a tensor runs to the next one's start, the last to the end of the file (padding counted, <= alignment)."""
         starts = sorted((offset, name) for name, (_, _, offset) in self.tensors.items())
         ends = [o for o, _ in starts[1:]] + [self.file_size - self.data_start]
-        return {name: end - offset for (offset, name), end in zip(starts, ends)}
+        return {name: end - offset for (offset, name), end in zip(starts, ends, strict=True)}
 
 
 class _Reader:

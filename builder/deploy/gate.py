@@ -16,6 +16,7 @@ from typing import Any
 import requests
 
 from builder.check.dynamic import ServerProcess, complete, wait_health
+from builder.check.placement import read_log
 
 N_PREDICT = 8
 PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -84,16 +85,14 @@ def gate(host: str, port: int, model_names: tuple[str, ...], timeout: float, n_p
 
 _LISTED = re.compile(r"common_param:\s+- (\S+)\s*: (.+)$")
 _BACKEND = re.compile(r"load_backend: loaded (\S+) backend from (\S+)")
-_BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size\s*=\s*(.+?)\s*$")
 
 
 def devices_from_log(text: str) -> Devices:
-    listed, backends, buffers = [], [], []
+    listed, backends = [], []
     for line in text.splitlines():
         if m := _LISTED.search(line):
             listed.append(f"{m.group(1)}: {m.group(2).strip()}")
         elif m := _BACKEND.search(line):
             backends.append(f"{m.group(1)} from {m.group(2)}")
-        elif m := _BUFFER.search(line):
-            buffers.append(f"{m.group(1)} {m.group(2)}")
+    buffers = [f"{b.name} {b.model:.2f} MiB" for b in read_log(text) if b.model]   # the one reader of buffer lines
     return Devices(*(tuple(dict.fromkeys(x)) for x in (listed, backends, buffers)))

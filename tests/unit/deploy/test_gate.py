@@ -7,11 +7,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from builder.check.dynamic import free_port
-from builder.deploy.gate import N_PREDICT, gate
+from builder.deploy.gate import N_PREDICT, devices_from_log, gate
 from builder.proc import stop
 
 # A small real HTTP server whose later answers go wrong in one chosen way (argv: port, mode).
@@ -75,3 +76,13 @@ def test_a_server_that_exits_ends_the_wait_at_once():
 def test_nothing_listening_times_out_at_health():
     result = gate("127.0.0.1", free_port(), ("m",), timeout=1)
     assert (result.passed, result.step) == (False, "health") and "not ok after 1s" in result.detail
+
+
+def test_the_boot_log_of_the_h200_run_is_read():
+    """The devices and model buffers of the H200 deploy run's boot log (docs/results): the buffer lines are
+    read by the placement check's reader, the one parser of them."""
+    log = Path(__file__).resolve().parents[3] / "docs/results/h200-2026-12-01/deploy/serve-log-excerpt.txt"
+    devices = devices_from_log(log.read_text())
+    assert devices.listed == ("CUDA0: NVIDIA H200 (143155 MiB, 142612 MiB free)",
+                              "Vulkan0: NVIDIA H200 (143771 MiB, 142612 MiB free)")
+    assert devices.model_buffers == ("CPU_Mapped 72.52 MiB", "CUDA0 1008.19 MiB")
