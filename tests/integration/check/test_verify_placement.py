@@ -5,7 +5,7 @@ split of two ggml devices, each with its own buffers, in CI without a GPU.
 The suite's vulkan runtime serves the split at both contexts; the check passes on the 8-layer split model
 verify makes, and fails on the 2-layer smoke model, where llama.cpp leaves Vulkan1 only the output layer
 (the split serves, but it is not a split of the model): the real case the check exists for.
-About 80 s and 30 s on 2 cores (lavapipe compiles its shaders at every start)."""
+About 100 s and 30 s on 2 cores (measured 2026-12-02; lavapipe compiles its shaders at every start)."""
 
 from __future__ import annotations
 
