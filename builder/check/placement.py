@@ -131,7 +131,10 @@ def _numbers(devices: tuple[str, ...], small: Loaded, large: Loaded) -> str:
     parts = []
     for d in devices:
         a, b = small.of(d) or Buffers(d), large.of(d) or Buffers(d)
-        parts.append(f"{d} model {a.model:.2f} MiB, KV {a.kv:.2f} -> {b.kv:.2f} MiB, "
+        model = f"{a.model:.2f}" if a.model == b.model else f"{a.model:.2f} -> {b.model:.2f}"
+        per_token = (b.kv - a.kv) * 1024 / (large.ctx - small.ctx)
+        grows = f" (+{per_token:.2f} KiB a token)" if per_token > 0 else ""
+        parts.append(f"{d} model {model} MiB, KV {a.kv:.2f} -> {b.kv:.2f} MiB{grows}, "
                      f"compute {a.compute:.2f} -> {b.compute:.2f} MiB")
     return f"context {small.ctx} -> {large.ctx}: " + "; ".join(parts)
 

@@ -64,8 +64,9 @@ def test_a_real_split_passes_with_its_ratio_and_numbers(split_model):
     check = judge(PAIR, loaded("8layers", 1024), loaded("8layers", 4096), offloadable_mib(split_model))
     assert check.status == PASS, check
     assert "split Vulkan0 : Vulkan1 = 57:43 by weights" in check.reason
-    assert "Vulkan0 model 0.78 MiB, KV 1.25 -> 5.00 MiB" in check.reason
-    assert "Vulkan1 model 0.58 MiB, KV 0.75 -> 3.00 MiB" in check.reason
+    # 5 and 3 of the 8 layers: 256 B a token a layer (64 K + 64 V values in f16)
+    assert "Vulkan0 model 0.78 MiB, KV 1.25 -> 5.00 MiB (+1.25 KiB a token)" in check.reason
+    assert "Vulkan1 model 0.58 MiB, KV 0.75 -> 3.00 MiB (+0.75 KiB a token)" in check.reason
 
 
 def test_two_layers_leave_the_second_device_only_the_output_layer(tmp_path):
@@ -79,7 +80,7 @@ def test_two_layers_leave_the_second_device_only_the_output_layer(tmp_path):
 
 def test_everything_on_one_device_fails(split_model):
     """--tensor-split 1,0: Vulkan0 holds every offloadable byte, Vulkan1 nothing."""
-    small, large = loaded("8layers-ts1,0", 1024), loaded("8layers-ts1,0", 4096)
+    small, large = loaded("8layers-ts1-0", 1024), loaded("8layers-ts1-0", 4096)
     whole = offloadable_mib(split_model)
     check = judge(PAIR, small, large, whole)
     assert check.status == FAIL and "Vulkan0 holds the whole model: 1.37 MiB of weights" in check.reason
