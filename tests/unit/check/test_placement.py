@@ -13,7 +13,7 @@ from builder.check import gguffile, placement
 from builder.check.placement import Buffers, Loaded, judge, offloadable_mib, read_log
 from builder.check.report import FAIL, PASS
 from builder.check.tinymodel import TINY, split_shape, write_tiny_llama
-from builder.toolchain.gpus import CardMemory
+from builder.toolchain.gpus import CardMemory, parse_smi_memory
 
 ROOT = Path(__file__).resolve().parents[3]
 LOGS = ROOT / "tests" / "data" / "placement"
@@ -109,3 +109,40 @@ def test_the_cards_counters_are_reported_per_card():
 
 def test_the_contexts_differ_enough_for_the_kv_to_show():
     assert placement.CONTEXTS[1] >= 2 * placement.CONTEXTS[0]
+
+
+# --- the H200: CUDA0 + Vulkan0 on one card, the cuda-vulkan runtime built there at the pin (2026-12-02) -------
+# Each log is llama-server started as verify starts the split (empty environment plus the NVIDIA Vulkan ICD,
+# --device CUDA0,Vulkan0 -ngl 99 --split-mode layer -lv 4), with nvidia-smi's pci.bus_id, memory.total and
+# memory.used read while it was loaded (docs/results/h200-2026-12-02/placement/nvidia-smi-and-timings.txt).
+H200_CARD = {("8layers", 1024): 724, ("8layers", 4096): 826, ("1b-f16", 1024): 2721, ("1b-f16", 4096): 2811}
+
+
+def h200(name: str, ctx: int) -> Loaded:
+    text = (LOGS / f"h200-cuda0-vulkan0-{name}-c{ctx}.log").read_text()
+    smi = parse_smi_memory([["00000000:00:06.0", "143771 MiB", f"{H200_CARD[name, ctx]} MiB"]])
+    return Loaded(ctx, read_log(text), smi)
+
+
+def test_the_h200_split_of_verifys_model_is_proven(split_model):
+    check = judge(("CUDA0", "Vulkan0"), h200("8layers", 1024), h200("8layers", 4096), offloadable_mib(split_model))
+    assert check.status == PASS, check
+    assert "split CUDA0 : Vulkan0 = 57:43 by weights (1.36 MiB of 1.37 MiB offloadable)" in check.reason
+    assert "CUDA0 model 0.78 MiB, KV 1.25 -> 5.00 MiB (+1.25 KiB a token), compute 17.04 -> 65.54 MiB" in check.reason
+    assert "card 0000:00:06.0 (CUDA0+Vulkan0, nvidia-smi): 724 -> 826 MiB used of 143771" in check.reason
+
+
+def test_the_h200_split_of_the_1b_model_is_proven():
+    """22 layers, 4 KV heads of 64: 1 KiB a token a layer; 12 layers on CUDA0, 10 on Vulkan0. The card's own
+    counter grew by 90 MiB, what the log's KV (+36, +30) and compute (+12, +12) buffers add up to."""
+    small, large = h200("1b-f16", 1024), h200("1b-f16", 4096)
+    assert small.of("CUDA0") == Buffers("CUDA0", 1008.19, 12.00, 65.04, "0000:00:06.0")
+    assert large.of("Vulkan0") == Buffers("Vulkan0", 912.68, 40.00, 73.04, "0000:00:06.0")
+    check = judge(("CUDA0", "Vulkan0"), small, large, 1008.19 + 912.68)   # the 2 GB file is not made here
+    assert check.status == PASS, check
+    assert "split CUDA0 : Vulkan0 = 52:48 by weights" in check.reason
+    assert "CUDA0 model 1008.19 MiB, KV 12.00 -> 48.00 MiB (+12.00 KiB a token)" in check.reason
+    assert "Vulkan0 model 912.68 MiB, KV 10.00 -> 40.00 MiB (+10.00 KiB a token)" in check.reason
+    assert "2721 -> 2811 MiB used" in check.reason
+    grew = sum((large.of(d).kv + large.of(d).compute) - (small.of(d).kv + small.of(d).compute) for d in ("CUDA0", "Vulkan0"))
+    assert grew == pytest.approx(2811 - 2721)
