@@ -3,7 +3,8 @@ or a planted file turn it into something else? Reads the folder only (lstat, rea
 runs nothing, follows no link out of the runtime.
 
   manifest            manifest.json is there, a regular file, and valid (Manifest.load)
-  manifest hashes     every listed file and link is there and unchanged; nothing was added
+  manifest hashes     every listed file and link is there and unchanged; nothing was added (but
+                      verify --ops' record); tests/ may be absent as a whole, never in part
   file modes          executables in bin/ still executable; no setuid/setgid/sticky bit; nothing
                       world-writable (files and folders, the runtime folder included)
   symlinks            no link, listed or not, leaves the runtime or names an absolute target
@@ -165,11 +166,13 @@ def mode_problems(entries: list[Entry], m: Manifest | None) -> list[str]:
 
 
 def _executables(m: Manifest | None) -> dict[str, int]:
-    """Path -> mode as built, for our programs in bin/ (modules are dlopen()ed: they need no x bit)."""
+    """Path -> mode as built, for our programs in bin/ and tests/ (modules are dlopen()ed: they need no
+    x bit)."""
     if m is None:
         return {f"{BIN_DIR}/llama-server": 0o755}
-    return {f.path: f.mode for f in m.files if f.role == "own" and f.path.startswith(BIN_DIR + "/")
-            and module_backend(Path(f.path).name) is None and f.mode & stat.S_IXUSR}
+    return {f.path: f.mode for f in m.files if f.mode & stat.S_IXUSR and (
+        f.role == "test" or (f.role == "own" and f.path.startswith(BIN_DIR + "/")
+                             and module_backend(Path(f.path).name) is None))}
 
 
 def link_problems(runtime: Path, entries: list[Entry]) -> list[str]:
