@@ -142,3 +142,32 @@ def test_only_the_ops_record_may_sit_unlisted_at_the_root(tmp_path):
     (rt / layout.OPS_RECORD).unlink()
     os.symlink("manifest.json", rt / layout.OPS_RECORD)         # a link is no record
     assert check_files(rt, m) == ["ops-checks.json: not in the manifest (added after the build?)"]
+
+
+def test_verify_static_checks_the_test_program_when_present(tmp_path):
+    """Its closure and RPATH, like every own file's; a runtime without tests/ passes the same checks."""
+    from builder.check.report import FAIL, PASS
+    from builder.check.static import run as static_checks
+    from builder.runtime.place import patchelf_tool
+    rt = make_runtime(tmp_path, with_tests=True)
+    m = Manifest.load(rt)
+    judge = rt / "tests" / layout.BACKEND_OPS
+
+    def checks() -> dict:
+        return {c.name: c for c in static_checks(rt, m, ())}
+
+    good = checks()
+    assert good["RPATH of own files"].status == PASS and good["libraries resolve"].status == PASS
+    assert good["RPATH of own files"].reason.startswith("3 files use DT_RPATH"), "bin/'s two and tests/'s one"
+    os.chmod(judge, 0o755)
+    subprocess.run([patchelf_tool(), "--set-rpath", "$ORIGIN/../lib", str(judge)], check=True)   # DT_RUNPATH
+    bad = checks()["RPATH of own files"]
+    assert bad.status == FAIL and "tests/test-backend-ops has DT_RUNPATH $ORIGIN/../lib" in bad.reason
+    subprocess.run([patchelf_tool(), "--remove-rpath", str(judge)], check=True)
+    subprocess.run([patchelf_tool(), "--force-rpath", "--set-rpath", "$ORIGIN/../lib", "--add-needed",
+                    "libllama-gone.so.0", str(judge)], check=True)
+    bad = checks()["libraries resolve"]
+    assert bad.status == FAIL and "libllama-gone.so.0 (needed by tests/test-backend-ops) is not found" in bad.reason
+    shutil.rmtree(rt / "tests")
+    absent = checks()
+    assert absent["RPATH of own files"].status == PASS and absent["libraries resolve"].status == PASS
