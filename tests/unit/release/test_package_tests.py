@@ -76,3 +76,17 @@ def test_the_cli_flag(tmp_path):
     out = json.loads(assemble("package", str(tested), "--out-dir", str(tmp_path / "d"), "--format", "tar.gz",
                               "--with-tests", "--json", check=True).stdout)
     assert any(m.name.endswith("tests/test-backend-ops") for m in members(Path(out["archive"])))
+
+
+def test_an_archive_without_tests_passes_verify_provenance(tmp_path):
+    """The provenance names manifest.json and every file it lists (the runtime's identity is unchanged);
+    the archive without tests/ unpacks to a runtime that verify --provenance accepts."""
+    tested = make_runtime(tmp_path / "tested", with_tests=True)
+    done = package.package(tested, tmp_path / "dist", "tar.gz")
+    unpacked = _unpack(done.archive, tmp_path / "unpacked")
+    proc = assemble("verify", str(unpacked), "--static", "--json", "--provenance", str(done.provenance),
+                    "--sha256sums", str(done.sums))
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert proc.returncode == 0, proc.stdout
+    assert checks["release manifest"]["status"] == "pass" and checks["release files"]["status"] == "pass"
+    assert checks["manifest hashes"]["status"] == "pass"
