@@ -11,6 +11,7 @@ from builder.units.plan import PLACEHOLDER
 from builder.cli.args import Subparsers, add_plan_options, add_recipe, cli_options
 from builder.config.options import BuildConfig, resolve
 from builder.config.recipe import load_recipe
+from builder.runtime.layout import BACKEND_OPS
 
 if TYPE_CHECKING:
     from builder.toolchain.rules import Finding
@@ -99,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _tests(config: BuildConfig) -> dict[str, str]:
     """Test program -> the unit that builds it ([tests] in the recipe)."""
-    return {t: u.name for u in config.units for t in u.tests}
+    unit = next((u.name for u in config.units if u.backend_ops), None)
+    return {BACKEND_OPS: unit} if unit else {}
 
 
 def _refusal(finding: Finding | None) -> dict[str, Any] | None:

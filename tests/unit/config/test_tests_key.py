@@ -83,4 +83,4 @@ def test_show_says_which_unit_builds_it(isolated_cache):
     assert "tests      none; [tests] backend_ops = false" in assemble("show", "cpu", check=True).stdout
     shown = json.loads(assemble("show", "rocm-cuda-units", "--json", check=True).stdout)
     assert shown["tests"] == {"test-backend-ops": "hip"}
-    assert {u["name"]: u["tests"] for u in shown["config"]["units"]} == {"hip": ["test-backend-ops"], "cuda": []}
+    assert {u["name"]: u["backend_ops"] for u in shown["config"]["units"]} == {"hip": True, "cuda": False}
