@@ -95,6 +95,9 @@ def test_tests_absent_as_a_whole_is_intact_half_present_is_not(tmp_path):
     shutil.copytree(rt, without, symlinks=True)
     shutil.rmtree(without / "tests")
     assert check_files(without, m) == [] and integrity.problems(without) == []
+    hashes = next(c for c in integrity.checks(without, m, None, ("cpu",), ("cpu",)) if c.name == "manifest hashes")
+    assert hashes.reason == (f"{len(m.files) - 1} files match their sha256 (tests/ left out as a whole: a runtime "
+                             "packaged without its tests)")
 
     half = tmp_path / "half"
     shutil.copytree(rt, half, symlinks=True)
