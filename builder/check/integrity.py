@@ -3,7 +3,8 @@ or a planted file turn it into something else? Reads the folder only (lstat, rea
 runs nothing, follows no link out of the runtime.
 
   manifest            manifest.json is there, a regular file, and valid (Manifest.load)
-  manifest hashes     every listed file and link is there and unchanged; nothing was added
+  manifest hashes     every listed file and link is there and unchanged; nothing was added (but
+                      verify --ops' record); tests/ may be absent as a whole, never in part
   file modes          executables in bin/ still executable; no setuid/setgid/sticky bit; nothing
                       world-writable (files and folders, the runtime folder included)
   symlinks            no link, listed or not, leaves the runtime or names an absolute target
@@ -22,8 +23,8 @@ from pathlib import Path
 
 from builder.check.report import FAIL, PASS, SKIP, Check
 from builder.config.recipe import BACKENDS
-from builder.runtime.layout import BIN_DIR, module_backend
-from builder.runtime.manifest import NAME, Manifest, ManifestInvalid, check_files
+from builder.runtime.layout import BIN_DIR, TESTS_DIR, in_tests, module_backend
+from builder.runtime.manifest import NAME, Manifest, ManifestInvalid, check_files, tests_left_out
 
 _SPECIAL = ((stat.S_ISUID, "setuid"), (stat.S_ISGID, "setgid"), (stat.S_ISVTX, "sticky"))
 
@@ -111,7 +112,10 @@ def _manifest_finding(runtime: Path, m: Manifest | None, invalid: ManifestInvali
         found = check_files(runtime, m)
     except (OSError, ValueError) as exc:      # an unreadable file, a name the file system cannot hold
         found = [f"cannot read the runtime against its manifest ({getattr(exc, 'strerror', None) or exc})"]
-    return Finding("manifest hashes", tuple(found), f"{len(m.files)} files match their sha256",
+    absent = tests_left_out(runtime, m)
+    checked = [f for f in m.files if not (absent and in_tests(f.path))]
+    return Finding("manifest hashes", tuple(found), f"{len(checked)} files match their sha256"
+                   + (f" ({TESTS_DIR}/ left out as a whole: a runtime packaged without its tests)" if absent else ""),
                    "a file was changed, removed or added after the build: rebuild, or copy the whole runtime "
                    "again", limit=3)
 
@@ -165,11 +169,13 @@ def mode_problems(entries: list[Entry], m: Manifest | None) -> list[str]:
 
 
 def _executables(m: Manifest | None) -> dict[str, int]:
-    """Path -> mode as built, for our programs in bin/ (modules are dlopen()ed: they need no x bit)."""
+    """Path -> mode as built, for our programs in bin/ and tests/ (modules are dlopen()ed: they need no
+    x bit)."""
     if m is None:
         return {f"{BIN_DIR}/llama-server": 0o755}
-    return {f.path: f.mode for f in m.files if f.role == "own" and f.path.startswith(BIN_DIR + "/")
-            and module_backend(Path(f.path).name) is None and f.mode & stat.S_IXUSR}
+    return {f.path: f.mode for f in m.files if f.mode & stat.S_IXUSR and (
+        f.role == "test" or (f.role == "own" and f.path.startswith(BIN_DIR + "/")
+                             and module_backend(Path(f.path).name) is None))}
 
 
 def link_problems(runtime: Path, entries: list[Entry]) -> list[str]:

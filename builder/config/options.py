@@ -29,7 +29,7 @@ BASE_DEFINES = (
     ("GGML_NATIVE", "OFF"),          # never tune for the build host's CPU/GPU
     ("GGML_CCACHE", "OFF"),          # the compiler launcher is chosen explicitly (launcher below)
     ("GGML_OPENMP", "ON"),           # ggml's default, stated: the CPU backend's threads, as upstream ships
-    ("LLAMA_BUILD_TESTS", "OFF"),
+    ("LLAMA_BUILD_TESTS", "OFF"),    # ON in the one unit that builds test-backend-ops ([tests] backend_ops)
     ("LLAMA_BUILD_EXAMPLES", "OFF"),
     ("LLAMA_BUILD_TOOLS", "ON"),
     ("LLAMA_BUILD_SERVER", "ON"),
@@ -51,7 +51,7 @@ OWNED_DEFINES = {
     "GPU_TARGETS": "[hip] targets or --hip-target", "AMDGPU_TARGETS": "[hip] targets or --hip-target",
     "CMAKE_HIP_ARCHITECTURES": "[hip] targets or --hip-target",
     "GGML_CUDA": "the recipe's backends", "GGML_HIP": "the recipe's backends", "GGML_VULKAN": "the recipe's backends",
-    "GGML_HIP_RCCL": "[hip] rccl", "GGML_CPU_ALL_VARIANTS": "[cpu] variants",
+    "GGML_HIP_RCCL": "[hip] rccl", "LLAMA_BUILD_TESTS": "[tests] backend_ops", "GGML_CPU_ALL_VARIANTS": "[cpu] variants",
     **{f"GGML_{f}": "[cpu] variants (\"all\", or one level such as \"haswell\")" for f in cpulevels.FEATURES},
 }
 LAUNCHERS = ("auto", "ccache", "sccache", "none")
@@ -131,6 +131,7 @@ class UnitConfig:
     cuda_archs: tuple[CudaArch, ...] = ()
     hip_targets: tuple[GfxTarget, ...] = ()
     defines: tuple[Define, ...] = ()  # one per key, the winner of the cascade
+    backend_ops: bool = False         # builds test-backend-ops besides the targets ([tests]; plan adds the target)
 
     def value(self, key: str) -> str | None:
         return next((d.value for d in self.defines if d.key == key), None)
@@ -144,7 +145,7 @@ class UnitConfig:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "backends": list(self.backends), "where": self.where.label(),
                 "cuda_archs": [str(a) for a in self.cuda_archs], "hip_targets": [str(t) for t in self.hip_targets],
-                "defines": {d.key: d.value for d in self.defines}}
+                "backend_ops": self.backend_ops, "defines": {d.key: d.value for d in self.defines}}
 
 
 @dataclass(frozen=True)
@@ -255,6 +256,9 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
         gpu = ";".join(map(str, hip))
         cascade += [Define("GPU_TARGETS", gpu, "targets"), Define("AMDGPU_TARGETS", gpu, "targets"),
                     Define("GGML_HIP_RCCL", "ON" if recipe.hip and recipe.hip.rccl else "OFF", "recipe [hip]")]
+    backend_ops = recipe.backend_ops_unit() == unit.name
+    if backend_ops:                   # upstream's tests folder is configured, and only its one target built
+        cascade.append(Define("LLAMA_BUILD_TESTS", "ON", "recipe [tests]"))
     cascade += [Define(k, v, "recipe") for k, v in recipe.defines]
     cascade += [Define(k, v, f"unit {unit.name}") for k, v in unit.defines]
     cascade += [Define(k, v, "--define") for k, v in cli.defines]
@@ -265,7 +269,7 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
         raise AssembleError("[cpu] variants = \"all\" needs GGML_BACKEND_DL=ON (ggml picks a variant module at "
                             "run time)", where=f"{recipe.path} ({final['GGML_BACKEND_DL'].origin})",
                             fix='keep GGML_BACKEND_DL=ON, or name one level: [cpu] variants = "haswell"')
-    return UnitConfig(unit.name, unit.backends, where, tuple(cuda), tuple(hip), tuple(final.values()))
+    return UnitConfig(unit.name, unit.backends, where, tuple(cuda), tuple(hip), tuple(final.values()), backend_ops)
 
 
 def _cpu_defines(recipe: Recipe) -> list[Define]:

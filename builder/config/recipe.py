@@ -102,6 +102,18 @@ class CpuSettings:
 
 
 @dataclass(frozen=True)
+class BundledTests:
+    """[tests]: the upstream test programs built beside the runtime (into its tests/ folder)."""
+    backend_ops: bool = False           # test-backend-ops: every op on each GPU backend against the CPU's
+
+
+def default_backend_ops(backends: tuple[str, ...]) -> bool:
+    """[tests] backend_ops when the recipe does not say: on with a GPU backend (there is something to
+    compare with the CPU), off for a CPU-only recipe. The one home of that rule."""
+    return any(b != "cpu" for b in backends)
+
+
+@dataclass(frozen=True)
 class Unit:
     name: str
     backends: tuple[str, ...]
@@ -130,6 +142,7 @@ class Recipe:
     bundle_always: tuple[tuple[str, str], ...] = ()      # (soname glob, reason)
     glibc_floor: str | None = None                       # the oldest glibc it promises to start on (config.glibc)
     bundle_licenses: tuple[tuple[str, str], ...] = ()    # (library file glob, its licence text: an absolute path)
+    tests: BundledTests = field(default_factory=BundledTests)
 
     def gpu_backends(self) -> tuple[str, ...]:
         return tuple(b for b in self.backends if b != "cpu")
@@ -144,13 +157,22 @@ class Recipe:
         """[hip] targets; () when the recipe has no [hip]."""
         return self.hip.targets if self.hip else ()
 
+    def backend_ops_unit(self) -> str | None:
+        """The unit that builds test-backend-ops ([tests] backend_ops on), None when off. One unit
+        builds it: the program loads every backend module of the merged runtime at run time, so any
+        unit's copy judges them all; the unit with the most GPU backends (the first on a tie) links it
+        against the fullest ggml, and is the one a --only-unit run on the GPU host builds."""
+        if not self.tests.backend_ops:
+            return None
+        return max(self.units, key=lambda u: sum(b != "cpu" for b in u.backends)).name   # max: the first on a tie
+
 
 # --- schema ----------------------------------------------------------------
 
 _TOP = {
     "name": str, "description": str, "aliases": list, "backends": list, "targets": list,
     "pin": dict, "units": list, "cuda": dict, "hip": dict, "vulkan": dict, "cpu": dict,
-    "cmake": dict, "patches": dict, "bundle": dict, "glibc_floor": str,
+    "cmake": dict, "patches": dict, "bundle": dict, "glibc_floor": str, "tests": dict,
 }
 _PIN = {"sha": str, "features": list, "mirrors": list, "build": str}
 _MIRROR = {"kind": str, "url": str, "package": str, "version": str, "sha256": str,
@@ -163,6 +185,7 @@ _UNIT = {"name": str, "backends": list, "container": str, "defines": dict}
 _CMAKE = {"defines": dict}
 _PATCHES = {"disable": dict, "enable": list}
 _BUNDLE = {"never": dict, "always": dict, "licenses": dict}
+_TESTS = {"backend_ops": bool}
 
 _TYPE_NAMES = {str: "a string", list: "a list", dict: "a table", bool: "true or false"}
 
@@ -390,12 +413,14 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
             c.grammar(glob, f"{key_}.{glob}", GLOB_RE, "a library file name or glob", 'write e.g. "libcuda.so*"')
 
     units = _units(c, data.get("units"), backends)
+    tests_raw = c.table(data.get("tests", {}), _TESTS, "tests.")
+    tests = BundledTests(backend_ops=tests_raw.get("backend_ops", default_backend_ops(backends)))
     c.no_control(data, "")          # last: a key's own grammar, or its being unknown, is the clearer message
     return Recipe(name=name, path=path, description=data["description"], backends=backends, pin=pin,
                   units=units, targets=targets, aliases=aliases, cuda=cuda, hip=hip,
                   vulkan="vulkan" in backends, cpu=CpuSettings(variants=variants), defines=defines,
                   patches_off=patches_off, patches_on=patches_on, bundle_never=never, bundle_always=always,
-                  glibc_floor=floor, bundle_licenses=licenses)
+                  glibc_floor=floor, bundle_licenses=licenses, tests=tests)
 
 
 def _licence_texts(c: _Checker, value: dict[str, Any], path: Path) -> tuple[tuple[str, str], ...]:

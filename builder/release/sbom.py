@@ -25,7 +25,7 @@ from builder import __version__
 from builder.paths import data_dir
 from builder.runtime import licenses
 from builder.runtime.layout import runtime_dir_name
-from builder.runtime.manifest import FileEntry, GpuTargets, LicenseRecord, Manifest, UnitRecord
+from builder.runtime.manifest import BUILT, FileEntry, GpuTargets, LicenseRecord, Manifest, UnitRecord
 from builder.runtime.owners import owners
 
 SPEC = "1.5"
@@ -147,7 +147,7 @@ def build(runtime: Path, data: Manifest, *, name: str, epoch: int) -> dict[str, 
         comp: dict[str, Any] = {"type": "library" if role == "vendor" else "file", "bom-ref": f"file:{f.path}",
                 "name": Path(f.path).name, "hashes": [{"alg": "SHA-256", "content": f.sha256}]}
         props = [_prop("path", f.path), _prop("role", role)]
-        if role == "own":
+        if role in BUILT:
             props.append(_prop("built_from", "llama.cpp"))
         elif role == "vendor":
             owner = found.get(f.origin)

@@ -29,10 +29,11 @@ from builder.config.glibc import SYMBOL_PREFIX
 from builder.digest import sha256_file
 from builder.errors import FAILED, AssembleError, BuildFailed
 from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
-from builder.runtime.layout import KINDS, LIB_DIR, OwnFile, arch_tokens, expected_places, is_ggml_loader
+from builder.runtime.layout import (KINDS, LIB_DIR, OwnFile, arch_tokens, expected_places, is_ggml_loader,
+                                    test_module_links)
 from builder.runtime.policy import BUNDLE, classify, companions_for, data_rules_for
 
-OWN, VENDOR, DATA = "own", "vendor", "data"
+OWN, VENDOR, DATA, TEST = "own", "vendor", "data", "test"     # manifest roles (manifest.ROLES)
 
 
 # --- plain data between the stages ------------------------------------------
@@ -106,6 +107,7 @@ class BundlePlan:
     glibc_min: str | None
     glibcxx_min: str | None
     warnings: tuple[str, ...] = ()
+    test_links: tuple[tuple[str, str], ...] = ()   # tests/libggml-*.so -> ../bin/...: layout.test_module_links
 
     def total_bytes(self) -> int:
         own = sum(p.source.stat().st_size for p in self.own)
@@ -377,7 +379,9 @@ def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe: An
                 rpath = _rpath_for(f.dest, dirs)
         own_plans.append(OwnPlan(source=Path(f.source), dest=f.dest, kind=f.kind, links=links_of[f.dest],
                                  rpath=rpath, pins=pins))
-    _check_collisions(own_plans, vendor, data)
+    modules = [PurePosixPath(f.dest).name for f in own if f.kind == "module"]
+    test_links = test_module_links(modules) if any(f.kind == "test" for f in own) else ()
+    _check_collisions(own_plans, vendor, data, test_links)
 
     all_infos = [i for i in infos.values() if i is not None] + [n.info for n in libraries]
     glibc = max_version(f"{SYMBOL_PREFIX}{v}" for i in all_infos if (v := i.max_version(SYMBOL_PREFIX)))
@@ -386,7 +390,7 @@ def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe: An
                       system=tuple(sorted(walk.system.values(), key=lambda s: s.soname)),
                       glibc_min=glibc.removeprefix(SYMBOL_PREFIX) if glibc else None,
                       glibcxx_min=glibcxx.removeprefix("GLIBCXX_") if glibcxx else None,
-                      warnings=tuple(walk.warnings + data_warnings))
+                      warnings=tuple(walk.warnings + data_warnings), test_links=test_links)
 
 
 def _as_opened(info: ElfInfo | None, opened: Path) -> ElfInfo:
@@ -452,7 +456,8 @@ def _pins(dest: str, info: ElfInfo, nodes: dict[str, _Node], edges: dict[str, li
     return tuple(sorted(pins.items()))
 
 
-def _check_collisions(own: Sequence[OwnPlan], vendor: Sequence[VendorPlan], data: Sequence[DataPlan]) -> None:
+def _check_collisions(own: Sequence[OwnPlan], vendor: Sequence[VendorPlan], data: Sequence[DataPlan],
+                      test_links: Sequence[tuple[str, str]] = ()) -> None:
     taken: dict[str, str] = {}
 
     def claim(path: str, who: str) -> None:
@@ -472,6 +477,8 @@ def _check_collisions(own: Sequence[OwnPlan], vendor: Sequence[VendorPlan], data
             claim(link, str(v.real))
     for d in data:
         claim(d.dest, str(d.source))
+    for link, target in test_links:
+        claim(link, target)
 
 
 # --- data folders ------------------------------------------------------------

@@ -5,9 +5,13 @@
                       the executable, never in lib/)
       lib/            our shared libraries with their SONAME links, and vendor libraries;
                       a vendor data folder sits where the library that reads it looks
+      tests/          upstream's test-backend-ops ([tests] backend_ops), with one relative link per
+                      backend module (ggml's loader looks next to the executable); may be absent as a
+                      whole (`package` leaves it out unless --with-tests)
       licenses/       one folder per component carried (llama.cpp, each vendor package): the licence
                       texts it ships (builder.runtime.licenses)
       manifest.json   what the runtime is made of (builder.runtime.manifest)
+      ops-checks.json the last `verify --ops` result per device (written after the build: not listed)
 
 The bundler places files by these facts and the verifier checks them by the same ones.
 """
@@ -28,11 +32,19 @@ from builder.runtime.policy import DataRule, data_rules_for
 
 BIN_DIR = "bin"                       # executables and backend modules
 LIB_DIR = "lib"                       # shared libraries, ours and the vendors'
+TESTS_DIR = "tests"                   # test programs, beside bin/ (never on a user's PATH with the tools)
 # The DT_RPATH `build` links into every file it compiles: lib/ seen from bin/ (executables, backend
-# modules) and, as lib/../lib, from lib/. The bundler copies files that carry it byte for byte.
+# modules), from tests/ (a sibling of bin/: the same string) and, as lib/../lib, from lib/. The bundler
+# copies files that carry it byte for byte.
 LINK_RPATH = "$ORIGIN/" + posixpath.relpath(LIB_DIR, BIN_DIR)
+assert posixpath.relpath(LIB_DIR, TESTS_DIR) == posixpath.relpath(LIB_DIR, BIN_DIR), "tests/ is a sibling of bin/"
 LICENSES_DIR = "licenses"             # licenses/<component>/<text>: every runtime, Linux and Windows
-KINDS = ("executable", "module", "library")
+KINDS = ("executable", "module", "library", "test")
+BACKEND_OPS = "test-backend-ops"      # upstream's judge: every op of a backend against the CPU backend's
+# The last `verify --ops` result per device, a sidecar at the runtime root: never in manifest.json, whose
+# digest is the runtime's identity (deploy's release id, the provenance verify checks); a verify that
+# rewrote it would break both. The one file a runtime may hold that its manifest does not list.
+OPS_RECORD = "ops-checks.json"
 # The library whose code dlopen()s the backend modules (ggml-backend-reg.cpp is part of it).
 GGML_LOADER = "libggml.so"
 
@@ -77,18 +89,34 @@ def module_dest(filename: str) -> str:
     return f"{BIN_DIR}/{filename}"
 
 
+def test_module_links(modules: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    """(link, target) per backend module file name: tests/libggml-vulkan.so -> ../bin/libggml-vulkan.so.
+    ggml's loader looks for modules only in the executable's own folder, so a test program in tests/
+    finds bin/'s modules through these relative links."""
+    up = posixpath.relpath(BIN_DIR, TESTS_DIR)
+    return tuple((f"{TESTS_DIR}/{name}", f"{up}/{name}") for name in sorted(set(modules)))
+
+
+test_module_links.__test__ = False    # type: ignore[attr-defined]  # a layout fact, not a pytest test
+
+
+def in_tests(path: str) -> bool:
+    """Whether a runtime path lies in tests/ (the part a runtime may carry or leave out as a whole)."""
+    return path.startswith(TESTS_DIR + "/")
+
+
 @dataclass(frozen=True)
 class OwnFile:
     """A file the llama.cpp build produced, and where it goes in the runtime."""
     source: Path                      # in the build tree (real file)
     dest: str                         # relative path in the runtime: "bin/llama-server", "lib/libllama.so.0.0.1"
-    kind: str                         # "executable" | "module" | "library"
+    kind: str                         # "executable" | "module" | "library" | "test"
     links: tuple[str, ...] = ()       # symlink names to create beside dest, e.g. ("libllama.so.0", "libllama.so")
 
 
 def own_file(path: Path, kind: str, links: tuple[str, ...] = ()) -> OwnFile:
-    """Executables and modules go to bin/, libraries to lib/."""
-    folder = LIB_DIR if kind == "library" else BIN_DIR
+    """Executables and modules go to bin/, libraries to lib/, test programs to tests/."""
+    folder = {"library": LIB_DIR, "test": TESTS_DIR}.get(kind, BIN_DIR)
     return OwnFile(path, f"{folder}/{path.name}", kind, links)
 
 

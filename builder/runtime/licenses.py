@@ -26,7 +26,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
 from builder.runtime.layout import LICENSES_DIR
-from builder.runtime.manifest import FileEntry, LicenseRecord
+from builder.runtime.manifest import BUILT, FileEntry, LicenseRecord
 from builder.runtime.owners import Owner, owners
 from builder.runtime.place import BundleResult, copy_file
 
@@ -252,9 +252,9 @@ def add_licenses(result: BundleResult, staging: Path, own: LicenseSource | None,
                  roots: Sequence[Path] = ()) -> BundleResult:
     """The placed bundle with licenses/ beside it: own files under `own` (llama.cpp's LICENSE), vendor
     and data files under their packages' texts. What nothing covers is left for `package` to refuse."""
-    ours = [f.path for f in result.files if f.role == "own"]
+    ours = [f.path for f in result.files if f.role in BUILT]
     sources = [replace(own, covers=tuple(ours))] if own is not None and ours else []
-    loose = ("vendor", "data") if sources else ("own", "vendor", "data")   # .deb inputs: own files' packages too
+    loose = ("vendor", "data") if sources else (*BUILT, "vendor", "data")   # .deb inputs: own files' packages too
     sources += vendor_licenses([(f.path, f.origin) for f in result.files if f.role in loose],
                                stated=stated, known=known, roots=roots)
     entries, records = place_licenses(sources, Path(staging))

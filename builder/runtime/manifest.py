@@ -28,11 +28,15 @@ from builder.digest import sha256_file
 from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError, BuildFailed
 from builder.runtime.gpuruntime import CudaModuleCode, CudaRuntimeRecord, GpuRuntimes, RocmRecord
+from builder.runtime.layout import OPS_RECORD, TESTS_DIR, in_tests
 
 NAME = "manifest.json"
 SCHEMA = 2
 READABLE = (1, 2)           # schema 1 (before the resolved config was recorded) reads the same
-ROLES = ("own", "vendor", "data", "license")   # license: a licence text under licenses/ (runtime.licenses)
+# license: a licence text under licenses/ (runtime.licenses); test: a test program under tests/, which a
+# runtime may carry or leave out as a whole (check_files)
+ROLES = ("own", "vendor", "data", "license", "test")
+BUILT = ("own", "test")      # the roles of files built from llama.cpp (its licence covers them)
 PLATFORMS = ("linux", "windows")   # linux: bin/ + lib/ with RPATHs; windows: one flat DLL folder (builder.windows)
 CREATOR = "assemble"
 
@@ -46,7 +50,7 @@ class ManifestInvalid(BuildFailed):
 @dataclass(frozen=True)
 class FileEntry:
     path: str          # relative to the runtime
-    role: str          # own | vendor | data
+    role: str          # one of ROLES
     origin: str        # where it was copied from
     sha256: str
     size: int
@@ -296,8 +300,11 @@ def check_files(runtime: Path, manifest: Manifest, hashes: bool = True) -> list[
     root = os.path.realpath(runtime)
     problems = []
     to_hash = []
+    skipped = {p for p in manifest.paths() if in_tests(p)} if tests_left_out(runtime, manifest) else set()
     for rec in manifest.files:
         p = runtime / rec.path
+        if rec.path in skipped:
+            continue
         if not _stays_inside(root, os.path.dirname(p)):
             problems.append(f"{rec.path}: its folder leads outside the runtime")
         elif not p.is_file() or p.is_symlink():
@@ -314,6 +321,8 @@ def check_files(runtime: Path, manifest: Manifest, hashes: bool = True) -> list[
                  if d != r.sha256]
     for link in manifest.symlinks:
         p = runtime / link.path
+        if link.path in skipped:
+            continue
         if not _stays_inside(root, os.path.dirname(p)):
             problems.append(f"{link.path}: its folder leads outside the runtime")
         elif not p.is_symlink():
@@ -328,8 +337,17 @@ def check_files(runtime: Path, manifest: Manifest, hashes: bool = True) -> list[
             rel = p.relative_to(runtime).as_posix()
             if rel == NAME or rel in listed or (name in dirs and not p.is_symlink()):
                 continue
+            if rel == OPS_RECORD and p.is_file() and not p.is_symlink():
+                continue                  # verify --ops' record: written after the build, never listed
             problems.append(f"{rel}: not in the manifest (added after the build?)")
     return problems
+
+
+def tests_left_out(runtime: Path, manifest: Manifest) -> bool:
+    """A runtime without its tests/ (`package` leaves it out unless --with-tests): the manifest lists
+    tests/ but the folder is absent as a whole. Then its files and links are not looked for; a tests/
+    that is there is checked entry by entry like every other folder (half of it is a failure)."""
+    return not os.path.lexists(Path(runtime) / TESTS_DIR) and any(in_tests(p) for p in manifest.paths())
 
 
 def _stays_inside(root: str, folder: str) -> bool:

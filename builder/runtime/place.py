@@ -23,7 +23,7 @@ from builder.digest import sha256_file
 from builder.errors import AssembleError, BuildFailed
 from builder.proc import run
 from builder.runtime import elfappend
-from builder.runtime.bundle import DATA, OWN, VENDOR, BundlePlan, OwnPlan, walk_files
+from builder.runtime.bundle import DATA, OWN, TEST, VENDOR, BundlePlan, OwnPlan, walk_files
 from builder.runtime.elf import read_elf
 from builder.runtime.layout import data_layout_problems
 from builder.runtime.manifest import FileEntry, LicenseRecord, LinkEntry, SystemLib
@@ -191,7 +191,8 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
     jobs: list[tuple[Path, str, str, int | None]] = []
     patches = {o.dest: o for o in plan.own if o.rpath is not None}
     for o in plan.own:
-        jobs.append((o.source, o.dest, OWN, stat.S_IMODE(o.source.stat().st_mode) | stat.S_IWUSR))
+        jobs.append((o.source, o.dest, TEST if o.kind == "test" else OWN,
+                     stat.S_IMODE(o.source.stat().st_mode) | stat.S_IWUSR))
     for v in plan.vendor:
         jobs.append((v.real, v.dest, VENDOR, None))
     for d in plan.data:
@@ -241,6 +242,9 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
         for link, target in v.links:
             os.symlink(target, staging / link)
             symlinks.append((link, target))
+    for link, target in plan.test_links:       # the test program's view of bin/'s modules
+        os.symlink(target, staging / link)
+        symlinks.append((link, target))
 
     origins = {dest: (str(Path(src).resolve()), role) for src, dest, role, _ in jobs}
     records = []
@@ -249,7 +253,7 @@ def place_bundle(plan: BundlePlan, staging: Path) -> BundleResult:
         origin, role = origins[dest]
         mode = stat.S_IMODE((staging / dest).stat().st_mode)
         records.append(FileEntry(dest, role, origin, digest, size, mode))
-    by_role = {r: sum(f.size for f in records if f.role == r) for r in (OWN, VENDOR, DATA)}
+    by_role = {r: sum(f.size for f in records if f.role == r) for r in (OWN, VENDOR, DATA, TEST)}
 
     problems = data_layout_problems(staging)
     if problems:

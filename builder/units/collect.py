@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from builder.runtime.layout import OwnFile, module_backend, own_file
+from builder.runtime.layout import BACKEND_OPS, OwnFile, module_backend, own_file
 from builder.units.plan import UnitPlan
 from builder.runtime.elf import read_elf
 from builder.errors import BuildFailed
@@ -22,6 +22,7 @@ class UnitOutput:
     executables: tuple[OwnFile, ...]
     libraries: tuple[OwnFile, ...]
     modules: tuple[OwnFile, ...]
+    tests: tuple[OwnFile, ...] = ()   # test-backend-ops, when the unit built it ([tests] backend_ops)
 
 
 def collect_unit(plan: UnitPlan) -> UnitOutput:
@@ -33,13 +34,16 @@ def collect_unit(plan: UnitPlan) -> UnitOutput:
     for entry in sorted(bindir.iterdir()):
         if entry.is_symlink():
             links.setdefault(os.path.realpath(entry), []).append(entry.name)
-    executables, libraries, modules = [], [], []
+    executables, libraries, modules, tests = [], [], [], []
     for target in plan.targets:
         exe = bindir / target
         if not exe.is_file():
             raise BuildFailed(f"target {target} was not built", where=str(bindir),
                               fix="check the target name in the recipe's targets list")
-        executables.append(own_file(exe, "executable"))
+        if target == BACKEND_OPS:     # a test program: tests/, never bin/ with the tools
+            tests.append(own_file(exe, "test"))
+        else:
+            executables.append(own_file(exe, "executable"))
     for entry in sorted(bindir.iterdir()):
         if entry.is_symlink() or not entry.is_file() or entry.name in plan.targets:
             continue
@@ -58,6 +62,6 @@ def collect_unit(plan: UnitPlan) -> UnitOutput:
         if backend != "cpu" and not any(module_backend(m.source.name) == backend for m in modules):
             raise BuildFailed(f"the {backend} backend module libggml-{backend}.so was not built",
                               where=str(bindir), fix="read the configure output in assemble-build.log")
-    return UnitOutput(plan, tuple(executables), tuple(libraries), tuple(modules))
+    return UnitOutput(plan, tuple(executables), tuple(libraries), tuple(modules), tuple(tests))
 
 

@@ -9,10 +9,11 @@ from builder.runtime.layout import OwnFile, module_backend
 
 
 def merge_units(outputs: list[UnitOutput]) -> list[OwnFile]:
-    """One ggml base, one set of tools, and every unit's backend modules.
+    """One ggml base, one set of tools, every unit's backend modules, and the test program.
 
     Units must be built from the same sha with the same ABI-relevant ggml flags;
-    the first unit provides the tools and shared libraries.
+    the first unit provides the tools and shared libraries; test-backend-ops comes from the one
+    unit that built it (Recipe.backend_ops_unit), linked against the same ABI as the first's.
     """
     primary = outputs[0]
     for other in outputs[1:]:
@@ -37,4 +38,5 @@ def merge_units(outputs: list[UnitOutput]) -> list[OwnFile]:
                 raise AssembleError(f"two units both built {m.source.name}",
                                     fix="list each backend in exactly one unit")
             seen[m.dest] = m
-    return files + list(seen.values())
+    tests = next((out.tests for out in outputs if out.tests), ())
+    return files + list(seen.values()) + list(tests)
