@@ -8,6 +8,7 @@
 #   scripts/h200-acceptance.sh setup cudaunit                       # the CUDA unit of rocm-cuda-units
 #   scripts/h200-acceptance.sh setup build gpucheck cpuvariants     # CUDA code, driver floors, CPU variants
 #   scripts/h200-acceptance.sh setup build deploy                   # assemble deploy's tree, served and gated
+#   scripts/h200-acceptance.sh setup build ops placement            # verify --ops per device; the split's placement
 #   scripts/h200-acceptance.sh setup build placement                # the CUDA0 + Vulkan0 split's placement proof
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
@@ -226,6 +227,18 @@ stage_placement() {
   assemble verify "$RT" --smoke --model "$MODEL" "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/placement-1b.txt" || true
   grep -hE "layer split|placement" "$RESULTS/placement.txt" "$RESULTS/placement-1b.txt" | tee -a "$RESULTS/acceptance.log"
   echo "placement_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
+stage_ops() {
+  # verify --ops: upstream's test-backend-ops from the runtime's own tests/, on CUDA0 and Vulkan0,
+  # the default op list (builder/check/ops.py); the record it leaves (ops-checks.json) comes back too.
+  local t0=$SECONDS
+  log "verify --ops on every GPU device (default op list)"
+  assemble verify "$RT" --ops "${CHECKENV[@]}" --json > "$RESULTS/ops.json" || true
+  python3 -c "import json,sys; [print(c['name'], c['status'], c['reason']) for c in json.load(open(sys.argv[1]))['checks']
+if c['name'].startswith('ops')]" "$RESULTS/ops.json" | tee "$RESULTS/ops.txt" | tee -a "$RESULTS/acceptance.log" || true
+  cp "$RT/ops-checks.json" "$RESULTS/" 2>/dev/null || true
+  echo "ops_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
 for stage in "$@"; do "stage_$stage"; done
