@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import requests
-
 from builder.check.integrity import modules_in_bin
 from builder.errors import AssembleError
 from builder.paths import scratch
@@ -326,6 +324,7 @@ class ServerProcess(Protocol):
 def wait_health(base: str, timeout: float, proc: ServerProcess | None = None) -> str | None:
     """Poll base/health until it answers 200 (None), the server exits, or `timeout` seconds pass (why not).
     The one readiness wait: verify's smoke and deploy's gate use it."""
+    import requests                          # here: the CLI starts without loading it
     start = time.monotonic()
     while True:
         if proc is not None and (code := proc.poll()) is not None:
@@ -392,6 +391,7 @@ def smoke(runtime: Path, model: Path, device_args: list[str], env: dict[str, str
                 return Smoke(error=f"{not_ready}: " + _tail(log_path))
             observed = while_loaded(proc.pid) if while_loaded else {}
             t0 = time.monotonic()
+            import requests
             try:
                 resp = requests.post(base + "/completion", json={"prompt": SMOKE_PROMPT, "n_predict": 8,
                                                                   "temperature": 0, "cache_prompt": False},

@@ -33,7 +33,6 @@ from builder.digest import sha256_file
 from builder.runtime import manifest
 from builder.check.report import FAIL
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.elf import read_elf
 from builder.config.recipe import SHA256_RE
 from builder.config.upstream import toolkit_line
 from builder.runtime import layout
@@ -89,6 +88,7 @@ def epoch_for(m: Manifest) -> int:
 
 def runtime_arch(runtime: Path, m: Manifest) -> str:
     """The CPU architecture of the runtime's own executables (not of the machine packaging it)."""
+    from builder.runtime.elf import read_elf     # here: the CLI starts without pyelftools
     if m.platform == windows.PLATFORM:
         return windows.ARCH              # verify refused anything else
     for rec in m.files:
