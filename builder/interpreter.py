@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import tomllib
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 
 _PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
@@ -24,6 +23,7 @@ def requires_python() -> str:
             return str(project["requires-python"])
     except (OSError, tomllib.TOMLDecodeError):
         pass
+    from importlib import metadata           # here: it loads the email package, which the CLI rarely needs
     return metadata.metadata("assemble")["Requires-Python"]
 
 

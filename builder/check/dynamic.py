@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import requests
-
 from builder.check.integrity import modules_in_bin
 from builder.errors import AssembleError
 from builder.paths import scratch
@@ -327,6 +325,7 @@ class ServerProcess(Protocol):
 def wait_health(base: str, timeout: float, proc: ServerProcess | None = None) -> str | None:
     """Poll base/health until it answers 200 (None), the server exits, or `timeout` seconds pass (why not).
     The one readiness wait: verify's smoke and deploy's gate use it."""
+    import requests                          # here: the CLI starts without loading it
     start = time.monotonic()
     while True:
         if proc is not None and (code := proc.poll()) is not None:
@@ -390,6 +389,7 @@ def complete(base: str, prompt: str, n_predict: int, timeout: float, headers: di
     """POST base/completion once (temperature 0, no prompt cache) and read the answer's counts and timings.
     The one completion request: verify's smoke measures speeds with it, deploy's gate asks for exactly
     n_predict tokens (ignore_eos) with it."""
+    import requests                          # here: the CLI starts without loading it
     t0 = time.monotonic()
     body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "cache_prompt": False}
     if ignore_eos:

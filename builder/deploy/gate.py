@@ -13,8 +13,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import requests
-
 from builder.check.dynamic import ServerProcess, complete, wait_health
 from builder.check.placement import read_log
 
@@ -53,6 +51,8 @@ def gate(host: str, port: int, model_names: tuple[str, ...], timeout: float, n_p
     start = time.monotonic()
     base = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    import requests                          # here: the CLI starts without loading it
 
     def failed(step: str, detail: str) -> GateResult:
         return GateResult(False, step, detail, time.monotonic() - start)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.deploy import ledger as owned
+from builder.deploy.defaults import DEFAULT_KEEP
 from builder.deploy.layout import HostTree
 from builder.deploy.service import Recorder
 from builder.errors import AssembleError
 
-DEFAULT_KEEP = 2
 
 
 def retire(name: str, keep: int = DEFAULT_KEEP, root: Path = Path("/")) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -26,6 +26,7 @@ from typing import Any
 from builder import locks, ui
 from builder.deploy import ledger as owned
 from builder.deploy import ports
+from builder.deploy.defaults import DEFAULT_PORT, DEFAULT_PREFLIGHT, GATE_TIMEOUT, PORT_TIMEOUT, PREFLIGHTS
 from builder.deploy.envfile import DEFAULT_HOST, parse_env, render_env
 from builder.deploy.gate import GateResult, devices_from_log, gate
 from builder.deploy.layout import ENV, FAILED_SUFFIX, RECORD, RUNTIME, SERVE, UNUSED_SUFFIX, HostTree
@@ -35,12 +36,6 @@ from builder.deploy.serve import render_serve
 from builder.deploy.service import Recorder, ServiceManager
 from builder.deploy.unit import UnitSpec, render_sysusers, render_unit
 from builder.errors import FAILED, AssembleError
-
-PREFLIGHTS = ("tiny", "model", "none")
-DEFAULT_PREFLIGHT = "tiny"
-DEFAULT_PORT = 8080
-GATE_TIMEOUT = 300.0
-PORT_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,6 @@ from builder import ui
 from builder.errors import AssembleError
 from builder.paths import cache_dir
 from builder.proc import run_logged
-from builder.runtime.layout import runtime_dir_name
-from builder.runtime.manifest import Manifest
 from builder.toolchain.container import Engine, containerfile, find_engine
 from builder.toolchain.detect import version_tuple
 
@@ -38,6 +36,8 @@ def plan_image(runtime: Path, *, engine: Engine | None = None, tag: str | None =
     if not (server.is_file() and os.access(server, os.X_OK)):
         raise AssembleError("no executable bin/llama-server (the image's entrypoint)", where=where,
                             fix="pass a runtime folder made by `assemble build` whose recipe targets llama-server")
+    from builder.runtime.layout import runtime_dir_name   # here: the CLI names RUNTIME_BASE in its help
+    from builder.runtime.manifest import Manifest         # without loading the manifest's dataclasses
     manifest = Manifest.load(runtime)        # ManifestInvalid: one line, exit 1
     recipe = manifest.recipe.name
     sha = manifest.llama_cpp.sha or "local"

@@ -33,21 +33,18 @@ from builder.digest import sha256_file
 from builder.runtime import manifest
 from builder.check.report import FAIL
 from builder.errors import AssembleError, BuildFailed
-from builder.runtime.elf import read_elf
 from builder.config.recipe import SHA256_RE
 from builder.config.upstream import toolkit_line
 from builder.runtime import layout
 from builder.runtime.layout import runtime_dir_name
 from builder.runtime.manifest import Manifest
 from builder import windows
+from builder.release.formats import DEFAULT_FORMAT as DEFAULT_FORMAT, FORMATS as FORMATS, SUMS as SUMS  # read from here too
+from builder.release.formats import WINDOWS_FORMAT as WINDOWS_FORMAT
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-FORMATS = ("tar.zst", "tar.gz", "zip")
-DEFAULT_FORMAT = "tar.zst"   # multi-threaded: a 2.3 GB runtime is a two-minute gzip (scripts/bench-compress.py)
-WINDOWS_FORMAT = "zip"       # the one format of Windows runtimes (Explorer opens it; no symlinks to keep)
-SUMS = "SHA256SUMS"
 PART_TAG = ".part-"
 _MACHINES = {"EM_X86_64": "x86_64", "EM_AARCH64": "aarch64", "EM_PPC64": "ppc64le", "EM_RISCV": "riscv64",
              "EM_S390": "s390x"}
@@ -89,6 +86,7 @@ def epoch_for(m: Manifest) -> int:
 
 def runtime_arch(runtime: Path, m: Manifest) -> str:
     """The CPU architecture of the runtime's own executables (not of the machine packaging it)."""
+    from builder.runtime.elf import read_elf     # here: the CLI starts without pyelftools
     if m.platform == windows.PLATFORM:
         return windows.ARCH              # verify refused anything else
     for rec in m.files:

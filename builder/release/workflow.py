@@ -29,7 +29,7 @@ from builder.config import remotecache
 from builder.config.glibc import RELEASE_FLOOR
 from builder.errors import AssembleError
 from builder.release.matrix import Entry, in_repository
-from builder.release.package import DEFAULT_FORMAT, SUMS
+from builder.release.formats import DEFAULT_FORMAT, SUMS
 
 KINDS = ("cuda", "rocm", "container", "vulkan", "default")
 # A runner label: what GitHub's hosted images and self-hosted labels use (ubuntu-22.04, gpu_amd, x64).

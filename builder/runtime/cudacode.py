@@ -38,9 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from elftools.common.utils import struct_parse
-from elftools.elf.elffile import ELFFile
-
 from builder.errors import FAILED, AssembleError
 
 SECTION = b".nv_fatbin"
@@ -148,6 +145,8 @@ def _find_section(stream: BinaryIO) -> tuple[int, int] | None:
 
     pyelftools' section objects are not built: they parse symbol and hash tables.
     """
+    from elftools.common.utils import struct_parse   # here: the CLI starts without pyelftools
+    from elftools.elf.elffile import ELFFile
     elf = ELFFile(stream)
     count = elf.num_sections()
     if count == 0:

@@ -17,8 +17,10 @@ from __future__ import annotations
 import re
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from builder.runtime.elf import ElfCode, read_code
+if TYPE_CHECKING:   # the ELF reader is imported where a file is read: the CLI starts without it
+    from builder.runtime.elf import ElfCode
 
 ENTRY = "cudaRuntimeGetVersion"
 # [endbr64] [testq %rdi,%rdi; je ...] movl $imm32,(%rdi); xorl %eax,%eax; ret
@@ -50,4 +52,5 @@ def _version(code: ElfCode) -> str | None:
 def runtime_version(path: Path | str) -> str | None:
     """"12.8" for a libcudart of CUDA 12.8; None when its code does not say (not a libcudart,
     damaged, or a build whose code this reading does not know)."""
+    from builder.runtime.elf import read_code
     return read_code(path, _version)

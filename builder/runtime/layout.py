@@ -27,7 +27,6 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from builder.config.targets import gfx_tokens
-from builder.runtime.elf import section_strings
 from builder.runtime.policy import DataRule, data_rules_for
 
 BIN_DIR = "bin"                       # executables and backend modules
@@ -130,6 +129,7 @@ def arch_tokens(relpath: str) -> set[str]:
 def expected_places(library: Path, rule: DataRule) -> tuple[str, ...]:
     """Where this library reads its data, relative to its folder: the versioned place its
     strings name (a distribution's patch) first, then the upstream place."""
+    from builder.runtime.elf import section_strings   # here: naming a runtime folder needs no ELF reader
     places: list[str] = []
     if rule.versioned:
         for s in section_strings(library, rule.versioned.encode()):

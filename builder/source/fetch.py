@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-import requests
-
 from builder import locks, paths, ui
 from builder.proc import git, last_line
 from builder.errors import AssembleError, BuildFailed
@@ -97,6 +95,7 @@ def verify_git_tree(tree: Path, sha: str) -> dict[str, Any]:
 
 
 def _sdist_url(m: Mirror) -> str:
+    import requests                               # here: the CLI starts without loading it
     index = f"{PYPI_SIMPLE.rstrip('/')}/{m.package}/"
     _reachable(index)
     try:
@@ -127,6 +126,7 @@ def _sdist_archive(m: Mirror) -> Path:
     downloads.mkdir(parents=True, exist_ok=True)
     archive = downloads / f"{m.package}-{m.version}.tar.gz"
     if not archive.is_file() or sha256_file(archive) != m.sha256:  # the index is asked only when needed
+        import requests
         try:
             fetch_verified(_sdist_url(m), archive, m.field("sha256"), None, requests.Session(),
                            other_mirror="the next mirror of the recipe is tried")

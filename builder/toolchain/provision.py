@@ -25,10 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin
-
-import requests
 
 from builder import ui
 from builder.config.recipe import SHA256_RE
@@ -37,6 +35,9 @@ from builder.digest import sha256_file
 from builder.source.archive import ArchiveRefused, extract_members
 from builder.paths import cache_dir
 from builder.toolchain.detect import cuda_toolkit, version_tuple
+
+if TYPE_CHECKING:   # requests is imported where it downloads: the CLI starts without loading it
+    import requests
 
 DEFAULT_BASE_URL = "https://developer.download.nvidia.com/compute/cuda/redist/"
 BASE_URL_ENV = "ASSEMBLE_CUDA_REDIST_URL"
@@ -129,6 +130,7 @@ def fetch_manifest(version: str, url: str, session: requests.Session) -> dict[st
     except (OSError, ValueError):
         pass
     full = urljoin(url, f"redistrib_{version}.json")
+    import requests
     try:
         resp = session.get(full, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT))
     except requests.RequestException as exc:
@@ -240,6 +242,7 @@ def _fetch(full: str, part: Path, name: str, size: int | None, session: requests
 
     Returns whether any bytes came from a resumed request.
     """
+    import requests
     bar = ui.Progress(name, size, unit="bytes")
     last_error = "no response"
     resumed = False
@@ -387,6 +390,7 @@ def ensure_cuda(version: str, components: tuple[str, ...] | None = None, *, url:
             return have
         url = base_url(url)
         where = urljoin(url, f"redistrib_{version}.json")
+        import requests
         with requests.Session() as session:
             manifest = fetch_manifest(version, url, session)
             archives = select_archives(manifest, components, plat, where)

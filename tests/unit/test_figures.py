@@ -70,6 +70,8 @@ def test_record_keeps_a_real_pytest_run_and_refuses_a_failing_one(tmp_path):
     data = json.loads(record.read_text())
     assert data["outcomes"] == {"passed": 2, "skipped": 1}
     assert data["seconds"] > 0 and data["command"] == shlex.join(cmd)
+    assert data["cpu_seconds"] > 0 and data["load_average_before"] >= 0   # CPU: the figure a shared machine keeps
+    assert "of CPU): 2 passed, 1 skipped" in out.read_text()
     assert "2 passed, 1 skipped" in out.read_text()
 
     (tests / "test_b.py").write_text("def test_fails():\n    assert False\n")

@@ -10,7 +10,6 @@ from builder.cli.result import print_runtime
 from builder.config.options import BuildConfig, resolve
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
-from builder.runtime.layout import runtime_dir_name
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -50,6 +49,7 @@ def config_of(args: argparse.Namespace) -> BuildConfig:
 
 def run(args: argparse.Namespace) -> int:
     from builder.flows.build import BuildRequest, build, build_unit  # heavy imports only when building
+    from builder.runtime.layout import runtime_dir_name
 
     recipe = load_recipe(args.recipe)
     if args.keep is not None and args.keep < 0:

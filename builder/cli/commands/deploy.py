@@ -31,8 +31,7 @@ exit status: 0 in service and gated, 1 a gate, preflight or port wait failed (af
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
-    from builder.deploy.retire import DEFAULT_KEEP
-    from builder.deploy.switch import DEFAULT_PORT, DEFAULT_PREFLIGHT, GATE_TIMEOUT, PORT_TIMEOUT, PREFLIGHTS
+    from builder.deploy.defaults import DEFAULT_KEEP, DEFAULT_PORT, DEFAULT_PREFLIGHT, GATE_TIMEOUT, PORT_TIMEOUT, PREFLIGHTS
 
     p = sub.add_parser("deploy", parents=[common], help="put a runtime in service as a gated, hardened systemd unit",
                        description="Copy a verified runtime into /opt/assemble/NAME/releases/, write its env file, "
@@ -93,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         return _report(out, args.json)
     if args.retire:
         _refuse_extra(args, "--retire", {"--keep", "--root"})
-        from builder.deploy.retire import DEFAULT_KEEP, retire
+        from builder.deploy.defaults import DEFAULT_KEEP
+        from builder.deploy.retire import retire
         from builder.deploy.switch import check_root
         deleted, kept = retire(args.retire, DEFAULT_KEEP if args.keep is None else args.keep, check_root(args.root))
         if args.json:

@@ -9,13 +9,16 @@ import os
 import shutil
 import sys
 import textwrap
+from typing import TYPE_CHECKING
 
-from builder.check import doctor
 from builder.cli.args import Subparsers, add_recipe, add_toolkit_options
 from builder.config.options import CliOptions
 from builder.errors import AssembleError
 from builder.config.recipe import load_recipe
 from builder.toolchain.detect import PROBE_TIMEOUT
+
+if TYPE_CHECKING:   # the probes are imported where they run: every other command starts without them
+    from builder.check import doctor
 
 EXAMPLES = """examples:
   assemble doctor                          what this host has, in seconds
@@ -24,7 +27,6 @@ EXAMPLES = """examples:
 exit status: 0 ready (or no recipe given), 1 the recipe cannot build here, 2 bad input"""
 
 MAX_TIMEOUT = 600.0   # a probe that needs longer is a hung tool, not a slow one
-_COLOURS = {doctor.OK: "32", doctor.WARN: "33", doctor.MISSING: "31", doctor.INFO: "36"}
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.timeout) and 0 < args.timeout <= MAX_TIMEOUT):
         raise AssembleError(f"--timeout {args.timeout:g} is not a number of seconds between 0 and {MAX_TIMEOUT:g}",
                             where="--timeout", fix=f"write e.g. --timeout {PROBE_TIMEOUT:g}")
+    from builder.check import doctor
     recipe = load_recipe(args.recipe) if args.recipe else None  # bad recipe: exit 2 before probing
     cli = CliOptions(cuda_root=args.cuda_root, rocm_path=args.rocm_path)
     report = doctor.diagnose(recipe, cli=cli, timeout=args.timeout)
@@ -56,14 +59,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _paint(status: str, text: str) -> str:
+    from builder.check import doctor
     if sys.stdout.isatty() and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb":
-        return f"\033[{_COLOURS[status]}m{text}\033[0m"
+        colour = {doctor.OK: "32", doctor.WARN: "33", doctor.MISSING: "31", doctor.INFO: "36"}[status]
+        return f"\033[{colour}m{text}\033[0m"
     return text
 
 
 def render(report: doctor.Diagnosis, *, verbose: bool = False, quiet: bool = False, width: int | None = None) -> str:
     """The table: status, check, what was found; below a row, what it means and how to fix it.
     Quiet keeps only rows that need action; verbose also explains the rows that are fine."""
+    from builder.check import doctor
     width = width or max(60, min(shutil.get_terminal_size((100, 24)).columns, 140))
     name_w = max(len(c.name) for c in report.checks) + 2
     lead = 2 + 9 + name_w

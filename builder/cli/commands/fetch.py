@@ -10,7 +10,6 @@ from builder.cli.args import Subparsers, add_recipe
 from builder.config.options import with_mirrors
 from builder.config.recipe import load_recipe
 from builder.paths import cache_dir
-from builder.source.fetch import cached_tree, pinned_tree
 
 EPILOG = """examples:
   assemble fetch rocm                              the pinned tree of the rocm recipe, into the cache
@@ -39,6 +38,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from builder.source.fetch import cached_tree, pinned_tree   # here: `--help` needs no downloader
     recipe = load_recipe(args.recipe)
     sha = recipe.pin.sha
     was_cached = cached_tree(sha) is not None

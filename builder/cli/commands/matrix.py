@@ -5,15 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from builder.config.targets import GfxTarget
 from builder import __version__
 from builder.cli.args import Subparsers, add_recipe
-from builder.release import workflow
 from builder.release.matrix import FORMATS, entries, render
 from builder.config.recipe import SHA_RE, URL_RE, load_recipe
 from builder.errors import AssembleError
 from builder.proc import run as run_tool
+
+if TYPE_CHECKING:   # the workflow writer is imported where it writes: every other command starts without it
+    from builder.release import workflow
 
 CHECKOUT = Path(__file__).resolve().parents[3]     # the folder builder/ sits in
 
@@ -56,6 +59,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from builder.release import workflow
     if args.json and args.format == "github":
         raise AssembleError("--json and --format github ask for two outputs", where="matrix",
                             fix="drop one: --json prints the readable list, --format github the one-line matrix")
@@ -90,6 +94,7 @@ def pinning(ref: str | None, repo: str | None) -> tuple[workflow.Pinning, bool]:
     """The assemble the workflow installs: --assemble-ref, else the commit this checkout is at; from
     --assemble-repo, else the repository the workflow runs in, which holds that commit only when it is
     assemble's own (the workflow is emitted from this checkout)."""
+    from builder.release import workflow
     if repo is not None and not URL_RE.fullmatch(repo):
         raise AssembleError(f"{repo!r} is not a git URL", where="--assemble-repo",
                             fix="pass the https URL of the repository holding that commit")

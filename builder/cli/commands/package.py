@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from builder.cli.args import Subparsers
-from builder.release.package import DEFAULT_FORMAT, FORMATS, WINDOWS_FORMAT, package
+from builder.release.formats import DEFAULT_FORMAT, FORMATS, WINDOWS_FORMAT
 
 
 def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -40,6 +40,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from builder.release.package import package   # here: `--help` needs no packager
     result = package(Path(args.runtime), Path(args.out_dir), args.format, with_tests=args.with_tests)
     if args.json:
         print(json.dumps({"archive": str(result.archive), "sha256": result.sha256, "size": result.size,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from builder.source import pin as pinning
 from builder import ui
 from builder.cli.args import Subparsers, add_recipe
 from builder.errors import AssembleError
@@ -50,6 +49,7 @@ def _default_repo(recipe: Recipe) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from builder.source import pin as pinning   # here: `--help` needs no git reader
     recipe = load_recipe(args.recipe)
     spec = args.repo or _default_repo(recipe)
     ui.step(f"pin {recipe.name}: {', '.join(recipe.pin.features) or '(no features)'} at {args.ref} in {spec}")

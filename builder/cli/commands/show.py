@@ -7,7 +7,6 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from builder import ui
-from builder.units.plan import PLACEHOLDER
 from builder.cli.args import Subparsers, add_plan_options, add_recipe, cli_options
 from builder.config.options import BuildConfig, resolve
 from builder.config.recipe import load_recipe
@@ -41,6 +40,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from builder.flows.build import preview
+    from builder.units.plan import PLACEHOLDER
 
     recipe = load_recipe(args.recipe)
     config = resolve(recipe, cli_options(args))

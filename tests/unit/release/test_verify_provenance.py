@@ -9,9 +9,11 @@ provenance. Refusals are one line, exit 2.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -21,14 +23,28 @@ from tests.support.common import assemble, one_error_line
 from tests.support.glibcfloor import glibc_runtime, plant
 
 
-@pytest.fixture
-def release(tmp_path):
-    rt = glibc_runtime(tmp_path / "build",
+@pytest.fixture(scope="module")
+def _released(tmp_path_factory):
+    """Built (two compiles), packaged and unpacked once per module: 3-4 s on the 2-core machine."""
+    root = tmp_path_factory.mktemp("release")
+    rt = glibc_runtime(root / "build",
                        floor={"promised": "2.35", "stated_by": "recipe", "needed_by": "bin/llama-server"})
-    result = package.package(rt, tmp_path / "dist", "tar.gz")
-    (tmp_path / "unpacked").mkdir()   # unpacked as a user would, with tar (not Python's tarfile)
-    subprocess.run(["tar", "-xf", str(result.archive), "-C", str(tmp_path / "unpacked")], check=True)
-    return result, tmp_path / "unpacked" / "runtime-cpu"
+    result = package.package(rt, root / "dist", "tar.gz")
+    (root / "unpacked").mkdir()   # unpacked as a user would, with tar (not Python's tarfile)
+    subprocess.run(["tar", "-xf", str(result.archive), "-C", str(root / "unpacked")], check=True)
+    return root, result
+
+
+@pytest.fixture
+def release(_released, tmp_path):
+    """Each test's own copy of the release (the outputs and the unpacked runtime), free to tamper with."""
+    root, result = _released
+    for part in ("dist", "unpacked"):
+        shutil.copytree(root / part, tmp_path / part, symlinks=True)
+    moved = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    assert all(v.parent == root / "dist" for v in moved.values() if isinstance(v, Path)), moved
+    moved.update({k: tmp_path / "dist" / v.name for k, v in moved.items() if isinstance(v, Path)})
+    return dataclasses.replace(result, **moved), tmp_path / "unpacked" / "runtime-cpu"
 
 
 def _verify(runtime, result, *more):

@@ -3,6 +3,9 @@ and NVIDIA's rules for which of them a GPU of a given compute capability can run
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import shutil
 import struct
 import subprocess
@@ -13,6 +16,7 @@ from elftools.elf.elffile import ELFFile
 
 from builder.errors import AssembleError
 from builder.runtime.cudacode import CudaCode, read_cuda_code, runs_on, scan
+from tests.support.common import TEST_CACHE
 
 KERNEL = """
 __global__ void add(float *a, const float *b, int n) {
@@ -50,20 +54,31 @@ def _nvcc() -> str | None:
     return None
 
 
+# libs: 15-20 s of nvcc on the 2-core machine, once per nvcc release: the libraries are kept in the test
+# cache under a key of nvcc's --version, the kernel and the flags (a new nvcc or a changed case compiles
+# again), so a second run, and the second xdist worker, read them in milliseconds.
 @pytest.fixture(scope="module")
-def libs(tmp_path_factory) -> dict[str, Path]:
+def libs() -> dict[str, Path]:
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("needs nvcc (the CUDA toolkit) to compile real fat binaries")
-    folder = tmp_path_factory.mktemp("fatbin")
-    source = folder / "k.cu"
-    source.write_text(KERNEL)
-    procs = {name: subprocess.Popen([nvcc, "-shared", "-Xcompiler", "-fPIC", "-o", str(folder / f"{name}.so"),
-                                     str(source), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for name, args in BUILDS.items()}   # in parallel: each takes seconds
-    for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"nvcc {name} failed:\n{out}"
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60, check=True).stdout
+    key = hashlib.sha256(json.dumps([version, KERNEL, BUILDS]).encode()).hexdigest()[:16]
+    folder = TEST_CACHE / "cudacode" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)         # the other worker may be compiling them
+        if not (folder / "done").is_file():
+            source = folder / "k.cu"
+            source.write_text(KERNEL)
+            procs = {name: subprocess.Popen([nvcc, "-shared", "-Xcompiler", "-fPIC", "-o", str(folder / f"{name}.so"),
+                                             str(source), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                            text=True)
+                     for name, args in BUILDS.items()}   # in parallel: each takes seconds
+            for name, proc in procs.items():
+                out, _ = proc.communicate(timeout=300)
+                assert proc.returncode == 0, f"nvcc {name} failed:\n{out}"
+            (folder / "done").write_text(version)
     return {name: folder / f"{name}.so" for name in BUILDS}
 
 
