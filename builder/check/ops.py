@@ -64,6 +64,7 @@ RECORD_FORMAT = 1
 _OP_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 _INSERT = re.compile(r"INSERT INTO test_backend_ops \(([^)]*)\) VALUES \((.*)\);\s*$")
 _VALUE = re.compile(r"'([^']*)'")
+_VALUES = re.compile(r"'[^']*'(?:, '[^']*')*")          # the whole VALUES list: a stray quote breaks it
 
 
 def parse_op_list(text: str, where: str = "--ops") -> tuple[str, ...]:
@@ -107,7 +108,7 @@ def parse_sql(text: str) -> Parsed:
         if not m:
             continue
         fields = [f.strip() for f in m.group(1).split(",")]
-        values = _VALUE.findall(m.group(2))
+        values = _VALUE.findall(m.group(2)) if _VALUES.fullmatch(m.group(2)) else []
         if len(values) != len(fields):
             unreadable += 1
             continue
