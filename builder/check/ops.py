@@ -25,7 +25,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -198,8 +198,8 @@ def judge(result: OpsRun) -> Check:
     """PASS with the counts and time, or FAIL naming what went wrong: the first failing cases, a crash
     or a timeout (with the end of stderr), names that matched nothing, output that could not be read."""
     name, ran, failed = check_name(result.device), result.ran, result.failed
-    counts = f"{len(ran)} op cases passed ({result.unsupported} not supported by {result.device}) in " \
-             f"{result.seconds:.1f}s"
+    counts = (f"{len(ran)} op cases passed ({result.unsupported} not supported by {result.device}) in "
+              f"{result.seconds:.1f}s")
     if result.error:
         return Check(name, FAIL, f"test-backend-ops {result.error} after {len(ran)} cases"
                      + (f": {result.stderr_tail}" if result.stderr_tail else ""),
@@ -257,7 +257,7 @@ class DeviceRecord:
             raise _invalid(where, "a device entry is not an object")
         strings = ("device", "description", "result", "driver", "host", "time", "assemble")
         counts = ("passed", "failed", "unsupported")
-        if set(data) != {f for f in cls.__dataclass_fields__}:
+        if set(data) != set(cls.__dataclass_fields__):
             raise _invalid(where, f"a device entry's keys are {sorted(data)}")
         for key in strings:
             if not isinstance(data[key], str):
@@ -328,7 +328,7 @@ def record_entry(result: OpsRun, check: Check, description: str, driver: str) ->
     return DeviceRecord(result.device, description, PASS if check.status == PASS else FAIL, len(result.ran) - len(failed),
                         len(failed), result.unsupported, tuple(c.label for c in failed[:MAX_NAMED]), result.ops,
                         round(result.seconds, 2), driver, socket.gethostname(),
-                        datetime.now(timezone.utc).isoformat(timespec="seconds"), __version__)
+                        datetime.now(UTC).isoformat(timespec="seconds"), __version__)
 
 
 def write_record(runtime: Path, entries: list[DeviceRecord]) -> Check:

@@ -183,9 +183,9 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     elif (runtime / "bin" / "llama-server").is_file():
         if driver := gpufit.cuda_driver_check(host.cuda, host.nvidia):
             checks.append(driver)
-        device_checks, listed = _device_checks(runtime, backends, env, host)
+        device_checks, shown = _device_checks(runtime, backends, env, host)
         checks += device_checks
-        gpu_listed = [d for d in listed.devices if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
+        gpu_listed = [d for d in shown.devices if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
         checks.append(cpuvariant.cpu_variant_check(runtime, env))
         checks.append(_planted_check(runtime, env, accepted))
         checks.append(_ld_library_path_check(runtime, env))
@@ -195,7 +195,7 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
                 if b in DEVICE_PREFIX and not any(d.startswith(DEVICE_PREFIX[b]) for d in gpu_listed):
                     checks.append(Check(f"smoke {DEVICE_PREFIX[b]}", SKIP, f"not run: no {b} device on this host"))
         if ops:
-            checks += opscheck.ops_checks(runtime, gpu_listed, listed.descriptions, ops, env)
+            checks += opscheck.ops_checks(runtime, gpu_listed, shown.descriptions, ops, env)
     else:
         checks.append(Check("llama-server", FAIL, "bin/llama-server is missing", "rebuild the runtime"))
     return Report(str(runtime), tuple(checks))
