@@ -217,6 +217,11 @@ def judge(result: OpsRun) -> Check:
     if result.parsed.unreadable:
         return Check(name, FAIL, f"{result.parsed.unreadable} result lines of test-backend-ops could not be read",
                      "its --output sql format changed: update builder/check/ops.py")
+    if not result.parsed.cases:
+        return Check(name, FAIL, f"test-backend-ops ran no case on {result.device}"
+                     + (f": {result.stderr_tail}" if result.stderr_tail else ""),
+                     f"it loads the backend modules through the links in {TESTS_DIR}/ (to bin/): check them, and "
+                     "that the device and op names are the ones llama-server --list-devices and --list-ops print")
     if result.unmatched:
         return Check(name, FAIL, f"no case is named {', '.join(result.unmatched)}: nothing was tested for it",
                      "name ops as `tests/test-backend-ops --list-ops` prints them; a GLU or UNARY op by its "

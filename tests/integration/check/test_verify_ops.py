@@ -48,6 +48,18 @@ def test_vulkan_runtime_passes_ops_and_records_it(vulkan_runtime, tmp_path):
     assert again.returncode == 0, again.stderr
 
 
+def test_a_missing_module_link_fails_the_device(vulkan_runtime, tmp_path):
+    """Without tests/libggml-vulkan.so test-backend-ops never loads Vulkan: it runs nothing and exits 0."""
+    runtime = _copy(vulkan_runtime, tmp_path)
+    (runtime / "tests" / "libggml-vulkan.so").unlink()
+    proc = assemble("verify", str(runtime), "--ops", "SCALE", *LAVAPIPE, "--json")
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert proc.returncode == 1
+    assert checks["ops Vulkan0"]["status"] == "fail"
+    assert checks["ops Vulkan0"]["reason"].startswith("test-backend-ops ran no case on Vulkan0"), checks["ops Vulkan0"]
+    assert load_record(runtime).devices[0].result == "fail"
+
+
 def test_default_list_is_what_runs_without_a_list(vulkan_runtime, tmp_path):
     """--ops alone runs DEFAULT_OPS: every name in it matches cases of the pin's test-backend-ops."""
     listed = subprocess.run([str(vulkan_runtime / "tests" / "test-backend-ops"), "--list-ops"], env={},

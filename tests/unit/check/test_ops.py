@@ -91,6 +91,13 @@ def test_an_op_no_case_is_named_after_fails():
     assert check.status == FAIL and "no case is named GLU" in check.reason and "SWIGLU" in check.hint
 
 
+def test_a_run_with_no_case_at_all_fails():
+    """-b names a device test-backend-ops did not load (a module link missing in tests/): it runs nothing, exit 0."""
+    check = judge(_run([], stderr_tail="load_backend: loaded CPU backend from tests/libggml-cpu-x64.so"))
+    assert check.status == FAIL and check.reason.startswith("test-backend-ops ran no case on Vulkan0: load_backend")
+    assert "links in tests/" in check.hint
+
+
 def test_unreadable_output_fails():
     check = judge(OpsRun("Vulkan0", ("SCALE",), 1.0, Parsed((_case(1),), unreadable=2), 0))
     assert check.status == FAIL and "2 result lines" in check.reason
