@@ -11,7 +11,7 @@ Output format: `--output sql`. Each case is one `INSERT INTO test_backend_ops (f
 ('...', ...);` line naming its own fields, with `supported` and `passed` as 0/1. The console
 format only colours OK/FAIL, and `--output csv` leaves the `passed` column out (csv_printer's
 field list), so neither says per case whether it passed as plainly. A failing comparison prints
-its error (e.g. "[SCALE] NMSE = ... > ...") just before the INSERT on the same line, so a line is
+its error (e.g. "[SCALE] ERR = 0.045505699 > 0.000000100 ") just before the INSERT on the same line, so a line is
 searched, never matched from its start. A case that fails before it has a result (a failed
 allocation) has no INSERT line: the exit status catches it.
 """

@@ -23,6 +23,7 @@ from tests.support.common import REPO
 
 CAPTURED = REPO / "tests" / "data" / "ops-output"
 PASSING = CAPTURED / "lavapipe-scale-pass.sql"     # test-backend-ops test -b Vulkan0 -o SCALE --output sql
+FAILING = CAPTURED / "lavapipe-scale-fault.sql"    # the same, by the planted-fault runtime (tests/data/ops-fault)
 
 
 # --- the parser -----------------------------------------------------------------------------------
@@ -39,12 +40,20 @@ def test_parse_real_passing_run():
     assert supported[0].label == "SCALE(type=f32,ne=[10,10,10,10],scale=2.000000,bias=0.000000,inplace=0)"
 
 
-def test_a_comparison_error_printed_before_the_insert_does_not_hide_the_case():
-    """test-backend-ops prints "[OP] NMSE = ... > ... " on stdout just before a failing case's INSERT."""
-    line = next(ln for ln in PASSING.read_text().splitlines() if "'1', '1'" in ln)
-    failing = "[SCALE] NMSE = 0.061035156 > 0.000000100 " + line.replace("'1', '1', ''", "'1', '0', 'test failed'")
-    [case] = parse_sql(failing).cases
-    assert case.supported and not case.passed and case.error == "test failed"
+def test_parse_real_failing_run_of_the_planted_fault():
+    """The faulty runtime prints "[SCALE] ERR = ... > ... " on stdout just before a failing case's INSERT,
+    on the same line: the case is still read, and judged."""
+    text = FAILING.read_text()
+    assert "[SCALE] ERR = " in text
+    parsed = parse_sql(text)
+    assert parsed.unreadable == 0 and len(parsed.cases) == 7
+    failed = [c for c in parsed.cases if c.supported and not c.passed]
+    assert len(failed) == 4 and all(c.error == "test failed" for c in failed)
+    check = judge(OpsRun("Vulkan0", ("SCALE",), 2.0, parsed, 1))
+    assert check.status == FAIL
+    assert check.reason.startswith("4 of 4 op cases differ from the CPU backend: "
+                                   "SCALE(type=f32,ne=[10,10,10,10],scale=2.000000,bias=0.000000,inplace=0), ")
+    assert check.reason.endswith(" +1 more")
 
 
 def test_a_row_whose_values_do_not_match_its_fields_is_counted_unreadable():
