@@ -23,8 +23,8 @@ from pathlib import Path
 
 from builder.check.report import FAIL, PASS, SKIP, Check
 from builder.config.recipe import BACKENDS
-from builder.runtime.layout import BIN_DIR, module_backend
-from builder.runtime.manifest import NAME, Manifest, ManifestInvalid, check_files
+from builder.runtime.layout import BIN_DIR, TESTS_DIR, in_tests, module_backend
+from builder.runtime.manifest import NAME, Manifest, ManifestInvalid, check_files, tests_left_out
 
 _SPECIAL = ((stat.S_ISUID, "setuid"), (stat.S_ISGID, "setgid"), (stat.S_ISVTX, "sticky"))
 
@@ -112,7 +112,10 @@ def _manifest_finding(runtime: Path, m: Manifest | None, invalid: ManifestInvali
         found = check_files(runtime, m)
     except (OSError, ValueError) as exc:      # an unreadable file, a name the file system cannot hold
         found = [f"cannot read the runtime against its manifest ({getattr(exc, 'strerror', None) or exc})"]
-    return Finding("manifest hashes", tuple(found), f"{len(m.files)} files match their sha256",
+    absent = tests_left_out(runtime, m)
+    checked = [f for f in m.files if not (absent and in_tests(f.path))]
+    return Finding("manifest hashes", tuple(found), f"{len(checked)} files match their sha256"
+                   + (f" ({TESTS_DIR}/ left out as a whole: a runtime packaged without its tests)" if absent else ""),
                    "a file was changed, removed or added after the build: rebuild, or copy the whole runtime "
                    "again", limit=3)
 

@@ -30,12 +30,12 @@ from typing import Any, BinaryIO
 
 from elftools.elf.elffile import ELFFile
 
-from builder.runtime.layout import (BIN_DIR, LIB_DIR, arch_tokens, data_layout, data_libraries, is_ggml_loader,
-                                    module_backend)
+from builder.runtime.layout import (BIN_DIR, LIB_DIR, TESTS_DIR, arch_tokens, data_layout, data_libraries,
+                                    is_ggml_loader, module_backend)
 from builder.config import glibc
 from builder.config.glibc import host_glibc
 from builder.runtime.elf import ElfInfo, Lookup, VersionNeed, highest_need, lookup, read_elf
-from builder.runtime.manifest import GlibcFloor, Manifest
+from builder.runtime.manifest import BUILT, GlibcFloor, Manifest
 from builder.config.targets import GfxTarget
 from builder.errors import AssembleError
 from builder.runtime.policy import BUNDLE, NEVER, DataRule, classify
@@ -212,13 +212,14 @@ def hip_code_checks(runtime: Path, targets: tuple[str, ...]) -> list[Check]:
 # --- the files ---------------------------------------------------------------
 
 def _elf_files(runtime: Path, manifest: Manifest | None, unreadable: list[str]) -> dict[str, ElfInfo]:
-    """ELF files directly in bin/ and lib/ (data folders hold GPU code objects: not ours to load).
+    """ELF files directly in bin/, lib/ and tests/ (data folders hold GPU code objects: not ours to load;
+    tests/ holds test-backend-ops, checked like any program when present, and links to bin/'s modules).
 
     A file that starts like ELF but cannot be parsed (a truncated copy) goes to `unreadable`.
     """
     data = _data_paths(manifest)
     out: dict[str, ElfInfo] = {}
-    for folder in ("bin", LIB_DIR):
+    for folder in (BIN_DIR, LIB_DIR, TESTS_DIR):
         d = runtime / folder
         if not d.is_dir():
             continue
@@ -269,11 +270,11 @@ def _data_paths(manifest: Manifest | None) -> set[str]:
 
 
 def _own_files(files: dict[str, ElfInfo], manifest: Manifest | None) -> list[str]:
-    """Files the build produced: the manifest says so; without one, bin/ is ours."""
+    """Files the build produced (test programs too): the manifest says so; without one, bin/ and tests/."""
     if manifest and manifest.files:
         roles = {f.path: f.role for f in manifest.files}
-        return [rel for rel in files if roles.get(rel) == "own"]
-    return [rel for rel in files if rel.startswith("bin/")]
+        return [rel for rel in files if roles.get(rel) in BUILT]
+    return [rel for rel in files if rel.startswith((BIN_DIR + "/", TESTS_DIR + "/"))]
 
 
 def _inside(runtime: Path, path: Path) -> bool:
@@ -293,14 +294,14 @@ class Resolution:
 def _walk(runtime: Path, files: dict[str, ElfInfo], own: list[str]) -> list[Resolution]:
     """Every DT_NEEDED lookup ld.so makes, breadth first as it loads, with an empty environment.
 
-    Roots: each program in bin/ (its own process), then each backend module
+    Roots: each program in bin/ and tests/ (its own process), then each backend module
     dlopen()ed into llama-server's process. An object already loaded under a
     name answers later lookups of that name, as in ld.so: pinned NEEDED
     entries work that way. Our own libraries nothing reaches come next, and
     last the vendor libraries nothing reaches by DT_NEEDED (those a vendor
     library dlopen()s, such as HIP's comgr), into the same process.
     """
-    programs = [rel for rel, i in files.items() if rel.startswith("bin/") and i.is_program]
+    programs = [rel for rel, i in files.items() if rel.startswith((BIN_DIR + "/", TESTS_DIR + "/")) and i.is_program]
     modules = [rel for rel in files if rel.startswith("bin/") and module_backend(Path(rel).name)]
     host = "bin/llama-server" if "bin/llama-server" in programs else (programs[0] if programs else None)
     # A dlopen()ed module's loader chain: libggml, whose code dlopen()s it, then the executable.

@@ -20,7 +20,6 @@ from builder.config import cpulevels, remotecache
 from builder.config.recipe import Mirror, Recipe, Unit
 from builder.config.targets import CudaArch, GfxTarget
 from builder.errors import AssembleError
-from builder.runtime.layout import BACKEND_OPS
 
 # CMake settings of every unit, and why each:
 BASE_DEFINES = (
@@ -132,7 +131,7 @@ class UnitConfig:
     cuda_archs: tuple[CudaArch, ...] = ()
     hip_targets: tuple[GfxTarget, ...] = ()
     defines: tuple[Define, ...] = ()  # one per key, the winner of the cascade
-    tests: tuple[str, ...] = ()       # the test programs it builds besides the recipe's targets ([tests])
+    backend_ops: bool = False         # builds test-backend-ops besides the targets ([tests]; plan adds the target)
 
     def value(self, key: str) -> str | None:
         return next((d.value for d in self.defines if d.key == key), None)
@@ -146,7 +145,7 @@ class UnitConfig:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "backends": list(self.backends), "where": self.where.label(),
                 "cuda_archs": [str(a) for a in self.cuda_archs], "hip_targets": [str(t) for t in self.hip_targets],
-                "tests": list(self.tests), "defines": {d.key: d.value for d in self.defines}}
+                "backend_ops": self.backend_ops, "defines": {d.key: d.value for d in self.defines}}
 
 
 @dataclass(frozen=True)
@@ -257,8 +256,8 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
         gpu = ";".join(map(str, hip))
         cascade += [Define("GPU_TARGETS", gpu, "targets"), Define("AMDGPU_TARGETS", gpu, "targets"),
                     Define("GGML_HIP_RCCL", "ON" if recipe.hip and recipe.hip.rccl else "OFF", "recipe [hip]")]
-    tests = (BACKEND_OPS,) if recipe.backend_ops_unit() == unit.name else ()
-    if tests:                         # upstream's tests folder is configured, and only its one target built
+    backend_ops = recipe.backend_ops_unit() == unit.name
+    if backend_ops:                   # upstream's tests folder is configured, and only its one target built
         cascade.append(Define("LLAMA_BUILD_TESTS", "ON", "recipe [tests]"))
     cascade += [Define(k, v, "recipe") for k, v in recipe.defines]
     cascade += [Define(k, v, f"unit {unit.name}") for k, v in unit.defines]
@@ -270,7 +269,7 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
         raise AssembleError("[cpu] variants = \"all\" needs GGML_BACKEND_DL=ON (ggml picks a variant module at "
                             "run time)", where=f"{recipe.path} ({final['GGML_BACKEND_DL'].origin})",
                             fix='keep GGML_BACKEND_DL=ON, or name one level: [cpu] variants = "haswell"')
-    return UnitConfig(unit.name, unit.backends, where, tuple(cuda), tuple(hip), tuple(final.values()), tests)
+    return UnitConfig(unit.name, unit.backends, where, tuple(cuda), tuple(hip), tuple(final.values()), backend_ops)
 
 
 def _cpu_defines(recipe: Recipe) -> list[Define]:

@@ -25,7 +25,7 @@ from builder.config import cpulevels
 from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.runtime.elf import ElfInfo, dynamic_symbols, read_elf
-from builder.runtime.layout import OwnFile, is_ggml_loader, module_backend, own_file
+from builder.runtime.layout import BACKEND_OPS, BIN_DIR, TESTS_DIR, OwnFile, is_ggml_loader, module_backend, own_file
 
 SKIP_DIRS = {"CMakeFiles", ".git", "__pycache__", "share", "include", "doc"}   # never hold what a runtime runs
 EXECUTABLE_PREFIXES = ("llama-",)
@@ -56,6 +56,7 @@ class Found:
     modules: tuple[OwnFile, ...]
     left_out: tuple[LeftOut, ...]     # every other file that is llama.cpp's by name or by ELF identity
     names: frozenset[str] = frozenset()   # executable and module file names seen (what --without may name)
+    tests: tuple[OwnFile, ...] = ()   # test-backend-ops (upstream's archives: beside llama-server; a runtime: tests/)
 
     @property
     def base(self) -> OwnFile | None:
@@ -197,6 +198,7 @@ class _Sorted:
         self.exes: dict[str, Path] = {}
         self.libs: dict[str, tuple[Path, ElfInfo]] = {}  # soname (or file name) -> the real file
         self.mods: dict[str, Path] = {}
+        self.tests: dict[str, Path] = {}
         self.left: list[LeftOut] = []
         self.refused: list[tuple[Path, str]] = []       # (file, why)
         self.damaged_libs: dict[Path, str] = {}
@@ -204,6 +206,9 @@ class _Sorted:
 
     def take(self, p: Path) -> None:
         kind = named_kind(p.name)
+        if p.name == BACKEND_OPS:
+            self._test(p)
+            return
         if kind in ("executable", "module"):
             self.names.add(p.name)
             if p.name in self.without:
@@ -225,9 +230,27 @@ class _Sorted:
         elif (own := _needs_own(info)) is not None:
             self.left.append(LeftOut(p, f"not a llama-* executable or a backend module; it needs {own}"))
 
+    def _test(self, p: Path) -> None:
+        """test-backend-ops: carried to tests/ when whole and llama.cpp's; anything else about it is only
+        information (a runtime works without it)."""
+        self.names.add(p.name)
+        if p.name in self.without:
+            self.left.append(LeftOut(p, WITHOUT))
+        elif p.is_symlink() or not p.is_file():
+            self.left.append(LeftOut(p, "a symlink, not the program"))
+        elif why := _problem(p, "executable", *_elf(p)):
+            self.left.append(LeftOut(p, why))
+        elif p.name in self.tests:
+            self.left.append(LeftOut(p, f"{self.tests[p.name]} is carried"))
+        else:
+            self.tests[p.name] = p
+
     def _link(self, p: Path, kind: str | None) -> None:
         real = os.path.realpath(p)
         inside = real.startswith(self.real_root + os.sep)
+        if kind == "module" and p.parent.name == TESTS_DIR and os.readlink(p) == f"../{BIN_DIR}/{p.name}" \
+                and inside:
+            return                    # a runtime's tests/ view of its own bin/ module: made again, never carried
         if inside:
             self.links.setdefault(real, []).append(p.name)
         if kind and not inside:
@@ -283,7 +306,7 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
                             fix="give a build folder, a release archive or the packages that hold llama-server"
                             if executables_required else "a later input adds backend modules (libggml-<backend>.so)")
     _cpu_levels_complete(mods, without, shown(root))
-    starts = [read_elf(p) for p in [*exes.values(), *mods.values()]]
+    starts = [read_elf(p) for p in [*exes.values(), *mods.values(), *got.tests.values()]]
     needed = _closure(starts, libs)
     wanted = {n: info.path for info in [*starts, *(libs[x][1] for x in needed)] if info for n in info.needed}
     resolved = set(libs) | {p.name for p, _ in libs.values()}
@@ -302,7 +325,8 @@ def discover(root: Path, targets: Sequence[str] = (), without: Collection[str] =
     left += [LeftOut(p, f"{why}; nothing carried needs it") for p, why in damaged_libs.items()]
     left = sorted(left, key=lambda x: str(x.path))
     return Found(root, tuple(own_file(p, "executable") for p in exes.values()), tuple(own_libs),
-                 tuple(own_file(p, "module") for p in mods.values()), tuple(left), frozenset(got.names))
+                 tuple(own_file(p, "module") for p in mods.values()), tuple(left), frozenset(got.names),
+                 tuple(own_file(p, "test") for p in got.tests.values()))
 
 
 def cpu_level_files() -> tuple[str, ...]:

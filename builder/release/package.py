@@ -106,10 +106,13 @@ def archive_stem(runtime: Path, m: Manifest) -> str:
                                runtime_arch(runtime, m), m.llama_cpp.build, toolkit, system=m.platform)
 
 
-def _entries(runtime: Path) -> list[tuple[str, Path]]:
-    """(name inside the runtime, path) for every folder, file and link, in a fixed order."""
+def _entries(runtime: Path, with_tests: bool = True) -> list[tuple[str, Path]]:
+    """(name inside the runtime, path) for every folder, file and link, in a fixed order; without
+    tests/ (left out as a whole, which integrity accepts) unless with_tests."""
     out = []
     for root, dirs, files in os.walk(runtime):
+        if not with_tests and Path(root) == runtime and layout.TESTS_DIR in dirs:
+            dirs.remove(layout.TESTS_DIR)
         dirs.sort()
         base = Path(root)
         for name in dirs + files:
@@ -184,7 +187,7 @@ def _zstandard() -> ModuleType:
 _ZIP_EPOCH = 315532800 + 86400   # zip's DOS times start in 1980 (a day later: no time zone pushes it before)
 
 
-def _write_zip(runtime: Path, raw: BinaryIO, mtime: int, top: str) -> None:
+def _write_zip(runtime: Path, raw: BinaryIO, mtime: int, top: str, with_tests: bool = True) -> None:
     """Entries sorted, one fixed time, unix modes, no extra fields: the same bytes on every machine
     with the same zlib."""
     import time
@@ -200,7 +203,7 @@ def _write_zip(runtime: Path, raw: BinaryIO, mtime: int, top: str) -> None:
 
     with zipfile.ZipFile(raw, "w", compresslevel=_GZIP_LEVEL) as zf:
         zf.writestr(info(f"{top}/", stat.S_IFDIR | 0o755), b"")
-        for name, path in _entries(runtime):
+        for name, path in _entries(runtime, with_tests):
             t = _tarinfo(name, path, mtime)          # the same refusals and modes as the tar formats
             if t.isdir():
                 zf.writestr(info(f"{top}/{name}/", stat.S_IFDIR | 0o755), b"")
@@ -213,12 +216,13 @@ def _write_zip(runtime: Path, raw: BinaryIO, mtime: int, top: str) -> None:
                         out.write(chunk)
 
 
-def write_archive(runtime: Path, dest: Path, fmt: str, mtime: int, top: str) -> tuple[str, int]:
-    """Write the archive to `dest`; returns (sha256, size)."""
+def write_archive(runtime: Path, dest: Path, fmt: str, mtime: int, top: str,
+                  with_tests: bool = True) -> tuple[str, int]:
+    """Write the archive to `dest`; returns (sha256, size). with_tests=False leaves tests/ out."""
     if fmt == WINDOWS_FORMAT:
         with open(dest, "wb") as f:
             raw = _Hashing(f)
-            _write_zip(runtime, io.BufferedWriter(raw), mtime, top)
+            _write_zip(runtime, io.BufferedWriter(raw), mtime, top, with_tests)
             f.flush()
             os.fsync(f.fileno())
         return raw.h.hexdigest(), raw.n
@@ -227,7 +231,7 @@ def write_archive(runtime: Path, dest: Path, fmt: str, mtime: int, top: str) -> 
         with _compressed(raw, fmt, mtime) as z:
             with tarfile.open(fileobj=z, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                 tar.addfile(_tarinfo(top, runtime, mtime))
-                for name, path in _entries(runtime):
+                for name, path in _entries(runtime, with_tests):
                     info = _tarinfo(f"{top}/{name}", path, mtime)
                     if info.isreg():
                         with open(path, "rb") as src:
@@ -393,9 +397,12 @@ def _io_error(exc: OSError, dest: Path) -> AssembleError:
                        fix="check the folder and the disk")
 
 
-def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
+def package(runtime: Path, dest: Path, fmt: str | None = None, with_tests: bool = False) -> PackageResult:
     """Archive a verified runtime folder into `dest`, with an SBOM and SHA256SUMS beside it.
-    fmt None: tar.zst for a Linux runtime, zip for a Windows one."""
+    fmt None: tar.zst for a Linux runtime, zip for a Windows one. The runtime's tests/ (test-backend-ops
+    and its module links) goes in only with_tests, so a shipped archive does not grow by it; its
+    manifest.json goes in unchanged either way (its digest is the runtime's identity) and integrity
+    accepts tests/ absent as a whole."""
     from builder.release import provenance, sbom
 
     if fmt is not None and fmt not in FORMATS:
@@ -407,6 +414,10 @@ def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
         raise AssembleError("no manifest.json: not a runtime folder made by assemble build", where=str(runtime),
                             fix="give the path of a runtime-<recipe>/ folder")
     data = Manifest.load(runtime)          # ManifestInvalid: one line, exit 1
+    if with_tests and not os.path.isdir(runtime / layout.TESTS_DIR):
+        raise AssembleError(f"--with-tests: the runtime has no {layout.TESTS_DIR}/ folder", where=str(runtime),
+                            fix="build it with [tests] backend_ops = true (the default with a GPU backend), or "
+                                "package it without --with-tests")
     fmt = _format_for(data, fmt)
     _require_verified(runtime, data)
     _require_licences(runtime, data)
@@ -426,8 +437,8 @@ def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
             ui.step(f"package {runtime} -> {archive.name}")
             tmp, f = temps.new(archive)
             f.close()
-            digest, size = write_archive(runtime, tmp, fmt, mtime, top=runtime_folder_name(data))
-            bom = sbom.build(runtime, data, name=stem, epoch=mtime)
+            digest, size = write_archive(runtime, tmp, fmt, mtime, top=runtime_folder_name(data), with_tests=with_tests)
+            bom = sbom.build(runtime, data if with_tests else without_tests(data), name=stem, epoch=mtime)
             bom_bytes = (json.dumps(bom, indent=2) + "\n").encode()
             sums[archive.name] = digest
             sums[bom_path.name] = hashlib.sha256(bom_bytes).hexdigest()
@@ -449,6 +460,12 @@ def package(runtime: Path, dest: Path, fmt: str | None = None) -> PackageResult:
     ui.info(f"{archive} ({ui.fmt_bytes(size)}, sha256 {digest[:16]}...), {bom_path.name}, {prov_path.name}, {SUMS}")
     return PackageResult(archive=archive, sha256=digest, size=size, sbom=bom_path, sums=dest / SUMS,
                          provenance=prov_path)
+
+
+def without_tests(m: Manifest) -> Manifest:
+    """The manifest as far as an archive without tests/ holds it: what its SBOM lists."""
+    return dataclasses.replace(m, files=tuple(f for f in m.files if not layout.in_tests(f.path)),
+                               symlinks=tuple(s for s in m.symlinks if not layout.in_tests(s.path)))
 
 
 def _require_licences(runtime: Path, m: Manifest) -> None:

@@ -37,7 +37,7 @@ TESTS_DIR = "tests"                   # test programs, beside bin/ (never on a u
 # modules), from tests/ (a sibling of bin/: the same string) and, as lib/../lib, from lib/. The bundler
 # copies files that carry it byte for byte.
 LINK_RPATH = "$ORIGIN/" + posixpath.relpath(LIB_DIR, BIN_DIR)
-assert LINK_RPATH == "$ORIGIN/" + posixpath.relpath(LIB_DIR, TESTS_DIR), "tests/ must be a sibling of bin/"
+assert posixpath.relpath(LIB_DIR, TESTS_DIR) == posixpath.relpath(LIB_DIR, BIN_DIR), "tests/ is a sibling of bin/"
 LICENSES_DIR = "licenses"             # licenses/<component>/<text>: every runtime, Linux and Windows
 KINDS = ("executable", "module", "library", "test")
 BACKEND_OPS = "test-backend-ops"      # upstream's judge: every op of a backend against the CPU backend's

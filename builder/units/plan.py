@@ -27,7 +27,7 @@ from builder.config.options import CONTAINER, BuildConfig, UnitConfig
 from builder.config.remotecache import RemoteCache
 from builder.paths import cache_dir
 from builder.proc import command_line
-from builder.runtime.layout import LINK_RPATH
+from builder.runtime.layout import BACKEND_OPS, LINK_RPATH
 from builder.toolchain import toolstore
 from builder.toolchain.detect import Tool, Toolchain
 from builder.toolchain.toolstore import StoredTool
@@ -166,7 +166,7 @@ def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: 
     beside = source_dir.name == "src" and source_dir.parent.parent == trees
     build_dir = (source_dir.parent / "build" / name) if beside else (cache_dir() / "build" / name)
     return UnitPlan(recipe=config.recipe.name, unit=unit, sha=sha, source_dir=source_dir, build_dir=build_dir,
-                    defines=defines, targets=tuple(config.targets) + unit.tests, jobs=int(config.jobs.value), cmake=cmake,
+                    defines=defines, targets=tuple(config.targets) + ((BACKEND_OPS,) if unit.backend_ops else ()), jobs=int(config.jobs.value), cmake=cmake,
                     env=env, toolchain=tc.record(), key=key, tree=tree, environment=environment,
                     launcher=launcher_name(unit, tc), remote_cache=config.remote_cache.value, stored=stored)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from builder.digest import sha256_file
 from builder.paths import data_dir
-from builder.runtime import licenses, manifest
+from builder.runtime import layout, licenses, manifest
 from builder.runtime.manifest import Manifest
 from builder.runtime.place import patchelf_tool
 from tests.support.common import SHA
@@ -32,10 +32,12 @@ def _record(rt: Path, rel: str, role: str, origin: str) -> dict:
 
 def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str = "cpu",
                  hip: tuple[str, ...] = (), build: str | None = None, rocm: str | None = None,
-                 cuda: str | None = None, licensed: bool = True) -> Path:
+                 cuda: str | None = None, licensed: bool = True, with_tests: bool = False) -> Path:
     """A small runtime with a manifest, made of real files with real origins; build, rocm and cuda
     are what its manifest says of upstream's build number and the GPU runtimes it carries. licensed:
-    licenses/ as build writes it (llama.cpp's LICENSE of a stand-in tree, the packages' own texts)."""
+    licenses/ as build writes it (llama.cpp's LICENSE of a stand-in tree, the packages' own texts).
+    with_tests: tests/ as a [tests] backend_ops build writes it (a real ELF as test-backend-ops with
+    DT_RPATH $ORIGIN/../lib, role test, and its link to the CPU module)."""
     rt = root / f"runtime-{name}"
     (rt / "bin").mkdir(parents=True)
     (rt / "lib" / "data").mkdir(parents=True)
@@ -48,6 +50,16 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
         files.append(_record(rt, rel, "own", f"/build/{rel}"))
     os.chmod(rt / "bin" / "llama-server", 0o775)
     files[0]["mode"] = 0o775
+    links = [{"path": "lib/libz.so.1", "target": Path("/lib/x86_64-linux-gnu/libz.so.1").resolve().name}]
+    if with_tests:
+        (rt / layout.TESTS_DIR).mkdir()
+        rel = f"{layout.TESTS_DIR}/{layout.BACKEND_OPS}"
+        subprocess.run([patchelf_tool(), "--force-rpath", "--set-rpath", layout.LINK_RPATH, "--output", rt / rel, exe],
+                       check=True)
+        files.append(_record(rt, rel, "test", f"/build/bin/{layout.BACKEND_OPS}"))
+        for link, target in layout.test_module_links(["libggml-cpu.so"]):
+            os.symlink(target, rt / link)
+            links.append({"path": link, "target": target})
     zlib = Path("/lib/x86_64-linux-gnu/libz.so.1").resolve()   # from a Debian package
     shutil.copyfile(zlib, rt / "lib" / zlib.name)
     os.symlink(zlib.name, rt / "lib" / "libz.so.1")
@@ -65,8 +77,8 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
         tree = root / "llama.cpp-src"
         tree.mkdir()
         (tree / "LICENSE").write_text("MIT License\n\nCopyright (c) 2023-2026 The ggml authors\n")
-        own = licenses.tree_license(tree, [f["path"] for f in files if f["role"] == "own"])
-        found = licenses.vendor_licenses([(f["path"], f["origin"]) for f in files if f["role"] != "own"])
+        own = licenses.tree_license(tree, [f["path"] for f in files if f["role"] in manifest.BUILT])
+        found = licenses.vendor_licenses([(f["path"], f["origin"]) for f in files if f["role"] not in manifest.BUILT])
         entries, placed = licenses.place_licenses([own, *found], rt)
         files += [dataclasses.asdict(e) for e in entries]
         records = [dataclasses.asdict(r) for r in placed]
@@ -89,7 +101,7 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
                                  "cc": {"path": "/usr/bin/cc", "version": "12.2.0"},
                                  "launcher": "/usr/bin/ccache"}}],
         "glibc_min": "2.34", "glibcxx_min": None, "size_by_role": {},
-        "files": files, "symlinks": [{"path": "lib/libz.so.1", "target": zlib.name}], "licenses": records,
+        "files": files, "symlinks": sorted(links, key=lambda x: x["path"]), "licenses": records,
     })
     assert manifest.check_files(rt, Manifest.load(rt)) == []
     return rt

@@ -19,6 +19,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                        "SHA256SUMS.",
                        epilog="examples:\n  assemble package runtime-cpu\n"
                        "  assemble package runtime-cuda --format tar.gz --out-dir dist\n"
+                       "  assemble package runtime-vulkan --with-tests   # tests/test-backend-ops goes in too\n"
                        "  cd dist && sha256sum -c SHA256SUMS\n"
                        "refuses (nothing written): a runtime that fails any check of verify --static (exit 1, "
                        "verify's lines), a file in --out-dir with an output's name that no run of package wrote "
@@ -32,11 +33,14 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--out-dir", metavar="DIR", default="dist",
                    help="where the archive, SBOM and SHA256SUMS go (default ./dist; other archives' sums are kept; "
                    "never inside the runtime; only files an earlier package run wrote there are replaced)")
+    p.add_argument("--with-tests", action="store_true",
+                   help="put the runtime's tests/ (test-backend-ops, for verify --ops on the target host) in the "
+                   "archive; by default it is left out, so a release archive does not grow by it")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    result = package(Path(args.runtime), Path(args.out_dir), args.format)
+    result = package(Path(args.runtime), Path(args.out_dir), args.format, with_tests=args.with_tests)
     if args.json:
         print(json.dumps({"archive": str(result.archive), "sha256": result.sha256, "size": result.size,
                           "sbom": str(result.sbom), "provenance": str(result.provenance),

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 from builder import ui
 from builder.units.plan import PLACEHOLDER
 from builder.cli.args import Subparsers, add_plan_options, add_recipe, cli_options
-from builder.config.options import resolve
+from builder.config.options import BuildConfig, resolve
 from builder.config.recipe import load_recipe
+from builder.runtime.layout import BACKEND_OPS
 
 if TYPE_CHECKING:
     from builder.toolchain.rules import Finding
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"recipe": recipe.name, "backends": list(recipe.backends), "sha": recipe.pin.sha,
                           "features": list(recipe.pin.features), "mirrors": [m.label() for m in config.recipe.pin.mirrors],
-                          "config": config.as_dict(),
+                          "config": config.as_dict(), "tests": _tests(config),
                           "units": [{"name": p.unit.name, "backends": list(p.unit.backends),
                                      "container": p.unit.where.image, "build_dir": str(p.build_dir),
                                      "defines": dict(p.defines), "configure": list(p.configure),
@@ -69,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"features   {', '.join(recipe.pin.features) or '(none)'}")
     print(f"mirrors    {'; '.join(m.label() for m in config.recipe.pin.mirrors)}")
     print(f"targets    {', '.join(config.targets)}")
+    tests = _tests(config)
+    built = ", ".join(f"{t} (unit {u}, into the runtime's tests/)" for t, u in tests.items()) or "none"
+    print(f"tests      {built}; [tests] backend_ops = {str(recipe.tests.backend_ops).lower()}")
     print(f"jobs       {config.jobs.value} (from {config.jobs.origin}); launcher {config.launcher.value}")
     if config.remote_cache.value:
         print(f"cache      {config.remote_cache.value} (from {config.remote_cache.origin})")   # str(): redacted
@@ -92,6 +96,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {configure}")
             print(f"  {build}")
     return 0
+
+
+def _tests(config: BuildConfig) -> dict[str, str]:
+    """Test program -> the unit that builds it ([tests] in the recipe)."""
+    unit = next((u.name for u in config.units if u.backend_ops), None)
+    return {BACKEND_OPS: unit} if unit else {}
 
 
 def _refusal(finding: Finding | None) -> dict[str, Any] | None:

@@ -167,7 +167,13 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict[str, Any], list[tuple
             contributed.setdefault(part.input.given, [])
             if backend not in contributed[part.input.given]:
                 contributed[part.input.given].append(backend)
-    return files + list(modules.values()), contributed, skipped
+    # test-backend-ops from the first input that has one and a ggml base proved the same as the first's
+    tests = next((part.found.tests for part in parts if part.found.tests and part.base), ())
+    for part in parts:
+        if part.found.tests and part.found.tests != tests:
+            skipped += [(part, LeftOut(t.source, "another input's test-backend-ops is carried"))
+                        for t in part.found.tests]
+    return files + list(modules.values()) + list(tests), contributed, skipped
 
 
 def _upstream_version(debian: str) -> str:
@@ -268,7 +274,7 @@ def show(p: Plan, req: RepairRequest) -> None:
             print(f"  contributes  {', '.join(p.contributed[part.input.given])}")
     print("would carry")
     for o in p.bundle.own:
-        print(f"  {o.dest:<44} ours, from {origins.origin(p.inputs, o.source)}")
+        print(f"  {o.dest:<44} {'test' if o.kind == 'test' else 'ours'}, from {origins.origin(p.inputs, o.source)}")
     for v in p.bundle.vendor:
         print(f"  {v.dest:<44} vendor, from {origins.origin(p.inputs, v.source)}")
     for d in p.bundle.data:
