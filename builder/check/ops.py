@@ -64,6 +64,7 @@ RECORD_FORMAT = 1
 _OP_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 _INSERT = re.compile(r"INSERT INTO test_backend_ops \(([^)]*)\) VALUES \((.*)\);\s*$")
 _VALUE = re.compile(r"'([^']*)'")
+_SQL_HEADER = re.compile(r"CREATE TABLE |\s+\w+ (?:TEXT|INTEGER|REAL),?$|\);$")
 _VALUES = re.compile(r"'[^']*'(?:, '[^']*')*")          # the whole VALUES list: a stray quote breaks it
 
 
@@ -180,7 +181,7 @@ def _text(data: bytes | str | None) -> str:
 def _stray(stdout: str) -> str:
     """What the program said on stdout besides its SQL (an error printed before a result, a failed slice)."""
     return "\n".join(ln for ln in stdout.splitlines() if ln.strip() and "INSERT INTO" not in ln
-                     and not ln.startswith(("CREATE TABLE", "  ", ");")))
+                     and not _SQL_HEADER.match(ln))
 
 
 def _tail(text: str, n: int = 3) -> str:

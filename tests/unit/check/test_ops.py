@@ -167,6 +167,15 @@ def test_a_crashing_program_fails_with_its_last_words(tmp_path, monkeypatch):
     assert "exited -11 after 2 passing cases" in check.reason and "GGML_ASSERT(buf != NULL) failed" in check.reason
 
 
+def test_a_failure_printed_without_a_result_is_shown(tmp_path, monkeypatch):
+    """The FLASH_ATTN_EXT slice test prints "  FAIL fa_vec slice: ..." on stdout and has no INSERT line."""
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    runtime = _runtime(tmp_path, f'cat "{PASSING}"\necho "  FAIL fa_vec slice: dk=64 dv=64 Q=1 ne=2"\nexit 1\n')
+    check = judge(run_device(runtime, "Vulkan0", ("SCALE",), {}))
+    assert check.status == FAIL and "exited 1 after 4 passing cases" in check.reason
+    assert "FAIL fa_vec slice: dk=64" in check.reason and "TEXT" not in check.reason
+
+
 def test_a_hung_program_is_stopped_and_fails(tmp_path, monkeypatch):
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     runtime = _runtime(tmp_path, f'head -n 20 "{PASSING}"\necho "still compiling pipelines" >&2\nexec sleep 30\n')
