@@ -99,9 +99,10 @@ def probe_module(runtime: Path, module: Path, env: dict[str, str]) -> Probe:
 class Listed:
     devices: list[str] = field(default_factory=list)
     error: str | None = None
+    descriptions: dict[str, str] = field(default_factory=dict)   # "Vulkan0" -> "llvmpipe (LLVM 15.0.6, 256 bits)"
 
 
-_DEVICE_LINE = re.compile(r"^\s+([A-Za-z]+\d+): ")
+_DEVICE_LINE = re.compile(r"^\s+([A-Za-z]+\d+): (.*?)(?: \(\d+ MiB, \d+ MiB free\))?\s*$")
 
 
 def list_devices(runtime: Path, env: dict[str, str]) -> Listed:
@@ -110,7 +111,8 @@ def list_devices(runtime: Path, env: dict[str, str]) -> Listed:
     if run.not_started:
         return Listed(error=f"llama-server --list-devices did not start ({run.not_started})")
     assert run.proc is not None          # it started
-    return Listed([m.group(1) for ln in run.proc.stdout.splitlines() if (m := _DEVICE_LINE.match(ln))])
+    found = [m for ln in run.proc.stdout.splitlines() if (m := _DEVICE_LINE.match(ln))]
+    return Listed([m.group(1) for m in found], descriptions={m.group(1): m.group(2) for m in found})
 
 
 @dataclass(frozen=True)

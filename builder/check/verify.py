@@ -19,6 +19,7 @@ from builder import windows
 from builder.errors import AssembleError
 from builder.check import cpuvariant, gpufit, integrity, placement, prebuiltloader
 from builder.check import dynamic as devices
+from builder.check import ops as opscheck
 from builder.check import static as staticcheck
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check, Report
 from builder.config.recipe import DEVICE_PREFIX, Recipe
@@ -30,7 +31,7 @@ from builder.paths import scratch
 
 
 def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict[str, str],
-                   host: _GpuHost) -> tuple[list[Check], list[str]]:
+                   host: _GpuHost) -> tuple[list[Check], devices.Listed]:
     """Each backend module must load; every device it reports must appear in --list-devices."""
     checks: list[Check] = []
     expected: list[str] = []
@@ -56,7 +57,7 @@ def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict[str, str]
     listed = devices.list_devices(runtime, env)
     if listed.error:
         checks.append(Check("--list-devices", FAIL, listed.error, "run bin/llama-server --list-devices to see why"))
-        return checks, []
+        return checks, devices.Listed()
     missing = [d for d in expected if d not in listed.devices]
     if missing:
         checks.append(Check("--list-devices", FAIL, f"{', '.join(missing)} missing from llama-server --list-devices "
@@ -64,7 +65,7 @@ def _device_checks(runtime: Path, backends: tuple[str, ...], env: dict[str, str]
                             "the backend module failed to load inside llama-server: check its dependencies"))
     else:
         checks.append(Check("--list-devices", PASS, ", ".join(listed.devices) or "(no GPU devices on this host)"))
-    return checks, listed.devices
+    return checks, listed
 
 
 def _cpu_variants_loaded(probes: list[Any]) -> Check:
@@ -172,9 +173,10 @@ def _speeds(result: devices.Smoke) -> str:
 
 def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = False, model: Path | None = None,
                    extra_env: dict[str, str] | None = None, static: bool = False, hip_targets: tuple[str, ...] = (),
-                   cuda_archs: tuple[CudaArch, ...] = ()) -> Report:
+                   cuda_archs: tuple[CudaArch, ...] = (), ops: tuple[str, ...] = ()) -> Report:
     """static: read files only (for a runtime meant for another host); hip_targets / cuda_archs: also
-    check the code (and AMD data) for these cards."""
+    check the code (and AMD data) for these cards; ops: also run tests/test-backend-ops on these ops
+    for every GPU device listed (check/ops.py)."""
     runtime = Path(runtime).resolve()
     env = dict(extra_env or {})
     m, invalid = integrity.load(runtime)
@@ -205,17 +207,19 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     elif (runtime / "bin" / "llama-server").is_file():
         if driver := gpufit.cuda_driver_check(host.cuda, host.nvidia):
             checks.append(driver)
-        device_checks, listed_devices = _device_checks(runtime, backends, env, host)
+        device_checks, shown = _device_checks(runtime, backends, env, host)
         checks += device_checks
+        gpu_listed = [d for d in shown.devices if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
         checks.append(cpuvariant.cpu_variant_check(runtime, env))
         checks.append(_planted_check(runtime, env, accepted))
         checks.append(_ld_library_path_check(runtime, env))
         if smoke:
-            gpu_listed = [d for d in listed_devices if any(d.startswith(DEVICE_PREFIX[b]) for b in backends if b in DEVICE_PREFIX)]
             checks += _smoke_checks(runtime, gpu_listed, env, model)
             for b in backends:   # a GPU backend with nothing to run on is reported, never passed silently
                 if b in DEVICE_PREFIX and not any(d.startswith(DEVICE_PREFIX[b]) for d in gpu_listed):
                     checks.append(Check(f"smoke {DEVICE_PREFIX[b]}", SKIP, f"not run: no {b} device on this host"))
+        if ops:
+            checks += opscheck.ops_checks(runtime, gpu_listed, shown.descriptions, ops, env)
     else:
         checks.append(Check("llama-server", FAIL, "bin/llama-server is missing", "rebuild the runtime"))
     return Report(str(runtime), tuple(checks))

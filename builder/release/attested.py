@@ -30,6 +30,7 @@ from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.release import provenance
 from builder.release.package import SUMS, SUMS_LINE
+from builder.runtime.layout import OPS_RECORD
 from builder.runtime.manifest import NAME as MANIFEST, Manifest, ManifestInvalid
 
 _MAX_BYTES = 64 << 20          # a statement of ours is kilobytes; more is not one
@@ -167,9 +168,11 @@ def _listed(runtime: Path) -> dict[str, str] | None:
 
 
 def _file_problems(runtime: Path, rel: Released) -> list[str]:
-    """Each released file hashed (the manifest cannot be trusted), and files the release has not."""
+    """Each released file hashed (the manifest cannot be trusted), and files the release has not. The
+    verify --ops record at the root is neither: every `verify --ops` on a host rewrites it (it is not
+    the runtime's identity, which is why it is not in manifest.json either)."""
     problems, present = [], []
-    for path in sorted(rel.files):
+    for path in sorted(p for p in rel.files if p != OPS_RECORD):
         p = runtime / path
         if p.is_symlink() or not p.is_file():
             problems.append(f"{path}: missing")
@@ -183,7 +186,7 @@ def _file_problems(runtime: Path, rel: Released) -> list[str]:
         for name in sorted(names):
             p = Path(dirpath) / name
             r = p.relative_to(runtime).as_posix()
-            if r != MANIFEST and r not in rel.files and p.is_file() and not p.is_symlink():
+            if r not in (MANIFEST, OPS_RECORD) and r not in rel.files and p.is_file() and not p.is_symlink():
                 problems.append(f"{r}: not in the release")
     return sorted(problems)
 

@@ -24,12 +24,18 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                        "modules, devices, and with --smoke a real completion per device.",
                        epilog="examples:\n  assemble verify runtime-cpu\n  assemble verify runtime-vulkan --smoke "
                        "--check-env GGML_VK_VISIBLE_DEVICES=0\n  assemble verify runtime-cuda-vulkan --cuda-arch 75,89\n"
+                       "  assemble verify runtime-cuda-vulkan --ops\n  assemble verify runtime-vulkan --ops SCALE,ADD "
+                       "--check-env GGML_VK_VISIBLE_DEVICES=0\n"
                        "  assemble verify /opt/runtime --json\n"
                        "  assemble verify runtime-cpu --static --provenance STEM.intoto.json --sha256sums SHA256SUMS\n"
                        "exit status: 0 all checks passed, 1 a check failed, 2 usage error",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runtime", help="the runtime folder (runtime-<recipe>/)")
     p.add_argument("--smoke", action="store_true", help="start llama-server per device and send a real request")
+    p.add_argument("--ops", nargs="?", const="", default=None, metavar="LIST",
+                   help="run the runtime's tests/test-backend-ops on every GPU device: each case of these ops "
+                        "(comma-separated) against the CPU backend; alone: the default list of the ops inference "
+                        "runs; the last result per device is kept in ops-checks.json")
     p.add_argument("--model", metavar="FILE", help="GGUF model for --smoke (default: a tiny random one)")
     p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
                    help="variable added to the otherwise empty environment of the checks; repeatable")
@@ -63,6 +69,12 @@ def run(args: argparse.Namespace) -> int:
         raise AssembleError("no such model file", where=str(model), fix="give a .gguf file, or drop --model")
     if args.static and args.smoke:
         raise AssembleError("--static runs nothing, --smoke runs the server", fix="pick one")
+    if args.static and args.ops is not None:
+        raise AssembleError("--static runs nothing, --ops runs tests/test-backend-ops on the devices", fix="pick one")
+    ops: tuple[str, ...] = ()
+    if args.ops is not None:
+        from builder.check.ops import DEFAULT_OPS, parse_op_list
+        ops = parse_op_list(args.ops) if args.ops else DEFAULT_OPS
     released = sums = None
     if args.sha256sums and not args.provenance:
         raise AssembleError("--sha256sums checks the release's provenance file against SHA256SUMS: it needs "
@@ -72,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         released = attested.load_provenance(args.provenance)
         sums = attested.load_sums(args.sha256sums) if args.sha256sums else None
     report = verify_runtime(runtime, smoke=args.smoke, model=model, extra_env=dict(env_pairs(args.check_env)),
-                            static=args.static, hip_targets=targets, cuda_archs=archs)
+                            static=args.static, hip_targets=targets, cuda_archs=archs, ops=ops)
     if released is not None:
         extra = attested.provenance_checks(runtime, released)
         if sums is not None:

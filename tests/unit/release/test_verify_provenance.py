@@ -95,6 +95,27 @@ def test_an_added_file_and_an_edited_manifest_alone(release):
     assert c["release files"]["status"] == FAIL and "lib/libextra.so: not in the release" in c["release files"]["reason"]
 
 
+def test_the_ops_record_written_on_the_host_is_no_release_file(release):
+    """verify --ops writes ops-checks.json into the unpacked runtime: the release's files still match;
+    the same name anywhere else is still a file the release has not."""
+    from builder.check.ops import DeviceRecord, write_record
+    result, rt = release
+    entry = DeviceRecord("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "pass", 94, 0, 0, (), ("SCALE",), 7.6,
+                         "Vulkan: LLVM 15.0.6, 256 bits", "ci", "2026-12-02T01:05:47+00:00", "0.1.0")
+    assert write_record(rt, [entry]).status == PASS
+    proc = _verify(rt, result)
+    assert proc.returncode == 0, proc.stdout
+    # with manifest.json edited every file is hashed against the release: the record is still none of them
+    raw = json.loads((rt / "manifest.json").read_text())
+    raw["glibc_floor"]["promised"] = "2.17"
+    (rt / "manifest.json").write_text(json.dumps(raw, indent=2) + "\n")
+    c = _checks(_verify(rt, result))
+    assert c["release files"]["status"] == PASS and "only manifest.json differs" in c["release files"]["reason"]
+    shutil.copyfile(rt / "ops-checks.json", rt / "lib" / "ops-checks.json")     # the name elsewhere: a stray file
+    c = _checks(_verify(rt, result))
+    assert c["release files"]["status"] == FAIL and "lib/ops-checks.json: not in the release" in c["release files"]["reason"]
+
+
 def test_a_tampered_sums_or_archive_is_caught(release):
     result, rt = release
     with open(result.archive, "ab") as f:

@@ -1,0 +1,399 @@
+"""verify --ops: does each GPU device compute the right numbers?
+
+Upstream's judge, `tests/test-backend-ops test`, runs every case of the chosen ops on one device
+and on the CPU backend and compares the two. The runtime carries the program, built from the same
+tree with the same defines (layout.TESTS_DIR); this module runs it per device with the checks'
+environment (empty but for --check-env) from a scratch folder, reads its per-case results, turns
+them into one Check per device, and keeps the last result per device in the runtime's sidecar
+record (layout.OPS_RECORD; why a sidecar and not manifest.json: see layout.py).
+
+Output format: `--output sql`. Each case is one `INSERT INTO test_backend_ops (fields) VALUES
+('...', ...);` line naming its own fields, with `supported` and `passed` as 0/1. The console
+format only colours OK/FAIL, and `--output csv` leaves the `passed` column out (csv_printer's
+field list), so neither says per case whether it passed as plainly. A failing comparison prints
+its error (e.g. "[SCALE] ERR = 0.045505699 > 0.000000100 ") just before the INSERT on the same line, so a line is
+searched, never matched from its start. A case that fails before it has a result (a failed
+allocation) has no INSERT line: the exit status catches it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from builder import __version__
+from builder.check.report import FAIL, PASS, SKIP, WARN, Check
+from builder.config.recipe import DEVICE_PREFIX
+from builder.errors import AssembleError
+from builder.locks import write_atomic
+from builder.paths import scratch
+from builder.proc import run
+from builder.runtime.layout import BACKEND_OPS, OPS_RECORD, TESTS_DIR
+
+# The ops a transformer's forward pass runs on the GPU, by the names test-backend-ops matches with -o
+# (ggml_op_desc(): a GLU op is matched by its kind, SWIGLU, never by "GLU", which matches no case).
+# Read from the pin's src/llama-graph.cpp, src/llama-kv-cache.cpp and src/models/.
+DEFAULT_OPS: tuple[str, ...] = (
+    "MUL_MAT",         # every projection: Q/K/V/O, the FFN, the output head; quantized and float types
+    "MUL_MAT_ID",      # the experts of a mixture-of-experts FFN
+    "FLASH_ATTN_EXT",  # attention when flash attention is on (the server's default where the device has it)
+    "SOFT_MAX",        # attention without flash attention, and a MoE router's gate
+    "ROPE",            # rotary position embedding of Q and K
+    "RMS_NORM",        # the norm of llama-family blocks
+    "GET_ROWS",        # token embeddings, MoE expert selection
+    "SET_ROWS",        # writes of K and V into the KV cache
+    "CPY",             # type conversions (an f16 KV cache, casts)
+    "ADD",             # residual connections and biases
+    "MUL",             # norm weights, gating
+    "SCALE",           # attention's kq scale, embedding scales
+    "SWIGLU",          # the gated FFN of llama, qwen, mistral
+    "GEGLU",           # the gated FFN of gemma
+)
+BUDGET_S = 60.0          # per device on the H200 (issue 31); over it is a warning, never a failure
+TIMEOUT_S = 1800.0       # a hung device is a failure; lavapipe runs the default list in minutes
+MAX_NAMED = 3            # failing cases named in a check's line
+RECORD_FORMAT = 1
+_OP_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+_INSERT = re.compile(r"INSERT INTO test_backend_ops \(([^)]*)\) VALUES \((.*)\);\s*$")
+_VALUE = re.compile(r"'([^']*)'")
+_SQL_HEADER = re.compile(r"CREATE TABLE |\s+\w+ (?:TEXT|INTEGER|REAL),?$|\);$")
+_VALUES = re.compile(r"'[^']*'(?:, '[^']*')*")          # the whole VALUES list: a stray quote breaks it
+
+
+def parse_op_list(text: str, where: str = "--ops") -> tuple[str, ...]:
+    """"ADD,MUL_MAT" -> ("ADD", "MUL_MAT"): op names as test-backend-ops --list-ops prints them."""
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    bad = [n for n in names if not _OP_NAME.fullmatch(n)]
+    if not names or bad:
+        raise AssembleError(f"not an op list: {text!r}" + (f" ({', '.join(bad)} is not an op name)" if bad else ""),
+                            where=where, fix="give comma-separated op names as `tests/test-backend-ops --list-ops` "
+                            "prints them, e.g. --ops MUL_MAT,SCALE, or --ops alone for the default list")
+    return names
+
+
+# --- one run -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class OpCase:
+    """One case of test-backend-ops' test mode on one device."""
+    op: str
+    params: str
+    supported: bool
+    passed: bool
+    error: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.op}({self.params})"
+
+
+@dataclass(frozen=True)
+class Parsed:
+    cases: tuple[OpCase, ...]
+    unreadable: int = 0          # INSERT lines whose values did not match their fields
+
+
+def parse_sql(text: str) -> Parsed:
+    """The test-mode cases of `test-backend-ops --output sql` (other lines are ignored)."""
+    cases, unreadable = [], 0
+    for line in text.splitlines():
+        m = _INSERT.search(line)
+        if not m:
+            continue
+        fields = [f.strip() for f in m.group(1).split(",")]
+        values = _VALUE.findall(m.group(2)) if _VALUES.fullmatch(m.group(2)) else []
+        if len(values) != len(fields):
+            unreadable += 1
+            continue
+        row = dict(zip(fields, values, strict=True))
+        if row.get("test_mode") != "test" or not row.get("op_name"):
+            continue
+        cases.append(OpCase(row["op_name"], row.get("op_params", ""), row.get("supported") == "1",
+                            row.get("passed") == "1", row.get("error_message", "")))
+    return Parsed(tuple(cases), unreadable)
+
+
+@dataclass(frozen=True)
+class OpsRun:
+    """What one `test-backend-ops test -b DEVICE` did."""
+    device: str
+    ops: tuple[str, ...]
+    seconds: float
+    parsed: Parsed = field(default_factory=lambda: Parsed(()))
+    returncode: int | None = None    # None: it never finished (see `error`)
+    error: str | None = None         # could not start, or timed out
+    stderr_tail: str = ""
+
+    @property
+    def ran(self) -> tuple[OpCase, ...]:
+        return tuple(c for c in self.parsed.cases if c.supported)
+
+    @property
+    def failed(self) -> tuple[OpCase, ...]:
+        return tuple(c for c in self.ran if not c.passed)
+
+    @property
+    def unsupported(self) -> int:
+        return sum(not c.supported for c in self.parsed.cases)
+
+    @property
+    def unmatched(self) -> tuple[str, ...]:
+        """Listed ops no case was named after (a typo, or GLU instead of SWIGLU): nothing was tested."""
+        seen = {c.op for c in self.parsed.cases}
+        return tuple(op for op in self.ops if op not in seen)
+
+
+def program(runtime: Path) -> Path:
+    return Path(runtime) / TESTS_DIR / BACKEND_OPS
+
+
+def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str],
+               timeout: float = TIMEOUT_S) -> OpsRun:
+    argv = [str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), "--output", "sql"]
+    start = time.monotonic()
+    with scratch("ops-") as cwd:
+        try:
+            proc = run(argv, env=env, cwd=cwd, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            return OpsRun(device, ops, time.monotonic() - start, parse_sql(_text(exc.stdout)),
+                          error=f"timed out after {timeout:.0f}s", stderr_tail=_tail(_text(exc.stderr)))
+        except OSError as exc:
+            return OpsRun(device, ops, time.monotonic() - start,
+                          error=f"cannot execute {TESTS_DIR}/{BACKEND_OPS}: {exc.strerror or exc}")
+    return OpsRun(device, ops, time.monotonic() - start, parse_sql(proc.stdout), proc.returncode,
+                  stderr_tail=_tail(proc.stderr + "\n" + _stray(proc.stdout)))
+
+
+def _text(data: bytes | str | None) -> str:
+    if isinstance(data, bytes):
+        return data.decode(errors="replace")
+    return data or ""
+
+
+def _stray(stdout: str) -> str:
+    """What the program said on stdout besides its SQL (an error printed before a result, a failed slice)."""
+    return "\n".join(ln for ln in stdout.splitlines() if ln.strip() and "INSERT INTO" not in ln
+                     and not _SQL_HEADER.match(ln))
+
+
+def _tail(text: str, n: int = 3) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])
+
+
+# --- the check ----------------------------------------------------------------------------------
+
+def check_name(device: str) -> str:
+    return f"ops {device}"
+
+
+def judge(result: OpsRun) -> Check:
+    """PASS with the counts and time, or FAIL naming what went wrong: the first failing cases, a crash
+    or a timeout (with the end of stderr), names that matched nothing, output that could not be read."""
+    name, ran, failed = check_name(result.device), result.ran, result.failed
+    counts = (f"{len(ran)} op cases passed ({result.unsupported} not supported by {result.device}) in "
+              f"{result.seconds:.1f}s")
+    if result.error:
+        return Check(name, FAIL, f"test-backend-ops {result.error} after {len(ran)} cases"
+                     + (f": {result.stderr_tail}" if result.stderr_tail else ""),
+                     "run tests/test-backend-ops test -b DEVICE -o OPS by hand to see where it stops")
+    if failed:
+        named = ", ".join(c.label for c in failed[:MAX_NAMED])
+        more = f" +{len(failed) - MAX_NAMED} more" if len(failed) > MAX_NAMED else ""
+        return Check(name, FAIL, f"{len(failed)} of {len(ran)} op cases differ from the CPU backend: {named}{more}",
+                     "this device computes wrong numbers for these ops: check the driver and the arch the "
+                     "module was built for")
+    if result.returncode != 0:
+        return Check(name, FAIL, f"test-backend-ops exited {result.returncode} after {len(ran)} passing cases"
+                     + (f": {result.stderr_tail}" if result.stderr_tail else ""),
+                     "a case failed before it had a result (e.g. an allocation), or it crashed: run it by hand")
+    if result.parsed.unreadable:
+        return Check(name, FAIL, f"{result.parsed.unreadable} result lines of test-backend-ops could not be read",
+                     "its --output sql format changed: update builder/check/ops.py")
+    if not result.parsed.cases:
+        return Check(name, FAIL, f"test-backend-ops ran no case on {result.device}"
+                     + (f": {result.stderr_tail}" if result.stderr_tail else ""),
+                     f"it loads the backend modules through the links in {TESTS_DIR}/ (to bin/): check them, and "
+                     "that the device and op names are the ones llama-server --list-devices and --list-ops print")
+    if result.unmatched:
+        return Check(name, FAIL, f"no case is named {', '.join(result.unmatched)}: nothing was tested for it",
+                     "name ops as `tests/test-backend-ops --list-ops` prints them; a GLU or UNARY op by its "
+                     "kind (SWIGLU, GEGLU, SILU)")
+    return Check(name, PASS, counts)
+
+
+def budget_check(result: OpsRun, budget: float = BUDGET_S) -> Check | None:
+    if result.error or result.seconds <= budget:
+        return None
+    return Check(f"ops {result.device} time", WARN, f"{result.seconds:.0f}s, over the {budget:.0f}s budget per "
+                 "device", "the budget is the H200's: a CPU driver (lavapipe) or a small card takes longer; "
+                 "give a shorter list (--ops MUL_MAT,SCALE) to check less")
+
+
+# --- the record ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceRecord:
+    """The last --ops result on one device, and where it was measured."""
+    device: str                 # "Vulkan0"
+    description: str            # "llvmpipe (LLVM 15.0.6, 256 bits)", as llama-server --list-devices says
+    result: str                 # pass | fail
+    passed: int
+    failed: int
+    unsupported: int
+    first_failures: tuple[str, ...]
+    ops: tuple[str, ...]
+    seconds: float
+    driver: str                 # the host's driver for this device: "NVIDIA 580.82.07 (CUDA 13.0)", ...
+    host: str
+    time: str                   # UTC, ISO 8601
+    assemble: str
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> DeviceRecord:
+        if not isinstance(data, dict):
+            raise _invalid(where, "a device entry is not an object")
+        strings = ("device", "description", "result", "driver", "host", "time", "assemble")
+        counts = ("passed", "failed", "unsupported")
+        if set(data) != set(cls.__dataclass_fields__):
+            raise _invalid(where, f"a device entry's keys are {sorted(data)}")
+        for key in strings:
+            if not isinstance(data[key], str):
+                raise _invalid(where, f"{key} is not a string")
+        for key in counts:
+            if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 0:
+                raise _invalid(where, f"{key} is not a count")
+        if data["result"] not in (PASS, FAIL):
+            raise _invalid(where, f"result {data['result']!r} is neither pass nor fail")
+        if not isinstance(data["seconds"], (int, float)) or isinstance(data["seconds"], bool):
+            raise _invalid(where, "seconds is not a number")
+        for key in ("first_failures", "ops"):
+            if not isinstance(data[key], list) or not all(isinstance(x, str) for x in data[key]):
+                raise _invalid(where, f"{key} is not a list of strings")
+        try:
+            datetime.fromisoformat(data["time"])
+        except ValueError:
+            raise _invalid(where, f"time {data['time']!r} is not an ISO 8601 time") from None
+        return cls(**{**data, "first_failures": tuple(data["first_failures"]), "ops": tuple(data["ops"]),
+                      "seconds": float(data["seconds"])})
+
+
+@dataclass(frozen=True)
+class OpsRecord:
+    devices: tuple[DeviceRecord, ...] = ()
+
+    def merged(self, new: Iterable[DeviceRecord]) -> OpsRecord:
+        """A device's new entry replaces its previous one; the others stay."""
+        by_device = {d.device: d for d in self.devices}
+        by_device.update({d.device: d for d in new})
+        return OpsRecord(tuple(by_device[k] for k in sorted(by_device)))
+
+    def to_json(self) -> str:
+        return json.dumps({"format": RECORD_FORMAT, "devices": [asdict(d) for d in self.devices]}, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> OpsRecord:
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise _invalid(where, f"not JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT or set(data) != {"format", "devices"}:
+            raise _invalid(where, f"not an ops record of format {RECORD_FORMAT}")
+        if not isinstance(data["devices"], list):
+            raise _invalid(where, "devices is not a list")
+        return cls(tuple(DeviceRecord.from_dict(d, where) for d in data["devices"]))
+
+
+def _invalid(where: str, what: str) -> AssembleError:
+    return AssembleError(f"invalid ops record: {what}", where=where,
+                         fix=f"delete {OPS_RECORD}: the next verify --ops writes a new one")
+
+
+def load_record(runtime: Path) -> OpsRecord | None:
+    """The runtime's ops record, validated; None when there is none."""
+    path = Path(runtime) / OPS_RECORD
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _invalid(str(path), f"unreadable ({exc.strerror or exc})") from None
+    return OpsRecord.from_json(text, str(path))
+
+
+def record_entry(result: OpsRun, check: Check, description: str, driver: str) -> DeviceRecord:
+    failed = result.failed
+    return DeviceRecord(result.device, description, PASS if check.status == PASS else FAIL, len(result.ran) - len(failed),
+                        len(failed), result.unsupported, tuple(c.label for c in failed[:MAX_NAMED]), result.ops,
+                        round(result.seconds, 2), driver, socket.gethostname(),
+                        datetime.now(UTC).isoformat(timespec="seconds"), __version__)
+
+
+def write_record(runtime: Path, entries: list[DeviceRecord]) -> Check:
+    """Merge the new entries into the record, write it atomically, read it back. A folder this user
+    cannot write is a warning: the check ran, only its proof is not kept."""
+    path = Path(runtime) / OPS_RECORD
+    try:
+        try:
+            old = load_record(runtime) or OpsRecord()
+        except AssembleError:
+            old = OpsRecord()            # a broken record is replaced, never merged into
+        new = old.merged(entries)
+        write_atomic(path, new.to_json())
+        if load_record(runtime) != new:
+            raise OSError("the record read back differs from what was written")
+    except OSError as exc:
+        return Check("ops record", WARN, f"not recorded: cannot write {OPS_RECORD} ({exc.strerror or exc})",
+                     "verify a copy this user can write to keep the proof with the runtime")
+    return Check("ops record", PASS, f"{OPS_RECORD}: " + ", ".join(f"{e.device} {e.result}" for e in entries))
+
+
+# --- the host's driver for a device ---------------------------------------------------------------
+
+def driver_of(device: str, description: str) -> str:
+    """The driver this host runs the device with, as plainly as the host says it."""
+    from builder.toolchain import gpus
+
+    backend = next((b for b, prefix in DEVICE_PREFIX.items() if device.startswith(prefix)), "")
+    nvidia = "NVIDIA" in description.upper() or backend == "cuda"
+    if nvidia and (drv := gpus.nvidia_driver()) and drv.version:
+        return f"NVIDIA {drv.version}" + (f" (CUDA {drv.cuda})" if drv.cuda else "")
+    if backend == "hip" and (amd := gpus.amd_host()):
+        return f"ROCm, amdgpu {amd.kernel_driver}"
+    if backend == "vulkan":
+        m = re.search(r"\(([^()]*\bLLVM[^()]*|Mesa[^()]*)\)", description)
+        return f"Vulkan: {m.group(1)}" if m else f"Vulkan: {description or 'driver unknown'}"
+    return "unknown"
+
+
+# --- all devices ----------------------------------------------------------------------------------
+
+def ops_checks(runtime: Path, devices: list[str], descriptions: dict[str, str], ops: tuple[str, ...],
+               env: dict[str, str]) -> list[Check]:
+    """One Check per GPU device (and its time), then the record's."""
+    if not program(runtime).is_file():
+        return [Check("ops", FAIL, f"this runtime carries no {TESTS_DIR}/{BACKEND_OPS}",
+                      "build it with [tests] backend_ops = true (the default for a GPU recipe), or package "
+                      "it with --with-tests")]
+    if not devices:
+        return [Check("ops", SKIP, "not run: no GPU device")]
+    checks, entries = [], []
+    for device in devices:
+        result = run_device(runtime, device, ops, env)
+        check = judge(result)
+        checks.append(check)
+        if slow := budget_check(result):
+            checks.append(slow)
+        description = descriptions.get(device, "")
+        entries.append(record_entry(result, check, description, driver_of(device, description)))
+    checks.append(write_record(runtime, entries))
+    return checks
+

@@ -1,0 +1,109 @@
+"""verify --ops on Mesa's lavapipe (Vulkan on the CPU): the vulkan runtime's own test-backend-ops
+passes on Vulkan0 and the record is written; a runtime whose SCALE shader was broken by a
+test-only patch FAILS naming SCALE. The second is what shows the check can fail."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from builder.check.ops import DEFAULT_OPS, load_record
+from tests.support.common import REPO, TEST_CACHE, assemble
+from tests.support.tiers import compiles
+
+LAVAPIPE = ("--check-env", "GGML_VK_VISIBLE_DEVICES=0")   # ggml skips CPU Vulkan devices unless asked
+FAULT = REPO / "tests" / "data" / "ops-fault"
+# The default list is about 10,600 cases (5,308 of them FLASH_ATTN_EXT); lavapipe on the 2-core CI
+# machine had run 246 after 10 min 50 s (docs/guide/verify.md). The CI runs take ops with few cases that
+# still cover a shader each (SCALE: the planted fault's op): 94 cases in 7.6 s (measured 2026-12-02).
+SHORT = "SCALE,RMS_NORM,SWIGLU"
+
+
+def _copy(runtime, tmp_path):
+    out = tmp_path / runtime.name
+    shutil.copytree(runtime, out, symlinks=True)
+    return out
+
+
+def test_vulkan_runtime_passes_ops_and_records_it(vulkan_runtime, tmp_path):
+    runtime = _copy(vulkan_runtime, tmp_path)
+    proc = assemble("verify", str(runtime), "--ops", SHORT, *LAVAPIPE, "--json")
+    report = json.loads(proc.stdout)
+    ops = {c["name"]: c for c in report["checks"] if c["name"].startswith("ops")}
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ops["ops Vulkan0"]["status"] == "pass", ops
+    assert "op cases passed" in ops["ops Vulkan0"]["reason"]
+    assert ops["ops record"]["status"] == "pass"
+    record = load_record(runtime)                 # validated as it is read back
+    assert record is not None
+    [entry] = record.devices
+    assert (entry.device, entry.result, entry.failed) == ("Vulkan0", "pass", 0)
+    assert entry.passed > 0 and entry.ops == tuple(SHORT.split(","))
+    assert "llvmpipe" in entry.description and entry.driver.startswith("Vulkan")
+    # the record is the one unlisted file a runtime may hold: a plain verify still passes with it
+    again = assemble("verify", str(runtime), *LAVAPIPE)
+    assert again.returncode == 0, again.stderr
+
+
+def test_a_missing_module_link_fails_the_device(vulkan_runtime, tmp_path):
+    """Without tests/libggml-vulkan.so test-backend-ops never loads Vulkan: it runs nothing and exits 0."""
+    runtime = _copy(vulkan_runtime, tmp_path)
+    (runtime / "tests" / "libggml-vulkan.so").unlink()
+    proc = assemble("verify", str(runtime), "--ops", "SCALE", *LAVAPIPE, "--json")
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert proc.returncode == 1
+    assert checks["ops Vulkan0"]["status"] == "fail"
+    assert checks["ops Vulkan0"]["reason"].startswith("test-backend-ops ran no case on Vulkan0"), checks["ops Vulkan0"]
+    assert load_record(runtime).devices[0].result == "fail"
+
+
+def test_default_list_is_what_runs_without_a_list(vulkan_runtime, tmp_path):
+    """--ops alone runs DEFAULT_OPS: every name in it matches cases of the pin's test-backend-ops."""
+    listed = subprocess.run([str(vulkan_runtime / "tests" / "test-backend-ops"), "--list-ops"], env={},
+                            cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    names = {ln.strip() for ln in listed.stdout.splitlines() if ln.startswith("  ")}
+    assert set(DEFAULT_OPS) <= names, set(DEFAULT_OPS) - names
+
+
+# faulty_runtime: cold 9 min 48 s wall with the vulkan build's objects in ccache (352 compiles, 351 hits, the
+# SCALE shader's one compiled; the time is glslc regenerating every shader for the new build folder, which
+# ccache does not cache, and links), on the loaded 2-core machine; warm 9.2 s (its build folder and the
+# prepared tree reused). Measured 2026-12-02.
+@pytest.fixture(scope="module")
+@compiles
+def faulty_runtime(llama_tree, tmp_path_factory):
+    """The vulkan-ops-fault test recipe (llama-server + test-backend-ops, one CPU level) built from
+    the pinned tree with tests/data/ops-fault/scale-offset.patch applied: a --source tree prepared
+    here, never a patch in patches/. Its objects but the SCALE shader's are the vulkan runtime's
+    (the same relative paths under the cache: ccache hits)."""
+    src = TEST_CACHE / "ops-fault-src"
+    patch = FAULT / "scale-offset.patch"
+    stamp = src / ".ops-fault-patch"
+    if not (stamp.is_file() and stamp.read_text() == patch.read_text()):
+        work = src.with_name(src.name + ".tmp")
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.copytree(llama_tree, work, symlinks=True)
+        applied = subprocess.run(["git", "apply", str(patch)], cwd=work, capture_output=True, text=True)
+        assert applied.returncode == 0, applied.stderr
+        (work / stamp.name).write_text(patch.read_text())
+        work.rename(src)
+    out = tmp_path_factory.mktemp("ops-fault") / "runtime-vulkan-ops-fault"
+    assemble("build", "--recipe", str(FAULT / "vulkan-ops-fault.toml"), "--source", str(src), "--out", str(out),
+             "--no-verify", "-q", check=True)
+    return out
+
+
+def test_planted_shader_fault_fails_naming_the_op(faulty_runtime, tmp_path):
+    runtime = _copy(faulty_runtime, tmp_path)
+    proc = assemble("verify", str(runtime), "--ops", "SCALE,RMS_NORM", *LAVAPIPE)
+    assert proc.returncode == 1, proc.stderr
+    [line] = [ln for ln in proc.stderr.splitlines() if ln.strip().startswith("ops Vulkan0 ")]
+    assert "FAIL" in line and "SCALE(" in line and "differ from the CPU backend" in line, line
+    assert "RMS_NORM(" not in line                 # only the broken op is named
+    entry = load_record(runtime).devices[0]
+    assert (entry.result, entry.device) == ("fail", "Vulkan0")
+    assert entry.failed > 0 and entry.first_failures and all(f.startswith("SCALE(") for f in entry.first_failures)

@@ -1,0 +1,273 @@
+"""verify --ops without a GPU and without compiling: the SQL parser over output captured from a real
+test-backend-ops run on lavapipe, the per-device verdicts, the record, the CLI's refusals.
+
+The program runs (crash, timeout, a device it does not know) use small real executables in a
+throw-away runtime folder that print captured output: what is tested is how verify starts, times
+and reads a program, not the program."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from builder.check.ops import (DEFAULT_OPS, DeviceRecord, OpCase, OpsRecord, OpsRun, Parsed, budget_check, judge,
+                               load_record, ops_checks, parse_op_list, parse_sql, run_device, write_record)
+from builder.check.report import FAIL, PASS, SKIP, WARN
+from builder.cli import main as cli
+from builder.errors import AssembleError
+from builder.runtime.layout import BACKEND_OPS, OPS_RECORD, TESTS_DIR
+from tests.support.common import REPO
+
+CAPTURED = REPO / "tests" / "data" / "ops-output"
+PASSING = CAPTURED / "lavapipe-scale-pass.sql"     # test-backend-ops test -b Vulkan0 -o SCALE --output sql
+FAILING = CAPTURED / "lavapipe-scale-fault.sql"    # the same, by the planted-fault runtime (tests/data/ops-fault)
+
+
+# --- the parser -----------------------------------------------------------------------------------
+
+def test_parse_real_passing_run():
+    parsed = parse_sql(PASSING.read_text())
+    assert parsed.unreadable == 0
+    assert len(parsed.cases) == 7
+    assert {c.op for c in parsed.cases} == {"SCALE"}
+    supported = [c for c in parsed.cases if c.supported]
+    assert len(supported) == 4 and all(c.passed for c in supported)
+    unsupported = [c for c in parsed.cases if not c.supported]
+    assert len(unsupported) == 3 and all("type=bf16" in c.params and c.error == "not supported" for c in unsupported)
+    assert supported[0].label == "SCALE(type=f32,ne=[10,10,10,10],scale=2.000000,bias=0.000000,inplace=0)"
+
+
+def test_parse_real_failing_run_of_the_planted_fault():
+    """The faulty runtime prints "[SCALE] ERR = ... > ... " on stdout just before a failing case's INSERT,
+    on the same line: the case is still read, and judged."""
+    text = FAILING.read_text()
+    assert "[SCALE] ERR = " in text
+    parsed = parse_sql(text)
+    assert parsed.unreadable == 0 and len(parsed.cases) == 7
+    failed = [c for c in parsed.cases if c.supported and not c.passed]
+    assert len(failed) == 4 and all(c.error == "test failed" for c in failed)
+    check = judge(OpsRun("Vulkan0", ("SCALE",), 2.0, parsed, 1))
+    assert check.status == FAIL
+    assert check.reason.startswith("4 of 4 op cases differ from the CPU backend: "
+                                   "SCALE(type=f32,ne=[10,10,10,10],scale=2.000000,bias=0.000000,inplace=0), ")
+    assert check.reason.endswith(" +1 more")
+
+
+def test_a_row_whose_values_do_not_match_its_fields_is_counted_unreadable():
+    line = next(ln for ln in PASSING.read_text().splitlines() if ln.startswith("INSERT"))
+    broken = line.replace("'Vulkan0', ", "'Vulk'an0', ", 1)
+    parsed = parse_sql(broken)
+    assert parsed.cases == () and parsed.unreadable == 1
+
+
+# --- the verdicts -----------------------------------------------------------------------------------
+
+def _run(cases, **kw) -> OpsRun:
+    return OpsRun("Vulkan0", kw.pop("ops", ("SCALE",)), kw.pop("seconds", 1.5), Parsed(tuple(cases)),
+                  kw.pop("returncode", 0), **kw)
+
+
+def _case(i: int, passed: bool = True, supported: bool = True, op: str = "SCALE") -> OpCase:
+    return OpCase(op, f"type=f32,ne=[{i},1,1,1]", supported, passed)
+
+
+def test_pass_says_the_counts_and_the_time():
+    check = judge(_run([_case(1), _case(2), _case(3, supported=False, passed=False)], seconds=12.34))
+    assert check.status == PASS
+    assert check.reason == "2 op cases passed (1 not supported by Vulkan0) in 12.3s"
+
+
+def test_fail_names_the_first_three_failing_cases_and_how_many_more():
+    check = judge(_run([_case(0)] + [_case(i, passed=False) for i in range(1, 6)], returncode=1))
+    assert check.status == FAIL
+    assert check.reason.startswith("5 of 6 op cases differ from the CPU backend: SCALE(type=f32,ne=[1,1,1,1]), "
+                                   "SCALE(type=f32,ne=[2,1,1,1]), SCALE(type=f32,ne=[3,1,1,1]) +2 more")
+
+
+def test_a_crash_or_timeout_is_a_failure_with_the_end_of_stderr():
+    crashed = judge(_run([_case(1)], returncode=-11, stderr_tail="ggml_vulkan: device lost"))
+    assert crashed.status == FAIL and "exited -11 after 1 passing cases: ggml_vulkan: device lost" in crashed.reason
+    hung = judge(_run([_case(1)], returncode=None, error="timed out after 1800s", stderr_tail="last words"))
+    assert hung.status == FAIL and "timed out after 1800s after 1 cases: last words" in hung.reason
+
+
+def test_an_op_no_case_is_named_after_fails():
+    """GLU is in --list-ops, yet cases are named by their kind (SWIGLU): -o GLU runs nothing."""
+    check = judge(_run([_case(1)], ops=("SCALE", "GLU")))
+    assert check.status == FAIL and "no case is named GLU" in check.reason and "SWIGLU" in check.hint
+
+
+def test_a_run_with_no_case_at_all_fails():
+    """-b names a device test-backend-ops did not load (a module link missing in tests/): it runs nothing, exit 0."""
+    check = judge(_run([], stderr_tail="load_backend: loaded CPU backend from tests/libggml-cpu-x64.so"))
+    assert check.status == FAIL and check.reason.startswith("test-backend-ops ran no case on Vulkan0: load_backend")
+    assert "links in tests/" in check.hint
+
+
+def test_unreadable_output_fails():
+    check = judge(OpsRun("Vulkan0", ("SCALE",), 1.0, Parsed((_case(1),), unreadable=2), 0))
+    assert check.status == FAIL and "2 result lines" in check.reason
+
+
+def test_over_the_budget_is_a_warning_not_a_failure():
+    assert budget_check(_run([_case(1)], seconds=59.9)) is None
+    slow = budget_check(_run([_case(1)], seconds=75))
+    assert slow is not None and slow.status == WARN and "75s, over the 60s budget" in slow.reason
+
+
+# --- the op list ----------------------------------------------------------------------------------
+
+def test_op_lists():
+    assert parse_op_list("SCALE, MUL_MAT,SCALE") == ("SCALE", "MUL_MAT")
+    for bad in ("", ",", "scale", "MUL_MAT.*", "ADD(type=f32)"):
+        with pytest.raises(AssembleError) as exc:
+            parse_op_list(bad)
+        assert exc.value.code == 2 and "--list-ops" in exc.value.fix
+
+
+def test_default_list_names_each_op_as_test_backend_ops_matches_it():
+    assert "GLU" not in DEFAULT_OPS and {"SWIGLU", "GEGLU"} <= set(DEFAULT_OPS)
+    assert all(parse_op_list(op) == (op,) for op in DEFAULT_OPS)
+    assert len(set(DEFAULT_OPS)) == len(DEFAULT_OPS)
+
+
+# --- running the program --------------------------------------------------------------------------
+
+def _runtime(tmp_path: Path, script: str | None) -> Path:
+    runtime = tmp_path / "runtime"
+    (runtime / TESTS_DIR).mkdir(parents=True)
+    if script is not None:
+        program = runtime / TESTS_DIR / BACKEND_OPS
+        program.write_text("#!/bin/sh\n" + script)
+        program.chmod(program.stat().st_mode | stat.S_IXUSR)
+    return runtime
+
+
+def test_run_reads_the_cases_with_an_empty_environment_from_a_scratch_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SECRET_OF_THE_CALLER", "1")
+    runtime = _runtime(tmp_path, f'env > "{tmp_path}/env"; pwd > "{tmp_path}/cwd"; echo "$@" > "{tmp_path}/argv"\n'
+                                 f'cat "{PASSING}"\n')
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {"GGML_VK_VISIBLE_DEVICES": "0"})
+    assert judge(result).status == PASS and len(result.ran) == 4
+    assert (tmp_path / "argv").read_text().split() == ["test", "-b", "Vulkan0", "-o", "SCALE", "--output", "sql"]
+    env = (tmp_path / "env").read_text()
+    assert "GGML_VK_VISIBLE_DEVICES=0" in env and "SECRET_OF_THE_CALLER" not in env
+    assert not (tmp_path / "cwd").read_text().startswith(str(runtime))
+
+
+def test_a_crashing_program_fails_with_its_last_words(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    runtime = _runtime(tmp_path, f'head -n 21 "{PASSING}"\necho "GGML_ASSERT(buf != NULL) failed" >&2\nkill -SEGV $$\n')
+    check = judge(run_device(runtime, "Vulkan0", ("SCALE",), {}))
+    assert check.status == FAIL
+    assert "exited -11 after 2 passing cases" in check.reason and "GGML_ASSERT(buf != NULL) failed" in check.reason
+
+
+def test_a_failure_printed_without_a_result_is_shown(tmp_path, monkeypatch):
+    """The FLASH_ATTN_EXT slice test prints "  FAIL fa_vec slice: ..." on stdout and has no INSERT line."""
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    runtime = _runtime(tmp_path, f'cat "{PASSING}"\necho "  FAIL fa_vec slice: dk=64 dv=64 Q=1 ne=2"\nexit 1\n')
+    check = judge(run_device(runtime, "Vulkan0", ("SCALE",), {}))
+    assert check.status == FAIL and "exited 1 after 4 passing cases" in check.reason
+    assert "FAIL fa_vec slice: dk=64" in check.reason and "TEXT" not in check.reason
+
+
+def test_a_hung_program_is_stopped_and_fails(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    runtime = _runtime(tmp_path, f'head -n 20 "{PASSING}"\necho "still compiling pipelines" >&2\nexec sleep 30\n')
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {}, timeout=2)
+    check = judge(result)
+    assert check.status == FAIL and "timed out after 2s after 1 cases" in check.reason
+    assert result.seconds < 20
+
+
+def test_no_program_is_a_failure_with_the_fix(tmp_path):
+    [check] = ops_checks(_runtime(tmp_path, None), ["Vulkan0"], {}, ("SCALE",), {})
+    assert check.status == FAIL and f"carries no {TESTS_DIR}/{BACKEND_OPS}" in check.reason
+    assert "backend_ops" in check.hint and "--with-tests" in check.hint
+
+
+def test_no_gpu_device_is_not_run(tmp_path):
+    [check] = ops_checks(_runtime(tmp_path, "exit 0\n"), [], {}, ("SCALE",), {})
+    assert check.status == SKIP and check.reason == "not run: no GPU device"
+
+
+# --- the record -----------------------------------------------------------------------------------
+
+def _entry(device: str = "Vulkan0", result: str = PASS, **kw) -> DeviceRecord:
+    base = dict(device=device, description="llvmpipe (LLVM 15.0.6, 256 bits)", result=result, passed=4, failed=0,
+                unsupported=3, first_failures=(), ops=("SCALE",), seconds=1.25, driver="Vulkan: LLVM 15.0.6, 256 bits",
+                host="ci", time="2026-12-02T01:05:47+00:00", assemble="0.1.0")
+    return DeviceRecord(**{**base, **kw})
+
+
+def test_record_is_written_atomically_read_back_and_merged_per_device(tmp_path):
+    runtime = tmp_path / "rt"
+    runtime.mkdir()
+    assert write_record(runtime, [_entry("Vulkan0"), _entry("CUDA0")]).status == PASS
+    assert write_record(runtime, [_entry("Vulkan0", FAIL, passed=3, failed=1,
+                                         first_failures=("SCALE(type=f32)",))]).status == PASS
+    record = load_record(runtime)
+    assert record is not None
+    assert [d.device for d in record.devices] == ["CUDA0", "Vulkan0"]          # CUDA0 kept, Vulkan0 replaced
+    assert record.devices[1].result == FAIL and record.devices[1].first_failures == ("SCALE(type=f32)",)
+    assert sorted(p.name for p in runtime.iterdir()) == [OPS_RECORD]            # no temporary file left
+
+
+def test_a_folder_that_cannot_be_written_is_a_warning(tmp_path):
+    """/proc/self refuses new files even to root: the check ran, its proof is not kept."""
+    check = write_record(Path("/proc/self"), [_entry()])
+    assert check.status == WARN and check.reason.startswith(f"not recorded: cannot write {OPS_RECORD}")
+
+
+@pytest.mark.parametrize("mangle, words", [
+    (lambda d: "{", "not JSON"),
+    (lambda d: json.dumps({**d, "format": 9}), "format 1"),
+    (lambda d: json.dumps({**d, "devices": [{**d["devices"][0], "passed": -1}]}), "passed is not a count"),
+    (lambda d: json.dumps({**d, "devices": [{**d["devices"][0], "result": "ok"}]}), "neither pass nor fail"),
+    (lambda d: json.dumps({**d, "devices": [{**d["devices"][0], "time": "yesterday"}]}), "ISO 8601"),
+    (lambda d: json.dumps({**d, "devices": [{k: v for k, v in d["devices"][0].items() if k != "driver"}]}), "keys"),
+])
+def test_a_bad_record_is_refused_when_read(tmp_path, mangle, words):
+    good = json.loads(OpsRecord((_entry(),)).to_json())
+    (tmp_path / OPS_RECORD).write_text(mangle(good))
+    with pytest.raises(AssembleError) as exc:
+        load_record(tmp_path)
+    assert words in exc.value.what and OPS_RECORD in exc.value.fix
+
+
+def test_a_bad_record_is_replaced_by_the_next_run(tmp_path):
+    (tmp_path / OPS_RECORD).write_text("{ half written")
+    assert write_record(tmp_path, [_entry()]).status == PASS
+    assert load_record(tmp_path) == OpsRecord((_entry(),))
+
+
+# --- the CLI --------------------------------------------------------------------------------------
+
+def _cli(argv, capsys):
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--ops", "--static"], ["--static runs nothing", "--ops"]),
+    (["--static", "--ops", "SCALE"], ["--static runs nothing", "--ops"]),
+    (["--ops", "scale,ADD"], ["not an op list", "scale", "--list-ops"]),
+    (["--ops", "MUL_MAT.*"], ["not an op list", "--list-ops"]),
+])
+def test_cli_refusals_are_one_line_exit_2(tmp_path, capsys, extra, words):
+    runtime = tmp_path / "runtime-vulkan"
+    (runtime / "bin").mkdir(parents=True)
+    (runtime / "bin" / "llama-server").write_text("")
+    code, err = _cli(["verify", str(runtime), *extra], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert all(w in lines[0] for w in words), lines[0]
+    assert "Traceback" not in err and not (runtime / OPS_RECORD).exists()
