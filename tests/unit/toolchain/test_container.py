@@ -259,9 +259,11 @@ def test_script_is_the_plans_own_lines_with_the_images_tools(standin, source, tm
     assert "-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc" in configure
     assert "-DCUDAToolkit_ROOT=/usr/local/cuda" in configure and "-DCMAKE_MAKE_PROGRAM=ninja" in configure
     assert {f"-DCMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in ("C", "CXX", "CUDA")} <= set(configure)
-    assert build == ["cmake", "--build", str(run.build_dir), "-j", "7", "--target", "llama-server", "llama-bench"]
-    assert run.expect == ("CMakeCache.txt", "bin/llama-server", "bin/llama-bench", "bin/libggml-cuda.so",
-                          "bin/libggml-vulkan.so", "bin/libggml-cpu*.so")
+    # [tests] backend_ops (on: GPU backends): its one target after the recipe's, in the same build
+    assert build == ["cmake", "--build", str(run.build_dir), "-j", "7", "--target", "llama-server", "llama-bench",
+                     "test-backend-ops"]
+    assert run.expect == ("CMakeCache.txt", "bin/llama-server", "bin/llama-bench", "bin/test-backend-ops",
+                          "bin/libggml-cuda.so", "bin/libggml-vulkan.so", "bin/libggml-cpu*.so")
     no_launcher = make_plan(source, launcher="none")
     assert not any("_COMPILER_LAUNCHER" in a for a in no_launcher.configure)
 
@@ -356,7 +358,8 @@ def test_host_collect_reads_the_container_tree(standin, source, tmp_path):
     run_mod.run_unit(up, container.find_engine("docker"))
     out = collect.collect_unit(up)
     assert {m.source.name for m in out.modules} == {"libggml-cpu.so", "libggml-cuda.so", "libggml-vulkan.so"}
-    assert {e.dest for e in out.executables} == {f"bin/{t}" for t in up.targets}
+    assert {e.dest for e in out.executables} == {f"bin/{t}" for t in up.targets if t != "test-backend-ops"}
+    assert [(t.dest, t.kind) for t in out.tests] == [("tests/test-backend-ops", "test")]
 
 
 def test_failed_build_reports_the_log_tail(standin, source, tmp_path, monkeypatch):
