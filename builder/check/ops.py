@@ -19,6 +19,7 @@ allocation) has no INSERT line: the exit status catches it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -155,9 +156,21 @@ def program(runtime: Path) -> Path:
     return Path(runtime) / TESTS_DIR / BACKEND_OPS
 
 
+def workers() -> int:
+    """test-backend-ops' -j: one worker per core this process may use. Every case is computed twice, on
+    the device and on the CPU backend in its reference mode (set_use_ref), and the CPU side is most of the
+    time: on the H200 host the default list on one worker ran past 400 s for CUDA0 + Vulkan0 (2026-12-02).
+    Each worker gets its own device and CPU backend (tests/test-backend-ops.cpp, test mode only)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str],
-               timeout: float = TIMEOUT_S) -> OpsRun:
-    argv = [str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), "--output", "sql"]
+               timeout: float = TIMEOUT_S, jobs: int | None = None) -> OpsRun:
+    argv = [str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), "-j", str(jobs or workers()),
+            "--output", "sql"]
     start = time.monotonic()
     with scratch("ops-") as cwd:
         try:

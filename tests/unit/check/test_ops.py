@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from builder.check.ops import (DEFAULT_OPS, DeviceRecord, OpCase, OpsRecord, OpsRun, Parsed, budget_check, judge,
-                               load_record, ops_checks, parse_op_list, parse_sql, run_device, write_record)
+                               load_record, ops_checks, parse_op_list, parse_sql, run_device, workers,
+                               write_record)
 from builder.check.report import FAIL, PASS, SKIP, WARN
 from builder.cli import main as cli
 from builder.errors import AssembleError
@@ -153,7 +154,8 @@ def test_run_reads_the_cases_with_an_empty_environment_from_a_scratch_folder(tmp
                                  f'cat "{PASSING}"\n')
     result = run_device(runtime, "Vulkan0", ("SCALE",), {"GGML_VK_VISIBLE_DEVICES": "0"})
     assert judge(result).status == PASS and len(result.ran) == 4
-    assert (tmp_path / "argv").read_text().split() == ["test", "-b", "Vulkan0", "-o", "SCALE", "--output", "sql"]
+    assert (tmp_path / "argv").read_text().split() == ["test", "-b", "Vulkan0", "-o", "SCALE", "-j",
+                                                           str(workers()), "--output", "sql"]
     env = (tmp_path / "env").read_text()
     assert "GGML_VK_VISIBLE_DEVICES=0" in env and "SECRET_OF_THE_CALLER" not in env
     assert not (tmp_path / "cwd").read_text().startswith(str(runtime))
