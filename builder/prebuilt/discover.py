@@ -25,7 +25,8 @@ from builder.config import cpulevels
 from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.runtime.elf import ElfInfo, dynamic_symbols, read_elf
-from builder.runtime.layout import BACKEND_OPS, BIN_DIR, TESTS_DIR, OwnFile, is_ggml_loader, module_backend, own_file
+from builder.runtime.layout import (BACKEND_OPS, TESTS_DIR, OwnFile, is_ggml_loader, module_backend,
+                                   module_links_in_tests, own_file)
 
 SKIP_DIRS = {"CMakeFiles", ".git", "__pycache__", "share", "include", "doc"}   # never hold what a runtime runs
 EXECUTABLE_PREFIXES = ("llama-",)
@@ -248,8 +249,8 @@ class _Sorted:
     def _link(self, p: Path, kind: str | None) -> None:
         real = os.path.realpath(p)
         inside = real.startswith(self.real_root + os.sep)
-        if kind == "module" and p.parent.name == TESTS_DIR and os.readlink(p) == f"../{BIN_DIR}/{p.name}" \
-                and inside:
+        if kind == "module" and inside and p.parent.name == TESTS_DIR \
+                and module_links_in_tests([p.name])[0][1] == os.readlink(p):
             return                    # a runtime's tests/ view of its own bin/ module: made again, never carried
         if inside:
             self.links.setdefault(real, []).append(p.name)

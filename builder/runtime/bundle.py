@@ -30,7 +30,7 @@ from builder.digest import sha256_file
 from builder.errors import FAILED, AssembleError, BuildFailed
 from builder.runtime.elf import ElfInfo, Lookup, lookup, max_version, read_elf, section_strings, symlink_chain
 from builder.runtime.layout import (KINDS, LIB_DIR, OwnFile, arch_tokens, expected_places, is_ggml_loader,
-                                    test_module_links)
+                                    module_links_in_tests)
 from builder.runtime.policy import BUNDLE, classify, companions_for, data_rules_for
 
 OWN, VENDOR, DATA, TEST = "own", "vendor", "data", "test"     # manifest roles (manifest.ROLES)
@@ -107,7 +107,7 @@ class BundlePlan:
     glibc_min: str | None
     glibcxx_min: str | None
     warnings: tuple[str, ...] = ()
-    test_links: tuple[tuple[str, str], ...] = ()   # tests/libggml-*.so -> ../bin/...: layout.test_module_links
+    test_links: tuple[tuple[str, str], ...] = ()   # tests/libggml-*.so -> ../bin/...: layout.module_links_in_tests
 
     def total_bytes(self) -> int:
         own = sum(p.source.stat().st_size for p in self.own)
@@ -380,7 +380,7 @@ def _plan_bundle(own: Sequence[OwnFile], search_dirs: Sequence[Path], recipe: An
         own_plans.append(OwnPlan(source=Path(f.source), dest=f.dest, kind=f.kind, links=links_of[f.dest],
                                  rpath=rpath, pins=pins))
     modules = [PurePosixPath(f.dest).name for f in own if f.kind == "module"]
-    test_links = test_module_links(modules) if any(f.kind == "test" for f in own) else ()
+    test_links = module_links_in_tests(modules) if any(f.kind == "test" for f in own) else ()
     _check_collisions(own_plans, vendor, data, test_links)
 
     all_infos = [i for i in infos.values() if i is not None] + [n.info for n in libraries]

@@ -88,15 +88,12 @@ def module_dest(filename: str) -> str:
     return f"{BIN_DIR}/{filename}"
 
 
-def test_module_links(modules: Iterable[str]) -> tuple[tuple[str, str], ...]:
+def module_links_in_tests(modules: Iterable[str]) -> tuple[tuple[str, str], ...]:
     """(link, target) per backend module file name: tests/libggml-vulkan.so -> ../bin/libggml-vulkan.so.
     ggml's loader looks for modules only in the executable's own folder, so a test program in tests/
     finds bin/'s modules through these relative links."""
     up = posixpath.relpath(BIN_DIR, TESTS_DIR)
     return tuple((f"{TESTS_DIR}/{name}", f"{up}/{name}") for name in sorted(set(modules)))
-
-
-test_module_links.__test__ = False    # type: ignore[attr-defined]  # a layout fact, not a pytest test
 
 
 def in_tests(path: str) -> bool:

@@ -57,7 +57,7 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
         subprocess.run([patchelf_tool(), "--force-rpath", "--set-rpath", layout.LINK_RPATH, "--output", rt / rel, exe],
                        check=True)
         files.append(_record(rt, rel, "test", f"/build/bin/{layout.BACKEND_OPS}"))
-        for link, target in layout.test_module_links(["libggml-cpu.so"]):
+        for link, target in layout.module_links_in_tests(["libggml-cpu.so"]):
             os.symlink(target, rt / link)
             links.append({"path": link, "target": target})
     zlib = Path("/lib/x86_64-linux-gnu/libz.so.1").resolve()   # from a Debian package

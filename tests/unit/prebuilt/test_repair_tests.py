@@ -9,7 +9,7 @@ from pathlib import Path
 
 from builder.check import integrity
 from builder.prebuilt.discover import discover
-from builder.runtime.layout import test_module_links
+from builder.runtime.layout import module_links_in_tests
 from tests.support.common import assemble
 from tests.unit.prebuilt.test_discover import _cc, make_build
 
@@ -47,7 +47,7 @@ def test_a_build_folders_test_backend_ops_is_carried_to_tests(tmp_path):
     assert roles["tests/test-backend-ops"] == "test" and "bin/test-backend-ops" not in roles
     modules = sorted(p.name for p in (rt / "bin").glob("libggml-*.so"))
     links = {(s["path"], s["target"]) for s in m["symlinks"] if s["path"].startswith("tests/")}
-    assert links == set(test_module_links(modules)) and len(links) == len(modules) > 1
+    assert links == set(module_links_in_tests(modules)) and len(links) == len(modules) > 1
     assert integrity.problems(rt) == []
     # a runtime made earlier, given again: its tests/ comes along (its links made again, not refused)
     m2 = _repair(tmp_path, "runtime-t", out="runtime-again")

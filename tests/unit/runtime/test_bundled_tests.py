@@ -26,7 +26,7 @@ def test_the_layout_names_the_test_folder_and_its_module_links():
     assert layout.TESTS_DIR == "tests" and layout.BACKEND_OPS == "test-backend-ops"
     # tests/ is a sibling of bin/: the one DT_RPATH string the build links works from both
     assert layout.LINK_RPATH == "$ORIGIN/../lib"
-    assert layout.test_module_links(["libggml-vulkan.so", "libggml-cpu-haswell.so", "libggml-vulkan.so"]) == (
+    assert layout.module_links_in_tests(["libggml-vulkan.so", "libggml-cpu-haswell.so", "libggml-vulkan.so"]) == (
         ("tests/libggml-cpu-haswell.so", "../bin/libggml-cpu-haswell.so"),
         ("tests/libggml-vulkan.so", "../bin/libggml-vulkan.so"))
     assert layout.own_file(Path("/b/bin/test-backend-ops"), "test").dest == "tests/test-backend-ops"
