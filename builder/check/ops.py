@@ -156,20 +156,35 @@ def program(runtime: Path) -> Path:
     return Path(runtime) / TESTS_DIR / BACKEND_OPS
 
 
-def workers() -> int:
-    """test-backend-ops' -j: one worker per core this process may use. Every case is computed twice, on
-    the device and on the CPU backend in its reference mode (set_use_ref), and the CPU side is most of the
-    time: on the H200 host the default list on one worker ran past 400 s for CUDA0 + Vulkan0 (2026-12-02).
-    Each worker gets its own device and CPU backend (tests/test-backend-ops.cpp, test mode only)."""
+# Backends whose devices test-backend-ops may drive from several workers at once (-j). Vulkan is not one:
+# with -j 2 on Mesa's lavapipe it crashed (SIGSEGV after 26 passing cases, this project's CI, 2026-12-02),
+# and upstream's own try of -j 8 (ggml-org/llama.cpp PR 23699) saw heap corruption on Intel's Vulkan driver
+# and a lost device under MoltenVK. HIP is unproven, so it runs one worker too.
+PARALLEL_BACKENDS = frozenset({"cuda"})
+
+
+def workers(device: str) -> int:
+    """test-backend-ops' -j for DEVICE: one worker per core this process may use where the backend takes
+    it (PARALLEL_BACKENDS), else 1. Every case is computed twice, on the device and on the CPU backend in
+    its reference mode (set_use_ref), and the CPU side is most of the time: on the H200 host the default
+    list on one worker ran past 400 s for CUDA0 + Vulkan0 (2026-12-02). Each worker gets its own device
+    and CPU backend (tests/test-backend-ops.cpp, test mode only)."""
+    if backend_of(device) not in PARALLEL_BACKENDS:
+        return 1
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
 
 
+def backend_of(device: str) -> str:
+    """"CUDA0" -> "cuda", by the device-name prefixes the recipes know; "" for a name none of them starts."""
+    return next((b for b, prefix in DEVICE_PREFIX.items() if device.startswith(prefix)), "")
+
+
 def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str],
                timeout: float = TIMEOUT_S, jobs: int | None = None) -> OpsRun:
-    argv = [str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), "-j", str(jobs or workers()),
+    argv = [str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), "-j", str(jobs or workers(device)),
             "--output", "sql"]
     start = time.monotonic()
     with scratch("ops-") as cwd:
@@ -375,7 +390,7 @@ def driver_of(device: str, description: str) -> str:
     """The driver this host runs the device with, as plainly as the host says it."""
     from builder.toolchain import gpus
 
-    backend = next((b for b, prefix in DEVICE_PREFIX.items() if device.startswith(prefix)), "")
+    backend = backend_of(device)
     nvidia = "NVIDIA" in description.upper() or backend == "cuda"
     if nvidia and (drv := gpus.nvidia_driver()) and drv.version:
         return f"NVIDIA {drv.version}" + (f" (CUDA {drv.cuda})" if drv.cuda else "")

@@ -8,6 +8,7 @@ and reads a program, not the program."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 from pathlib import Path
 
@@ -154,8 +155,8 @@ def test_run_reads_the_cases_with_an_empty_environment_from_a_scratch_folder(tmp
                                  f'cat "{PASSING}"\n')
     result = run_device(runtime, "Vulkan0", ("SCALE",), {"GGML_VK_VISIBLE_DEVICES": "0"})
     assert judge(result).status == PASS and len(result.ran) == 4
-    assert (tmp_path / "argv").read_text().split() == ["test", "-b", "Vulkan0", "-o", "SCALE", "-j",
-                                                           str(workers()), "--output", "sql"]
+    assert (tmp_path / "argv").read_text().split() == ["test", "-b", "Vulkan0", "-o", "SCALE", "-j", "1",
+                                                           "--output", "sql"]
     env = (tmp_path / "env").read_text()
     assert "GGML_VK_VISIBLE_DEVICES=0" in env and "SECRET_OF_THE_CALLER" not in env
     assert not (tmp_path / "cwd").read_text().startswith(str(runtime))
@@ -273,3 +274,10 @@ def test_cli_refusals_are_one_line_exit_2(tmp_path, capsys, extra, words):
     assert code == 2 and len(lines) == 1, err
     assert all(w in lines[0] for w in words), lines[0]
     assert "Traceback" not in err and not (runtime / OPS_RECORD).exists()
+
+
+def test_only_cuda_devices_get_several_workers(monkeypatch):
+    """Vulkan crashed with -j 2 on lavapipe (CI, 2026-12-02): one worker for it, and for anything unproven."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert workers("CUDA0") == 4
+    assert workers("Vulkan0") == workers("Vulkan1") == workers("ROCm0") == workers("Mystery0") == 1
