@@ -9,6 +9,7 @@
 #   scripts/h200-acceptance.sh setup build gpucheck cpuvariants     # CUDA code, driver floors, CPU variants
 #   scripts/h200-acceptance.sh setup build deploy                   # assemble deploy's tree, served and gated
 #   scripts/h200-acceptance.sh setup build ops placement            # verify --ops per device; the split's placement
+#   scripts/h200-acceptance.sh setup build opsbench                 # what each op of --ops costs per device
 #   scripts/h200-acceptance.sh setup build placement                # the CUDA0 + Vulkan0 split's placement proof
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
@@ -231,14 +232,27 @@ stage_placement() {
 
 stage_ops() {
   # verify --ops: upstream's test-backend-ops from the runtime's own tests/, on CUDA0 and Vulkan0,
-  # the default op list (builder/check/ops.py); the record it leaves (ops-checks.json) comes back too.
+  # the default op list (builder/check/ops.py) or $OPS; the record it leaves (ops-checks.json) comes back too.
   local t0=$SECONDS
-  log "verify --ops on every GPU device (default op list)"
-  assemble verify "$RT" --ops "${CHECKENV[@]}" --json > "$RESULTS/ops.json" || true
+  log "verify --ops on every GPU device (${OPS:-default op list})"
+  assemble verify "$RT" --ops ${OPS:+"$OPS"} "${CHECKENV[@]}" --json > "$RESULTS/ops.json" || true
   python3 -c "import json,sys; [print(c['name'], c['status'], c['reason']) for c in json.load(open(sys.argv[1]))['checks']
 if c['name'].startswith('ops')]" "$RESULTS/ops.json" | tee "$RESULTS/ops.txt" | tee -a "$RESULTS/acceptance.log" || true
   cp "$RT/ops-checks.json" "$RESULTS/" 2>/dev/null || true
   echo "ops_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
+# What each op of the default list costs per device (scripts/bench-ops.py), each op stopped after
+# $OPS_CAP s; then CUDA0 on one worker for the two largest ops, to show what -j buys there.
+stage_opsbench() {
+  local t0=$SECONDS
+  log "test-backend-ops per op and device, capped at ${OPS_CAP:-12}s"
+  python3 "$REPO/scripts/bench-ops.py" "$RT" --device CUDA0 --device Vulkan0 --cap "${OPS_CAP:-12}" \
+    --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
+    --out "$RESULTS/bench-ops.json" 2>&1 | tee "$RESULTS/bench-ops.txt"
+  python3 "$REPO/scripts/bench-ops.py" "$RT" --device CUDA0 --jobs 1 --ops MUL_MAT,FLASH_ATTN_EXT \
+    --cap "${OPS_CAP:-12}" --out "$RESULTS/bench-ops-j1.json" 2>&1 | tee "$RESULTS/bench-ops-j1.txt"
+  echo "opsbench_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
 for stage in "$@"; do "stage_$stage"; done

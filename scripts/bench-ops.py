@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""What each op of verify --ops costs on each device: test-backend-ops from a runtime's tests/, one op at a time.
+
+    python3 scripts/bench-ops.py RUNTIME --device CUDA0 --device Vulkan0 [--ops LIST] [--cap 15]
+                                 [--jobs N] [--env K=V]... [--out results.json]
+
+For every device and every op (default: builder.check.ops.DEFAULT_OPS), runs the same command verify --ops
+runs (builder.check.ops.run_device: `test-backend-ops test -b DEVICE -o OP -j J --output sql`, an empty
+environment but --env, a scratch folder), stopped after --cap seconds. Prints and keeps per op: seconds,
+cases run, cases failed, cases not supported, whether the cap stopped it (then the cases counted are those
+it had finished: a rate, not a total). -j is verify's own choice per device (builder.check.ops.workers)
+unless --jobs is given. The sums per device are what `verify --ops LIST` would take for the ops that
+finished; docs/lab/ quotes a run's numbers with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from builder.check.ops import DEFAULT_OPS, parse_op_list, run_device, workers  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runtime", type=Path)
+    ap.add_argument("--device", action="append", required=True, help="a device as --list-devices names it")
+    ap.add_argument("--ops", default=",".join(DEFAULT_OPS))
+    ap.add_argument("--cap", type=float, default=15.0, help="seconds one op may run on one device")
+    ap.add_argument("--jobs", type=int, default=None, help="test-backend-ops -j (default: verify's choice)")
+    ap.add_argument("--env", action="append", default=[], help="K=V for the program's environment")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    env = dict(kv.split("=", 1) for kv in args.env)
+    rows = []
+    for device in args.device:
+        jobs = args.jobs or workers(device)
+        for op in parse_op_list(args.ops):
+            r = run_device(args.runtime, device, (op,), env, timeout=args.cap, jobs=jobs)
+            row = {"device": device, "op": op, "jobs": jobs, "seconds": round(r.seconds, 2),
+                   "cases": len(r.ran), "failed": len(r.failed), "unsupported": r.unsupported,
+                   "capped": r.error is not None and r.error.startswith("timed out"),
+                   "returncode": r.returncode, "error": r.error or "", "stderr_tail": r.stderr_tail[-300:]}
+            rows.append(row)
+            print(f"{device:9} {op:15} -j{jobs:<3} {row['seconds']:7.1f}s {row['cases']:6} cases "
+                  f"{row['failed']:3} failed {row['unsupported']:5} unsupported"
+                  + ("  CAPPED" if row["capped"] else "") + (f"  rc={r.returncode}" if r.returncode else ""),
+                  flush=True)
+    finished = {}
+    for device in args.device:
+        done = [r for r in rows if r["device"] == device and not r["capped"] and r["returncode"] == 0]
+        finished[device] = {"ops": [r["op"] for r in done], "seconds": round(sum(r["seconds"] for r in done), 1),
+                            "capped": [r["op"] for r in rows if r["device"] == device and r["capped"]]}
+        print(f"{device}: {len(done)} ops finished in {finished[device]['seconds']}s; capped: "
+              f"{', '.join(finished[device]['capped']) or 'none'}")
+    if args.out:
+        args.out.write_text(json.dumps({"host": platform.node(), "cap_s": args.cap, "rows": rows,
+                                        "finished": finished}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
