@@ -436,11 +436,12 @@ def package(runtime: Path, dest: Path, fmt: str | None = None, with_tests: bool 
             tmp, f = temps.new(archive)
             f.close()
             digest, size = write_archive(runtime, tmp, fmt, mtime, top=runtime_folder_name(data), with_tests=with_tests)
-            bom = sbom.build(runtime, data if with_tests else without_tests(data), name=stem, epoch=mtime)
+            shipped = data if with_tests else without_tests(data)   # what the archive holds: all its papers list
+            bom = sbom.build(runtime, shipped, name=stem, epoch=mtime)
             bom_bytes = (json.dumps(bom, indent=2) + "\n").encode()
             sums[archive.name] = digest
             sums[bom_path.name] = hashlib.sha256(bom_bytes).hexdigest()
-            prov = provenance.statement(data, archive.name, digest, {bom_path.name: sums[bom_path.name]},
+            prov = provenance.statement(shipped, archive.name, digest, {bom_path.name: sums[bom_path.name]},
                                         folder=runtime_folder_name(data),
                                         manifest_sha256=sha256_file(runtime / manifest.NAME))
             prov_bytes = (json.dumps(prov, indent=2, sort_keys=True) + "\n").encode()

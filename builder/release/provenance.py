@@ -27,8 +27,9 @@ def statement(m: Manifest, archive_name: str, archive_sha256: str, byproducts: d
               folder: str, manifest_sha256: str) -> dict[str, Any]:
     """byproducts: name -> sha256 of the files written beside the archive (the SBOM); folder: the one
     the archive unpacks to; manifest_sha256: of its manifest.json. The archive is the first subject;
-    the runtime's files follow, named as unpacked (symlinks and modes are the manifest's, which is
-    itself a subject)."""
+    the files it holds follow (m: the manifest as far as the archive holds it, package.without_tests
+    when tests/ is left out), named as unpacked (symlinks and modes are the manifest's, which is
+    itself a subject, unchanged either way)."""
     src = m.llama_cpp
     external: dict[str, Any] = {"recipe": m.recipe.name, "recipe_file": m.recipe.file,
                       "backends": list(m.recipe.backends),

@@ -7,6 +7,7 @@ import json
 import shlex
 from pathlib import Path
 
+from builder import ui
 from builder.cli.args import Subparsers
 from builder.release import image
 from builder.toolchain import container
@@ -26,15 +27,20 @@ def register(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--base", metavar="IMAGE",
                    help=f"base image (default: {image.RUNTIME_BASE}; the runtime's glibc needs are checked "
                         "against it only for the default)")
+    p.add_argument("--with-tests", action="store_true",
+                   help="put the runtime's tests/ (test-backend-ops, for verify --ops) in the image; left out by default")
     p.add_argument("--dry-run", action="store_true", help="print the engine command instead of running it")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     engine = container.find_engine(args.engine)
-    plan = image.plan_image(args.runtime, engine=engine, tag=args.tag, base=args.base)
+    plan = image.plan_image(args.runtime, engine=engine, tag=args.tag, base=args.base, with_tests=args.with_tests)
     if args.dry_run:
         print(json.dumps(list(plan.argv)) if args.json else shlex.join(plan.argv))   # a command a shell can run
+        if plan.left_out:
+            ui.info(f"the build runs in a copy of the context without {', '.join(d + '/' for d in plan.left_out)} "
+                    "(--with-tests puts it in)")
         return 0
     tag = image.build_image(plan)
     print(json.dumps({"tag": tag, "runtime": str(plan.runtime)}) if args.json else tag)

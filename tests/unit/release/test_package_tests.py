@@ -8,6 +8,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from builder.check import integrity
 from builder.release import package
 from tests.support.common import assemble, one_error_line
@@ -78,11 +80,19 @@ def test_the_cli_flag(tmp_path):
     assert any(m.name.endswith("tests/test-backend-ops") for m in members(Path(out["archive"])))
 
 
-def test_an_archive_without_tests_passes_verify_provenance(tmp_path):
-    """The provenance names manifest.json and every file it lists (the runtime's identity is unchanged);
-    the archive without tests/ unpacks to a runtime that verify --provenance accepts."""
+def _subjects(provenance: Path) -> set[str]:
+    return {s["name"].split("/", 1)[1] for s in json.loads(provenance.read_text())["subject"][1:]}
+
+
+@pytest.mark.parametrize("with_tests", [False, True])
+def test_the_provenance_names_what_the_archive_holds_and_verifies(tmp_path, with_tests):
+    """The provenance's subjects are manifest.json (unchanged: the runtime's identity) and the files the
+    archive holds, tests/ only with --with-tests; the unpacked archive passes verify --provenance."""
     tested = make_runtime(tmp_path / "tested", with_tests=True)
-    done = package.package(tested, tmp_path / "dist", "tar.gz")
+    done = package.package(tested, tmp_path / "dist", "tar.gz", with_tests=with_tests)
+    held = {m.name.split("/", 1)[1] for m in members(done.archive) if m.isfile()}
+    assert _subjects(done.provenance) == held
+    assert any(p.startswith("tests/") for p in held) is with_tests
     unpacked = _unpack(done.archive, tmp_path / "unpacked")
     proc = assemble("verify", str(unpacked), "--static", "--json", "--provenance", str(done.provenance),
                     "--sha256sums", str(done.sums))
@@ -90,3 +100,17 @@ def test_an_archive_without_tests_passes_verify_provenance(tmp_path):
     assert proc.returncode == 0, proc.stdout
     assert checks["release manifest"]["status"] == "pass" and checks["release files"]["status"] == "pass"
     assert checks["manifest hashes"]["status"] == "pass"
+
+
+def test_tests_planted_into_a_release_without_them_are_named(tmp_path):
+    """An unpacked default archive with a tests/ folder put back by hand and manifest.json edited: the
+    provenance (which never named tests/) calls each planted file what it is."""
+    tested = make_runtime(tmp_path / "tested", with_tests=True)
+    done = package.package(tested, tmp_path / "dist", "tar.gz")
+    unpacked = _unpack(done.archive, tmp_path / "unpacked")
+    shutil.copytree(tested / "tests", unpacked / "tests", symlinks=True)
+    (unpacked / "manifest.json").write_text((unpacked / "manifest.json").read_text() + " ")
+    proc = assemble("verify", str(unpacked), "--static", "--json", "--provenance", str(done.provenance))
+    checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert proc.returncode == 1
+    assert "tests/test-backend-ops: not in the release" in checks["release files"]["reason"], checks["release files"]

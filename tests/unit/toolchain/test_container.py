@@ -424,6 +424,26 @@ def test_image_plan_and_build(standin, runtime):
     assert built["build_args"] == ["VULKAN=1"]
 
 
+def test_image_leaves_tests_out_unless_asked(standin, runtime):
+    """As package does: tests/ (test-backend-ops and its module links) is not in the image's context, and
+    the runtime folder is left as it was; --with-tests puts it in."""
+    tests = runtime / "tests"
+    _script(tests / "test-backend-ops", "#!/bin/sh\n")
+    (tests / "libggml-vulkan.so").symlink_to("../bin/libggml-vulkan.so")
+    before = sorted(p.relative_to(runtime).as_posix() for p in runtime.rglob("*"))
+    engine = container.find_engine("docker")
+    plain = image.plan_image(runtime, engine=engine, tag="t:plain")
+    assert plain.left_out == ("tests",) and plain.argv[-1] == str(runtime)
+    image.build_image(plain)
+    files = set(standin.images()["t:plain"]["context_files"])
+    assert "bin/llama-server" in files and not any(f.startswith("tests") for f in files), files
+    assert sorted(p.relative_to(runtime).as_posix() for p in runtime.rglob("*")) == before
+    full = image.plan_image(runtime, engine=engine, tag="t:full", with_tests=True)
+    assert full.left_out == ()
+    image.build_image(full)
+    assert "tests/test-backend-ops" in standin.images()["t:full"]["context_files"]
+
+
 def test_image_refusals(standin, runtime):
     engine = container.find_engine("docker")
     write_raw(runtime, {**read_raw(runtime), "glibc_min": "2.41"})
