@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.units import shadercache
 from builder.units.environment import BuildEnv, build_env
 from builder.config.options import CONTAINER, BuildConfig, UnitConfig
 from builder.config.remotecache import RemoteCache
@@ -68,7 +67,6 @@ class UnitPlan:
     launcher: str | None = None                 # "ccache" | "sccache" | None: what fronts the compilers
     remote_cache: RemoteCache | None = None     # the shared store (not in the key: it changes no output)
     stored: tuple[StoredTool, ...] = ()         # the tool copies the command lines run (made before the build)
-    glslc_cached: str | None = None             # the glslc the shader cache fronts (Vulkan_GLSLC_EXECUTABLE names it)
 
     @property
     def configure(self) -> tuple[str, ...]:
@@ -118,18 +116,7 @@ def tool_defines(unit: UnitConfig, tc: Toolchain) -> tuple[tuple[tuple[str, str]
     if launcher:
         langs = ("C", "CXX") + (("CUDA",) if "cuda" in unit.backends else ()) + (("HIP",) if "hip" in unit.backends else ())
         defines += [(f"CMAKE_{lang}_COMPILER_LAUNCHER", launcher) for lang in langs]
-    if glslc := cached_glslc(unit, tc):
-        defines.append(("Vulkan_GLSLC_EXECUTABLE", str(shadercache.wrapper_path(cache_dir(), glslc))))
     return tuple(defines), tuple(env)
-
-
-def cached_glslc(unit: UnitConfig, tc: Toolchain) -> str | None:
-    """The glslc the shader cache fronts for this unit: a Vulkan unit on this host whose compiles a
-    launcher caches (the build asked for caching); None otherwise (a container unit, --launcher none)."""
-    if "vulkan" not in unit.backends or unit.where.kind == CONTAINER or tc.launcher is None:
-        return None
-    glslc = tc.vulkan.glslc if tc.vulkan else None
-    return glslc.path if glslc is not None and Path(glslc.path).is_file() else None
 
 
 def rpath_defines(defines: dict[str, str]) -> tuple[tuple[str, str], ...]:
@@ -181,8 +168,7 @@ def plan_unit(config: BuildConfig, unit: UnitConfig, tc: Toolchain, source_dir: 
     return UnitPlan(recipe=config.recipe.name, unit=unit, sha=sha, source_dir=source_dir, build_dir=build_dir,
                     defines=defines, targets=tuple(config.targets) + ((BACKEND_OPS,) if unit.backend_ops else ()), jobs=int(config.jobs.value), cmake=cmake,
                     env=env, toolchain=tc.record(), key=key, tree=tree, environment=environment,
-                    launcher=launcher_name(unit, tc), remote_cache=config.remote_cache.value, stored=stored,
-                    glslc_cached=cached_glslc(unit, tc))
+                    launcher=launcher_name(unit, tc), remote_cache=config.remote_cache.value, stored=stored)
 
 
 def launcher_name(unit: UnitConfig, tc: Toolchain) -> str | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import locks, ui
-from builder.units import cacherelay, cachestats, sccacheserver, shadercache
+from builder.units import cacherelay, cachestats, sccacheserver
 from builder.units.cacherelay import Relay
 from builder.units.plan import UnitPlan
 from builder.config import remotecache
@@ -149,7 +149,6 @@ def run_unit(plan: UnitPlan, engine: Engine | None = None) -> Path:
         else:
             stats = _run_here(plan)
         _record_cache_stats(plan, stats)
-        _record_shader_stats(plan)
         tmp = built.with_name(BUILT_STAMP + ".tmp")
         tmp.write_text(json.dumps({"fingerprint": fingerprint, "outputs": _outputs(plan.build_dir)}, indent=1))
         os.replace(tmp, built)
@@ -187,12 +186,6 @@ def _run_here(plan: UnitPlan) -> cachestats.CacheStats | None:
             env[k] = v                    # --remote-cache / ASSEMBLE_REMOTE_CACHE, asked for explicitly
     if plan.launcher == "ccache":
         env["CCACHE_STATSLOG"] = str(plan.build_dir / cachestats.STATS_LOG)
-    if plan.glslc_cached:
-        shadercache.enable(cache_dir(), plan.glslc_cached)
-        shadercache.prune(cache_dir())
-        stats = plan.build_dir / shadercache.STATS_LOG
-        stats.write_text("")              # this build's counts only
-        env[shadercache.STATS_ENV] = str(stats)
     if notice := plan.environment.notice():
         line, serious = notice
         (ui.warn if serious else ui.info)(line)
@@ -218,18 +211,6 @@ def _configure_and_build(plan: UnitPlan, env: dict[str, str]) -> None:
         ui.step(f"configure {plan.unit.name}: reusing {plan.build_dir}")
     ui.step(f"build {plan.unit.name}: {', '.join(plan.targets)}")
     run_logged(plan.build, log, f"build {plan.unit.name}", fix=_FIX, env=env, progress=True)
-
-
-def _record_shader_stats(plan: UnitPlan) -> None:
-    """The shader cache's counts of this build, in the log and on the screen (none: no shader compiled)."""
-    counts = shadercache.read_stats(plan.build_dir / shadercache.STATS_LOG) if plan.glslc_cached else None
-    if counts is None:
-        return
-    hits, misses = counts
-    line = f"shader cache: {hits} of {hits + misses} glslc compiles from the cache"
-    ui.info(f"unit {plan.unit.name}: {line}")
-    with open(plan.build_dir / LOG, "a") as f:
-        f.write(f"assemble: {line}\n")
 
 
 def _record_cache_stats(plan: UnitPlan, stats: cachestats.CacheStats | None) -> None:
