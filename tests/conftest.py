@@ -140,10 +140,10 @@ def llama_tree() -> Path:
             os.environ["ASSEMBLE_CACHE"] = old
 
 
-# cpu_runtime: cold 11 min 15 s from the whole suite's start to its first test (ninja 673 s wall, 1,341 s CPU,
-# 699 s of it the 14 CPU levels; the downloads prefetched beside it), the suite's first build and its largest
-# cold cost; warm 2.4 s wall, 1.7 s CPU (measured 2026-12-01, load 12: the build folder is reused). Cold
-# measured 2026-12-05 on a fresh 2-core machine (empty test cache and ccache, .ci/run, .ninja_log).
+# cpu_runtime: cold, ninja 621 s wall (1,238 s CPU, 682 s of it the 14 CPU levels; the downloads prefetched
+# beside it), the suite's first build and its largest cold cost; warm 2.4 s wall, 1.7 s CPU (measured
+# 2026-12-01, load 12: the build folder is reused). Cold measured 2026-12-05 in a cold .ci/run on a 2-core
+# machine, nothing else running (empty test cache and ccache; .ninja_log; docs/lab/2026-12-05-cold-suite.md).
 @pytest.fixture(scope="session")
 @compiles
 def cpu_runtime(tmp_path_factory) -> Path:
@@ -154,8 +154,8 @@ def cpu_runtime(tmp_path_factory) -> Path:
     return out
 
 
-# vulkan_runtime: cold after cpu_runtime 2 min 36 s (ninja 152 s wall: 121 s CPU of new objects, ggml-vulkan and
-# test-backend-ops; 116 s CPU of shader generation, 19 s the vulkan-shaders-gen tool; CPU and libllama objects
+# vulkan_runtime: cold after cpu_runtime, ninja 145 s wall (122 s CPU of new objects, ggml-vulkan and
+# test-backend-ops; 102 s CPU of shader generation, 18 s the vulkan-shaders-gen tool; CPU and libllama objects
 # are ccache hits; measured 2026-12-05, cold run as above), warm 3.6 s wall, 2.9 s CPU (measured 2026-12-01).
 # [tests] backend_ops (on for vulkan) adds tests/test-backend-ops.cpp, one C++ file (48 s CPU cold) and a
 # 0.2 s link: in a fresh build folder with every other object a ccache hit it was the last job, 85 s wall,
@@ -171,9 +171,9 @@ def vulkan_runtime(tmp_path_factory) -> Path:
     return out
 
 
-# unpatched_runtime: cold after vulkan_runtime 1 min 32 s (ninja 88 s wall, most of it the shaders generated
-# again for a new build folder, 113 s CPU; every compile a ccache hit but the loader's file; measured
-# 2026-12-05, cold run as above), warm: its folder reused, 24.9 s wall with cpu_runtime's
+# unpatched_runtime: cold after vulkan_runtime, ninja 77 s wall (most of it the shaders generated again for a
+# new build folder, 101 s CPU; every compile a ccache hit but the loader's file; measured 2026-12-05, cold
+# run as above), warm: its folder reused, 24.9 s wall with cpu_runtime's
 # setup under load 15 (measured 2026-12-01; test_repair's 3 tests and the e2e loader test pass).
 # It replaced two builds: test_repair's upstream-vulkan and test_e2e_cpu's cpu-unpatched (14 levels).
 @pytest.fixture(scope="session")

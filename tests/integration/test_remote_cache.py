@@ -27,8 +27,8 @@ from scripts.support.remotecache import build_on, machine, redis_server
 # warm cpu build folder) and the whole recipe 427 (scripts/bench-remote-cache.py measures that).
 # Cost: each test's machine A is a cold build, 578 s with llama-server under a competing cold CI run
 # (docs/lab/2026-11-29-release.md), so about 2/3 of that with llama-tokenize (estimated from the compile counts);
-# machine B 31 s. In a cold .ci/run on a fresh 2-core machine (2026-12-05) the ccache test took 3 min 28 s and
-# the sccache one 3 min 49 s, each whole.
+# machine B 31 s. In a cold .ci/run on a 2-core machine (2026-12-05, docs/lab/2026-12-05-cold-suite.md) the
+# ccache test took 3 min 24 s and the sccache one about 3 min 40 s, each whole.
 SMALL = '\n[cpu]\nvariants = "haswell"\n'
 TARGET = "llama-tokenize"
 PASSWORD = "hunter2-remote-cache"     # without it the server stores nothing (NOAUTH), so no hit could come

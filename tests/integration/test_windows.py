@@ -36,8 +36,8 @@ ACCEPT = "test: the service starts in its own folder"
 
 
 # cold: the mingw-w64 cross-build in the sid chroot, 354 s on 2 cores (docs/reference/windows.md), plus the chroot
-# (tests/conftest.py, prefetched); 6 min 57 s from the test before to its first test in a cold .ci/run on a fresh
-# 2-core machine (2026-12-05); warm: ccache-mingw hits, about a minute (estimated)
+# (tests/conftest.py, prefetched); 7 min 0 s from the test before to its first test in a cold .ci/run on a
+# 2-core machine (2026-12-05, docs/lab/2026-12-05-cold-suite.md); warm: ccache-mingw hits, about a minute (estimated)
 @pytest.fixture(scope="module")
 @compiles
 def win(sid_chroot, llama_tree, tmp_path_factory) -> WindowsInputs:

@@ -68,9 +68,9 @@ def test_default_list_is_what_runs_without_a_list(vulkan_runtime, tmp_path):
     assert set(DEFAULT_OPS) <= names, set(DEFAULT_OPS) - names
 
 
-# faulty_runtime: cold 1 min 25 s after vulkan_runtime (ninja 82 s wall: every shader generated again for the
-# new build folder, 109 s CPU, which ccache does not see; its compiles ccache hits but the SCALE shader's);
-# measured 2026-12-05 on a fresh 2-core machine (empty test cache and ccache, .ci/run, .ninja_log). An earlier
+# faulty_runtime: cold after vulkan_runtime, ninja 78 s wall (every shader generated again for the new build
+# folder, 102 s CPU, which ccache does not see; its compiles ccache hits but the SCALE shader's); measured
+# 2026-12-05 in a cold .ci/run on a 2-core machine (docs/lab/2026-12-05-cold-suite.md). An earlier
 # 9 min 48 s (2026-12-02) was under a load of other builds, not glslc: the whole shader generation of a build
 # is about 1 min of wall there, and glslc's own preprocessing (-E) costs 73 ms of a 101 ms compile, so a
 # cache in front of glslc would save nothing (tried and measured 2026-12-05). Warm 9.2 s (2026-12-02).
