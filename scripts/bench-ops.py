@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             r = run_device(args.runtime, device, (op,), env, timeout=args.cap, jobs=jobs)
             row = {"device": device, "op": op, "jobs": jobs, "seconds": round(r.seconds, 2),
                    "cases": len(r.ran), "failed": len(r.failed), "unsupported": r.unsupported,
-                   "capped": r.error is not None and r.error.startswith("timed out"),
+                   "capped": r.timed_out,
                    "returncode": r.returncode, "error": r.error or "", "stderr_tail": r.stderr_tail[-300:]}
             rows.append(row)
             print(f"{device:9} {op:15} -j{jobs:<3} {row['seconds']:7.1f}s {row['cases']:6} cases "

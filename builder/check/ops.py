@@ -131,6 +131,7 @@ class OpsRun:
     parsed: Parsed = field(default_factory=lambda: Parsed(()))
     returncode: int | None = None    # None: it never finished (see `error`)
     error: str | None = None         # could not start, or timed out
+    timed_out: bool = False          # stopped at the timeout (the cases counted are those it finished)
     stderr_tail: str = ""
 
     @property
@@ -192,7 +193,8 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
             proc = run(argv, env=env, cwd=cwd, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             return OpsRun(device, ops, time.monotonic() - start, parse_sql(_text(exc.stdout)),
-                          error=f"timed out after {timeout:.0f}s", stderr_tail=_tail(_text(exc.stderr)))
+                          error=f"timed out after {timeout:.0f}s", stderr_tail=_tail(_text(exc.stderr)),
+                          timed_out=True)
         except OSError as exc:
             return OpsRun(device, ops, time.monotonic() - start,
                           error=f"cannot execute {TESTS_DIR}/{BACKEND_OPS}: {exc.strerror or exc}")

@@ -29,7 +29,7 @@ from builder.config.recipe import SHA256_RE
 from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.release import provenance
-from builder.release.package import SUMS, SUMS_LINE
+from builder.release.package import SUMS, SUMS_LINE, without_tests
 from builder.runtime.layout import OPS_RECORD, in_tests
 from builder.runtime.manifest import NAME as MANIFEST, Manifest, ManifestInvalid
 
@@ -138,10 +138,8 @@ def provenance_checks(runtime: Path, rel: Released) -> list[Check]:
         have = sha256_file(mpath)
     source = f"the release's provenance ({rel.path.name}, archive {rel.archive})"
     if have == rel.manifest_sha256:
-        listed = _listed(runtime)
-        if listed is not None and not any(in_tests(p) for p in rel.files):
-            # released without tests/ (package's default): the statement names the files the archive holds
-            listed = {p: d for p, d in listed.items() if not in_tests(p)}
+        # released without tests/ (package's default), the statement names the files the archive holds
+        listed = _listed(runtime, with_tests=any(in_tests(p) for p in rel.files))
         agree = listed == rel.files
         return [Check("release manifest", PASS, f"manifest.json is the one {source} names"),
                 Check("release files", PASS, f"the {len(rel.files)} released files are those the manifest lists, "
@@ -163,9 +161,10 @@ def provenance_checks(runtime: Path, rel: Released) -> list[Check]:
     return checks
 
 
-def _listed(runtime: Path) -> dict[str, str] | None:
+def _listed(runtime: Path, with_tests: bool) -> dict[str, str] | None:
     try:
-        return {f.path: f.sha256 for f in Manifest.load(runtime).files}
+        m = Manifest.load(runtime)
+        return {f.path: f.sha256 for f in (m if with_tests else without_tests(m)).files}
     except ManifestInvalid:
         return None
 

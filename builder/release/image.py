@@ -41,7 +41,7 @@ def plan_image(runtime: Path, *, engine: Engine | None = None, tag: str | None =
     if not (server.is_file() and os.access(server, os.X_OK)):
         raise AssembleError("no executable bin/llama-server (the image's entrypoint)", where=where,
                             fix="pass a runtime folder made by `assemble build` whose recipe targets llama-server")
-    from builder.runtime.layout import runtime_dir_name   # here: the CLI names RUNTIME_BASE in its help
+    from builder.runtime.layout import TESTS_DIR, runtime_dir_name   # here: the CLI names RUNTIME_BASE in its help
     from builder.runtime.manifest import Manifest         # without loading the manifest's dataclasses
     manifest = Manifest.load(runtime)        # ManifestInvalid: one line, exit 1
     recipe = manifest.recipe.name
@@ -61,7 +61,6 @@ def plan_image(runtime: Path, *, engine: Engine | None = None, tag: str | None =
                        ("org.opencontainers.image.revision", sha), ("org.assemble.recipe", recipe)):
         argv += ["--label", f"{key}={value}"]
     argv.append(str(runtime))
-    from builder.runtime.layout import TESTS_DIR
     left_out = (TESTS_DIR,) if not with_tests and os.path.isdir(runtime / TESTS_DIR) else ()
     return ImagePlan(engine=engine, runtime=runtime, tag=tag, argv=tuple(argv), left_out=left_out)
 

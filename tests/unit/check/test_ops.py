@@ -155,6 +155,7 @@ def test_run_reads_the_cases_with_an_empty_environment_from_a_scratch_folder(tmp
                                  f'cat "{PASSING}"\n')
     result = run_device(runtime, "Vulkan0", ("SCALE",), {"GGML_VK_VISIBLE_DEVICES": "0"})
     assert judge(result).status == PASS and len(result.ran) == 4
+    assert not result.timed_out
     assert (tmp_path / "argv").read_text().split() == ["test", "-b", "Vulkan0", "-o", "SCALE", "-j", "1",
                                                            "--output", "sql"]
     env = (tmp_path / "env").read_text()
@@ -185,7 +186,7 @@ def test_a_hung_program_is_stopped_and_fails(tmp_path, monkeypatch):
     result = run_device(runtime, "Vulkan0", ("SCALE",), {}, timeout=2)
     check = judge(result)
     assert check.status == FAIL and "timed out after 2s after 1 cases" in check.reason
-    assert result.seconds < 20
+    assert result.seconds < 20 and result.timed_out
 
 
 def test_no_program_is_a_failure_with_the_fix(tmp_path):
