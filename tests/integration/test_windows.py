@@ -37,7 +37,9 @@ ACCEPT = "test: the service starts in its own folder"
 
 # cold: the mingw-w64 cross-build in the sid chroot, 354 s on 2 cores (docs/reference/windows.md), plus the chroot
 # (tests/conftest.py, prefetched); 7 min 0 s from the test before to its first test in a cold .ci/run on a
-# 2-core machine (2026-12-05, docs/lab/2026-12-05-cold-suite.md); warm: ccache-mingw hits, about a minute (estimated)
+# 2-core machine (2026-12-05, docs/lab/2026-12-05-cold-suite.md); warm: the kept build folders
+# (tests/support/windows.build_folder) leave ninja nothing to do, under 7 s of setup where a temporary folder
+# took 44 s (2-core dev machine, 2026-12-05)
 @pytest.fixture(scope="module")
 @compiles
 def win(sid_chroot, llama_tree, tmp_path_factory) -> WindowsInputs:
@@ -47,7 +49,7 @@ def win(sid_chroot, llama_tree, tmp_path_factory) -> WindowsInputs:
     import os
     work = tmp_path_factory.mktemp("windows")
     ccache = TEST_CACHE / "ccache-mingw"
-    bins = cross_build(sid_chroot, llama_tree, work / "build", ("llama-server", "ggml-rpc"), "-DGGML_RPC=ON",
+    bins = cross_build(sid_chroot, llama_tree, ("llama-server", "ggml-rpc"), "-DGGML_RPC=ON",
                        ccache=ccache)
     # the same tree as assemble patches it for a build with backend modules (backend-loader-no-cwd)
     old = os.environ.get("ASSEMBLE_CACHE")
@@ -59,7 +61,7 @@ def win(sid_chroot, llama_tree, tmp_path_factory) -> WindowsInputs:
     finally:
         os.environ.pop("ASSEMBLE_CACHE") if old is None else os.environ.__setitem__("ASSEMBLE_CACHE", old)
     assert "backend-loader-no-cwd" in [p.name for p in prepared.applied]
-    patched = cross_build(sid_chroot, prepared.path, work / "build-patched", ("ggml",), ccache=ccache)
+    patched = cross_build(sid_chroot, prepared.path, ("ggml",), ccache=ccache)
     # upstream's zips carry llama.cpp's LICENSE beside the executables
     own = sorted(p for p in bins.iterdir() if p.suffix in (".exe", ".dll") and p.name != "ggml-rpc.dll") + \
         [llama_tree / "LICENSE"]

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,8 @@ def _pytest(tests: Path, *args: str, env: dict | None = None) -> subprocess.Comp
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-q",
                            "--rootdir", str(tests.parent), "-c", os.devnull, *args],
                           cwd=tests.parent, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+                          env={**{k: v for k, v in os.environ.items() if k != "ASSEMBLE_TEST_STARTED"},
+                               "PYTHONPATH": str(REPO), **(env or {})})
 
 
 def test_a_quick_tier_test_reaching_a_heavy_fixture_fails_the_collection(tmp_path):
@@ -85,7 +87,18 @@ def test_a_run_over_its_budget_fails_in_one_line(tmp_path):
     over = _pytest(tests, env={"ASSEMBLE_TEST_BUDGET_MIN": "0.00001"})
     assert over.returncode == pytest.ExitCode.TESTS_FAILED, over.stdout + over.stderr
     last = over.stdout.strip().splitlines()[-1]
-    assert last.startswith("suite budget: this run took ") and "over its 1e-05 min budget -- fix: " in last
+    assert last.startswith("suite budget: the suite took ") and "over its 1e-05 min budget -- fix: " in last
+
+
+def test_the_budget_counts_from_the_whole_suites_start(tmp_path):
+    """scripts/test runs the whole suite as two pytest runs: the second is judged from the first's start."""
+    tests = _tree(tmp_path, {"unit/test_fine.py": "def test_ok():\n    pass\n"})
+    hour_ago = str(time.time() - 3600)
+    late = _pytest(tests, env={"ASSEMBLE_TEST_STARTED": hour_ago, "ASSEMBLE_TEST_BUDGET_MIN": "45"})
+    assert late.returncode == pytest.ExitCode.TESTS_FAILED, late.stdout + late.stderr
+    assert late.stdout.strip().splitlines()[-1].startswith("suite budget: the suite took 60.0 min, over its 45 min")
+    in_time = _pytest(tests, env={"ASSEMBLE_TEST_STARTED": hour_ago, "ASSEMBLE_TEST_BUDGET_MIN": "90"})
+    assert in_time.returncode == 0 and "budget" not in in_time.stdout, in_time.stdout
 
 
 def test_tiers_by_path():

@@ -84,13 +84,22 @@ def _base_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def _ccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: str, relay: Relay | None) -> int:
+def _failing_start(work: Path) -> dict[str, str]:
+    """sccache's client waits server_startup_timeout_ms (10 s by default) for a server that cannot log in:
+    a start expected to fail is given 3 s (sccache's own config file, SCCACHE_CONF)."""
+    conf = work / "sccache-expected-to-fail.conf"
+    conf.write_text("server_startup_timeout_ms = 3000\n")
+    return {"SCCACHE_CONF": str(conf)}
+
+
+def _ccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: str, relay: Relay | None,
+                        extra: dict[str, str]) -> int:
     """Compile on one machine (its own empty local cache); its remote hits by `ccache --print-stats`."""
     ccache, cc = shutil.which("ccache"), shutil.which("cc") or shutil.which("gcc")
     assert ccache and cc, "ccache and a C compiler are needed (scripts/ci-setup.sh installs ccache)"
     told = remotecache.remote_env(relay.container_cache, "ccache") if relay else \
         remotecache.launcher_env(cache, "ccache", work)
-    env = _base_env(CCACHE_DIR=str(work / machine), **{"CCACHE_BASEDIR": str(work), **told})
+    env = _base_env(CCACHE_DIR=str(work / machine), **{"CCACHE_BASEDIR": str(work), **told, **extra})
     argv = [ccache, cc, "-c", "hello.c", "-o", f"{machine}.o"]
     done = subprocess.run((["unshare", "--net"] if relay else []) + argv, cwd=work, env=env, capture_output=True,
                           text=True, timeout=120)
@@ -102,14 +111,16 @@ def _ccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: str
     return int(counters["remote_storage_hit"])
 
 
-def _sccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: str, relay: Relay | None) -> int | None:
+def _sccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: str, relay: Relay | None,
+                         extra: dict[str, str]) -> int | None:
     """The same with sccache: a server of its own per machine; its hits are all remote (it keeps no local
     tier beside a remote store). None when the server does not start (it checks the store when it starts,
-    and its client waits 10 s for it): it compiled nothing, so it stored nothing."""
+    and its client waits for it: 10 s by default, 3 s where a refusal is expected): it compiled nothing,
+    so it stored nothing."""
     sccache, cc = _sccache(), shutil.which("cc") or shutil.which("gcc")
     argv = [sccache, cc, "-c", "hello.c", "-o", f"{machine}.o"]
     if relay is None:                             # the build's own way: builder.units.sccacheserver
-        env = _base_env(SCCACHE_DIR=str(work / machine), **remotecache.launcher_env(cache, "sccache", work))
+        env = _base_env(SCCACHE_DIR=str(work / machine), **remotecache.launcher_env(cache, "sccache", work), **extra)
         try:
             with sccacheserver.dedicated(sccache, env, cache, "test") as served:
                 done = subprocess.run(argv, cwd=work, env=served.env, capture_output=True, text=True, timeout=120)
@@ -122,7 +133,7 @@ def _sccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: st
     # in the namespace: the client reaches its server by a unix socket, the server Redis by the relay's
     env = _base_env(SCCACHE_DIR=str(work / machine), SCCACHE_BASEDIRS=str(work),
                     SCCACHE_SERVER_UDS=str(relay.socket_path.parent / f"sccache-{machine}.sock"),
-                    **remotecache.remote_env(relay.container_cache, "sccache"))
+                    **remotecache.remote_env(relay.container_cache, "sccache"), **extra)
     netns = ["unshare", "--net"]
     started = subprocess.run(netns + [sccache, "--start-server"], env=env, capture_output=True, text=True, timeout=60)
     if started.returncode != 0:
@@ -140,18 +151,20 @@ def _sccache_remote_hits(cache: remotecache.RemoteCache, work: Path, machine: st
 HITS = {"ccache": _ccache_remote_hits, "sccache": _sccache_remote_hits}
 
 
-def _a_then_b(url: str, launcher: str, via: str, work: Path) -> tuple[int | None, int | None, int]:
+def _a_then_b(url: str, launcher: str, via: str, work: Path, expect_refusal: bool = False,
+              ) -> tuple[int | None, int | None, int]:
     """Remote hits of machine A (cold) and machine B (after A) for one C file no other case compiles,
     and the connections the relay could not log in (0 on the host path). None: the launcher did not
-    start; when A did not, B is not run (nothing was stored that B could hit; 10 s saved)."""
+    start; when A did not, B is not run (nothing was stored that B could hit; one more wait saved)."""
     if via == "relay" and not netns_works():
         pytest.skip("needs a new network namespace (`unshare --net`: root, as CI runs)")
     work.mkdir()
     (work / "hello.c").write_text(f"int answer_{abs(hash((url, launcher, via)))}(void) {{ return 42; }}\n")
     cache = remotecache.parse(url, "--remote-cache")
+    extra = _failing_start(work) if expect_refusal else {}
     with (Relay(cache) if via == "relay" else nullcontext()) as relay:
-        a = HITS[launcher](cache, work, "a", relay)
-        b = HITS[launcher](cache, work, "b", relay) if a is not None else None
+        a = HITS[launcher](cache, work, "a", relay, extra)
+        b = HITS[launcher](cache, work, "b", relay, extra) if a is not None else None
         return a, b, relay.failures if relay else 0
 
 
@@ -168,9 +181,9 @@ def test_each_credential_form_logs_in_and_machine_b_hits(protected_redis, form, 
 
 @pytest.mark.parametrize("via", ["host", "relay"])
 @pytest.mark.parametrize("form, launcher", [("PASSWORD@", "ccache"), ("USER:PASSWORD@ /db", "ccache"),
-                                            ("PASSWORD@", "sccache")])      # sccache: 10 s each, its start times out
+                                            ("PASSWORD@", "sccache")])      # sccache: its start times out (3 s)
 def test_a_wrong_password_gives_no_hit(protected_redis, form, launcher, via, tmp_path):
     url = protected_redis.url(form, password="wrong").replace(quote(USER_PASSWORD, safe=""), "wrong")
-    a, b, refused = _a_then_b(url, launcher, via, tmp_path / "w")
+    a, b, refused = _a_then_b(url, launcher, via, tmp_path / "w", expect_refusal=True)
     assert (a or 0, b or 0) == (0, 0)                # no hit: none, or the launcher refused to start
     assert (refused > 0) == (via == "relay")        # through the relay: its login was what failed
