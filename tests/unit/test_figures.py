@@ -88,3 +88,24 @@ def test_record_refuses_a_bad_name_before_running_anything(tmp_path):
                    str(tmp_path / "f.md"), "--", "touch", str(marker))
     assert got.returncode == 2 and "fix: e.g. --record quick --machine dev" in got.stderr
     assert not marker.exists()
+
+
+def test_record_sums_the_runs_of_the_last_scripts_test(tmp_path):
+    """.ci/run: the quick suite's scripts/test, then the whole suite's, which is two pytest runs."""
+    results, out = tmp_path / "results", tmp_path / "figures.md"
+    for name, body in (("quick", "def test_q():\n    pass\n"),
+                       ("unit", "def test_u1():\n    pass\n\ndef test_u2():\n    pass\n"),
+                       ("slow", "import pytest\n\n@pytest.mark.skip(reason='x')\ndef test_s():\n    pass\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"test_{name}.py").write_text(body)
+    pytest_ = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider"
+    script = (f"echo 'scripts/test: Python 3.13.1 (/venv-a/bin/python)'; {pytest_} {tmp_path / 'quick'} && "
+              f"echo 'scripts/test: Python 3.11.2 (/usr/bin/python3)' && "
+              f"{pytest_} {tmp_path / 'unit'} && {pytest_} {tmp_path / 'slow'}")
+    got = _figures("--record", "two", "--machine", "ci", "--results", str(results), "--out", str(out),
+                   "--", "sh", "-c", script)
+    assert got.returncode == 0, got.stdout + got.stderr
+    (record,) = results.glob("ci-*/suite-two.json")
+    data = json.loads(record.read_text())
+    assert data["outcomes"] == {"passed": 2, "skipped": 1} and data["python"] == "Python 3.11.2"
+    assert len(data["runs"]) == 2 and all(s >= 0 for s in data["runs"])
