@@ -109,3 +109,4 @@ def test_record_sums_the_runs_of_the_last_scripts_test(tmp_path):
     data = json.loads(record.read_text())
     assert data["outcomes"] == {"passed": 2, "skipped": 1} and data["python"] == "Python 3.11.2"
     assert len(data["runs"]) == 2 and all(s >= 0 for s in data["runs"])
+    assert "; its pytest runs " in out.read_text()
