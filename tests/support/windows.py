@@ -46,7 +46,8 @@ def build_folder(chroot: Path, src: Path, targets: tuple[str, ...], *defines: st
     44 s of configure, ccache hits and links in a temporary folder) and nothing stale is reused."""
     gxx = (chroot / "usr/bin/x86_64-w64-mingw32-g++-posix").resolve()
     scripts = [REPO / "scripts" / n for n in ("mingw-build-in-chroot.sh", "mingw-w64-x86_64.cmake")]
-    facts = [str(src.resolve()), str(REPO), *targets, "--", *defines, str(gxx), str(gxx.stat().st_mtime_ns)]
+    made = str(gxx.stat().st_mtime_ns) if gxx.is_file() else "absent"   # absent: the script says how to fix it
+    facts = [str(src.resolve()), str(REPO), *targets, "--", *defines, str(gxx), made]
     digest = hashlib.sha256("\0".join(facts).encode() + b"".join(f.read_bytes() for f in scripts)).hexdigest()
     return TEST_CACHE / "mingw-builds" / f"{src.name}-{digest[:16]}"
 
