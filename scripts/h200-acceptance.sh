@@ -11,6 +11,7 @@
 #   scripts/h200-acceptance.sh setup build ops placement            # verify --ops per device; the split's placement
 #   scripts/h200-acceptance.sh setup build opsbench                 # what each op of --ops costs per device
 #   scripts/h200-acceptance.sh setup build placement                # the CUDA0 + Vulkan0 split's placement proof
+#   scripts/h200-acceptance.sh setup build vulkanjobs               # Vulkan0's ops with one worker and with 8
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the pin's git tree (llama-mirror.tar: `git clone --bare --no-local
@@ -259,6 +260,19 @@ stage_opsbench() {
   python3 "$REPO/scripts/bench-ops.py" "$RT" --device CUDA0 --jobs 1 --ops MUL_MAT,FLASH_ATTN_EXT \
     --cap "${OPS_CAP:-12}" --out "$RESULTS/bench-ops-j1.json" 2>&1 | tee "$RESULTS/bench-ops-j1.txt"
   echo "opsbench_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
+# Vulkan0 with one worker (verify's choice) and with 8, per op, capped: what -j would buy on NVIDIA's
+# Vulkan driver, and whether it stays whole there (lavapipe crashed with two workers).
+stage_vulkanjobs() {
+  local t0=$SECONDS j
+  for j in 1 8; do
+    log "test-backend-ops on Vulkan0 with -j $j, each op capped at ${OPS_CAP:-12}s"
+    python3 "$REPO/scripts/bench-ops.py" "$RT" --device Vulkan0 --jobs "$j" --ops "${OPS:-FLASH_ATTN_EXT,MUL_MAT,MUL_MAT_ID}" \
+      --cap "${OPS_CAP:-12}" --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
+      --out "$RESULTS/bench-ops-vulkan-j$j.json" 2>&1 | tee "$RESULTS/bench-ops-vulkan-j$j.txt"
+  done
+  echo "vulkanjobs_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
 for stage in "$@"; do "stage_$stage"; done
