@@ -254,10 +254,12 @@ stage_ops() {
 stage_opsbench() {
   local t0=$SECONDS
   log "test-backend-ops per op and device, capped at ${OPS_CAP:-12}s"
-  python3 "$REPO/scripts/bench-ops.py" "$RT" --device CUDA0 --device Vulkan0 --cap "${OPS_CAP:-12}" \
+  local devices=() d
+  for d in ${OPS_DEVICES:-CUDA0 Vulkan0}; do devices+=(--device "$d"); done
+  python3 "$REPO/scripts/bench-ops.py" "$RT" "${devices[@]}" --cap "${OPS_CAP:-12}" \
     --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
     --out "$RESULTS/bench-ops.json" 2>&1 | tee "$RESULTS/bench-ops.txt"
-  python3 "$REPO/scripts/bench-ops.py" "$RT" --device CUDA0 --jobs 1 --ops MUL_MAT,FLASH_ATTN_EXT \
+  [ -n "${NO_J1:-}" ] || python3 "$REPO/scripts/bench-ops.py" "$RT" --device CUDA0 --jobs 1 --ops MUL_MAT,FLASH_ATTN_EXT \
     --cap "${OPS_CAP:-12}" --out "$RESULTS/bench-ops-j1.json" 2>&1 | tee "$RESULTS/bench-ops-j1.txt"
   echo "opsbench_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
