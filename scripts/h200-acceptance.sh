@@ -12,6 +12,7 @@
 #   scripts/h200-acceptance.sh setup build opsbench                 # what each op of --ops costs per device
 #   scripts/h200-acceptance.sh setup build placement                # the CUDA0 + Vulkan0 split's placement proof
 #   scripts/h200-acceptance.sh setup build vulkanjobs               # Vulkan0's ops with one worker and with 8
+#   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanops            # the vulkan recipe alone, verify --ops on Vulkan0
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the pin's git tree (llama-mirror.tar: `git clone --bare --no-local
@@ -275,6 +276,20 @@ stage_vulkanjobs() {
       --out "$RESULTS/bench-ops-vulkan-j$j.json" 2>&1 | tee "$RESULTS/bench-ops-vulkan-j$j.txt"
   done
   echo "vulkanjobs_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
+# The vulkan recipe alone (a third of cuda-vulkan's build time), then verify --ops on its Vulkan0: the
+# NVIDIA Vulkan driver's time for the default list when there is no time for the whole cuda-vulkan build.
+stage_vulkanops() {
+  local rt=$WORK/rt/runtime-vulkan t0=$SECONDS
+  log "build of the vulkan recipe on $(nproc) cores"
+  assemble build --recipe vulkan --mirror "$WORK/mirror" --out "$rt" --launcher ccache --no-verify -q 2>&1 \
+    | tee "$RESULTS/build-vulkan.log"
+  echo "vulkan_build_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  log "verify --ops on the vulkan runtime (${OPS:-default op list})"
+  assemble verify "$rt" --ops ${OPS:+"$OPS"} "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/ops-vulkan.txt" || true
+  cp "$rt/ops-checks.json" "$RESULTS/ops-checks-vulkan.json" 2>/dev/null || true
+  echo "vulkanops_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
 for stage in "$@"; do "stage_$stage"; done
