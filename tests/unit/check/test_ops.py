@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from builder.check.ops import (DEFAULT_OPS, DeviceRecord, OpCase, OpsRecord, Ops
                                load_record, ops_checks, parse_op_list, parse_sql, run_device, workers,
                                write_record)
 from builder.check.report import FAIL, PASS, SKIP, WARN
+from builder import ui
 from builder.cli import main as cli
 from builder.errors import AssembleError
 from builder.runtime.layout import BACKEND_OPS, OPS_RECORD, TESTS_DIR
@@ -193,6 +195,20 @@ def test_no_program_is_a_failure_with_the_fix(tmp_path):
     [check] = ops_checks(_runtime(tmp_path, None), ["Vulkan0"], {}, ("SCALE",), {})
     assert check.status == FAIL and f"carries no {TESTS_DIR}/{BACKEND_OPS}" in check.reason
     assert "backend_ops" in check.hint and "--with-tests" in check.hint
+
+
+def test_each_device_says_when_it_starts_and_how_it_ended(tmp_path, monkeypatch, capsys):
+    """A device's run takes minutes: its start and its end are on stderr as they happen, before the table."""
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ui, "_level", ui.NORMAL)                 # another test's -q must not hide the lines
+    runtime = _runtime(tmp_path, f'case "$3" in CUDA0) cat "{PASSING}";; *) echo "lost the device" >&2; exit 1;; esac\n')
+    checks = ops_checks(runtime, ["CUDA0", "Vulkan0"], {}, ("SCALE",), {})
+    assert [c.status for c in checks if c.name.startswith("ops ")][:2] == [PASS, FAIL]
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
+    assert lines[0] == f"test-backend-ops on CUDA0: 1 ops, {workers('CUDA0')} worker(s)"
+    assert re.fullmatch(r"test-backend-ops on CUDA0: PASS in \d+\.\ds", lines[1])
+    assert lines[2] == "test-backend-ops on Vulkan0: 1 ops, 1 worker(s)"
+    assert re.fullmatch(r"test-backend-ops on Vulkan0: FAIL in \d+\.\ds", lines[3])
 
 
 def test_no_gpu_device_is_not_run(tmp_path):
