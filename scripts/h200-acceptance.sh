@@ -43,7 +43,7 @@ stage_setup() {
   # The pin's tree comes as a bare clone of the sdist's shallow vendor/llama.cpp, tarred: a git bundle
   # cannot carry a shallow history (cloning one made from that tree fails: "did not send all necessary objects").
   if [ -f "$CARRY/llama-mirror.tar" ] && [ ! -d "$WORK/mirror" ]; then
-    mkdir -p "$WORK/mirror.tmp" && tar -C "$WORK/mirror.tmp" -xf "$CARRY/llama-mirror.tar" && mv "$WORK/mirror.tmp/"*.git "$WORK/mirror"; fi
+    rm -rf "$WORK/mirror.tmp" && mkdir -p "$WORK/mirror.tmp" && tar -C "$WORK/mirror.tmp" -xf "$CARRY/llama-mirror.tar" && mv "$WORK/mirror.tmp/"*.git "$WORK/mirror"; fi
   # The runtime is started with an empty environment, as a service manager would: the driver's
   # libcuda must be in the ld.so cache, as on a host where the driver is installed normally.
   if ! ldconfig -p | grep -q 'libcuda.so.1 '; then

@@ -418,8 +418,9 @@ def ops_checks(runtime: Path, devices: list[str], descriptions: dict[str, str], 
     checks, entries = [], []
     for device in devices:
         # A device's run can take minutes (lavapipe: far more): say which one is running, and how it ended.
-        ui.info(f"test-backend-ops on {device}: {len(ops)} ops, {workers(device)} worker(s)")
-        result = run_device(runtime, device, ops, env)
+        jobs = workers(device)
+        ui.info(f"test-backend-ops on {device}: {len(ops)} ops, {jobs} worker(s)")
+        result = run_device(runtime, device, ops, env, jobs=jobs)
         check = judge(result)
         ui.info(f"test-backend-ops on {device}: {check.status.upper()} in {result.seconds:.1f}s")
         checks.append(check)

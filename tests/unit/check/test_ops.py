@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from builder import ui
 from builder.check.ops import (DEFAULT_OPS, DeviceRecord, OpCase, OpsRecord, OpsRun, Parsed, budget_check, judge,
                                load_record, ops_checks, parse_op_list, parse_sql, run_device, workers,
                                write_record)
 from builder.check.report import FAIL, PASS, SKIP, WARN
-from builder import ui
 from builder.cli import main as cli
 from builder.errors import AssembleError
 from builder.runtime.layout import BACKEND_OPS, OPS_RECORD, TESTS_DIR
