@@ -2,15 +2,16 @@
 """What each op of verify --ops costs on each device: test-backend-ops from a runtime's tests/, one op at a time.
 
     python3 scripts/bench-ops.py RUNTIME --device CUDA0 --device Vulkan0 [--ops LIST] [--cap 15]
-                                 [--jobs N] [--env K=V]... [--out results.json]
+                                 [--jobs N] [--processes N] [--env K=V]... [--out results.json]
 
 For every device and every op (default: builder.check.ops.DEFAULT_OPS), runs the same command verify --ops
-runs (builder.check.ops.run_device: `test-backend-ops test -b DEVICE -o OP -j J --output sql`, an empty
-environment but --env, a scratch folder), stopped after --cap seconds. Prints and keeps per op: seconds,
-cases run, cases failed, cases not supported, whether the cap stopped it (then the cases counted are those
-it had finished: a rate, not a total). -j is verify's own choice per device (builder.check.ops.workers)
-unless --jobs is given. The sums per device are what `verify --ops LIST` would take for the ops that
-finished; docs/lab/ quotes a run's numbers with the machine.
+runs (builder.check.ops.run_device: `test-backend-ops test -b DEVICE -o OP -j J --output sql`, or S such
+processes at once, each with its share of the cases (-p), where the device is sharded; an empty environment
+but --env, a scratch folder), stopped after --cap seconds. Prints and keeps per op: seconds, cases run, cases
+failed, cases not supported, whether the cap stopped it (then the cases counted are those it had finished: a
+rate, not a total). J (threads, --jobs) and S (processes, --processes) are verify's own choice per device
+(builder.check.ops.parallelism) unless given, each on its own. The sums per device are what
+`verify --ops LIST` would take for the ops that finished; docs/lab/ quotes a run's numbers with the machine.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from builder.check.ops import DEFAULT_OPS, parse_op_list, run_device, workers  # noqa: E402
+from builder.check.ops import DEFAULT_OPS, Parallelism, parallelism, parse_op_list, run_device  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,21 +35,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default=",".join(DEFAULT_OPS))
     ap.add_argument("--cap", type=float, default=15.0, help="seconds one op may run on one device")
     ap.add_argument("--jobs", type=int, default=None, help="test-backend-ops -j (default: verify's choice)")
+    ap.add_argument("--processes", type=int, default=None,
+                    help="test-backend-ops processes, each with its share of the cases (default: verify's choice)")
     ap.add_argument("--env", action="append", default=[], help="K=V for the program's environment")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in args.env)
     rows = []
     for device in args.device:
-        jobs = args.jobs or workers(device)
+        chosen = parallelism(device)
+        par = Parallelism(args.jobs or chosen.threads, args.processes or chosen.processes)
         for op in parse_op_list(args.ops):
-            r = run_device(args.runtime, device, (op,), env, timeout=args.cap, jobs=jobs)
-            row = {"device": device, "op": op, "jobs": jobs, "seconds": round(r.seconds, 2),
+            r = run_device(args.runtime, device, (op,), env, timeout=args.cap, parallel=par)
+            row = {"device": device, "op": op, "jobs": par.threads, "processes": par.processes,
+                   "seconds": round(r.seconds, 2),
                    "cases": len(r.ran), "failed": len(r.failed), "unsupported": r.unsupported,
                    "capped": r.timed_out,
                    "returncode": r.returncode, "error": r.error or "", "stderr_tail": r.stderr_tail[-300:]}
             rows.append(row)
-            print(f"{device:9} {op:15} -j{jobs:<3} {row['seconds']:7.1f}s {row['cases']:6} cases "
+            print(f"{device:9} {op:15} -j{par.threads:<3} x{par.processes:<3} {row['seconds']:7.1f}s "
+                  f"{row['cases']:6} cases "
                   f"{row['failed']:3} failed {row['unsupported']:5} unsupported"
                   + ("  CAPPED" if row["capped"] else "") + (f"  rc={r.returncode}" if r.returncode else ""),
                   flush=True)

@@ -265,13 +265,14 @@ stage_opsbench() {
   echo "opsbench_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
-# Vulkan0 with one worker (verify's choice) and with 8, per op, capped: what -j would buy on NVIDIA's
-# Vulkan driver, and whether it stays whole there (lavapipe crashed with two workers).
+# Vulkan0 as one process with one worker and with 8 (threads: verify shards Vulkan into processes instead),
+# per op, capped: what -j would buy on NVIDIA's Vulkan driver, and whether it stays whole there (lavapipe
+# crashed with two workers).
 stage_vulkanjobs() {
   local t0=$SECONDS j
   for j in 1 8; do
     log "test-backend-ops on Vulkan0 with -j $j, each op capped at ${OPS_CAP:-12}s"
-    python3 "$REPO/scripts/bench-ops.py" "$RT" --device Vulkan0 --jobs "$j" --ops "${OPS:-FLASH_ATTN_EXT,MUL_MAT,MUL_MAT_ID}" \
+    python3 "$REPO/scripts/bench-ops.py" "$RT" --device Vulkan0 --jobs "$j" --processes 1 --ops "${OPS:-FLASH_ATTN_EXT,MUL_MAT,MUL_MAT_ID}" \
       --cap "${OPS_CAP:-12}" --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
       --out "$RESULTS/bench-ops-vulkan-j$j.json" 2>&1 | tee "$RESULTS/bench-ops-vulkan-j$j.txt"
   done

@@ -14,13 +14,19 @@ field list), so neither says per case whether it passed as plainly. A failing co
 its error (e.g. "[SCALE] ERR = 0.045505699 > 0.000000100 ") just before the INSERT on the same line, so a line is
 searched, never matched from its start. A case that fails before it has a result (a failed
 allocation) has no INSERT line: the exit status catches it.
+
+A device runs as one process with -j threads, or, for a backend whose threads are unsafe (Vulkan), as
+several processes at once, each given its share of the cases with -p (shard_filter); their cases are
+merged into one result (parallelism() decides which, per device).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -36,7 +42,7 @@ from builder.config.recipe import DEVICE_PREFIX
 from builder.errors import AssembleError
 from builder.locks import write_atomic
 from builder.paths import scratch
-from builder.proc import run
+from builder.proc import command_line
 from builder.runtime.layout import BACKEND_OPS, OPS_RECORD, TESTS_DIR
 
 # The ops a transformer's forward pass runs on the GPU, by the names test-backend-ops matches with -o
@@ -124,7 +130,7 @@ def parse_sql(text: str) -> Parsed:
 
 @dataclass(frozen=True)
 class OpsRun:
-    """What one `test-backend-ops test -b DEVICE` did."""
+    """What `test-backend-ops test -b DEVICE` did: one process, or all of the device's shards merged."""
     device: str
     ops: tuple[str, ...]
     seconds: float
@@ -132,7 +138,8 @@ class OpsRun:
     returncode: int | None = None    # None: it never finished (see `error`)
     error: str | None = None         # could not start, or timed out
     timed_out: bool = False          # stopped at the timeout (the cases counted are those it finished)
-    stderr_tail: str = ""
+    stderr_tail: str = ""            # "shard K/S: ..." where it ran as S processes: K hung or failed first (shard_filter)
+    processes: int = 1               # test-backend-ops processes the cases were shared between (Parallelism)
 
     @property
     def ran(self) -> tuple[OpCase, ...]:
@@ -157,25 +164,56 @@ def program(runtime: Path) -> Path:
     return Path(runtime) / TESTS_DIR / BACKEND_OPS
 
 
-# Backends whose devices test-backend-ops may drive from several workers at once (-j). Vulkan is not one:
-# with -j 2 on Mesa's lavapipe it crashed (SIGSEGV after 26 passing cases, this project's CI, 2026-12-02),
-# and upstream's own try of -j 8 (ggml-org/llama.cpp PR 23699) saw heap corruption on Intel's Vulkan driver
-# and a lost device under MoltenVK. HIP is unproven, so it runs one worker too.
+# Backends whose devices test-backend-ops may drive from several workers at once (-j): threads of one process,
+# each with its own backend of the device and its own CPU backend (tests/test-backend-ops.cpp, test mode only).
+# Vulkan is not one: with -j 2 on Mesa's lavapipe it crashed (SIGSEGV after 26 passing cases, this project's CI,
+# 2026-12-02), and upstream's own try of -j 8 (ggml-org/llama.cpp PR 23699) saw heap corruption on Intel's Vulkan
+# driver and a lost device under MoltenVK: ggml-vulkan shares one VkDevice and queue between the backends of a
+# process.
 PARALLEL_BACKENDS = frozenset({"cuda"})
+# Backends whose devices run as several test-backend-ops processes at once, each with -j 1 and its share of the
+# cases (-p): a process owns its VkInstance and VkDevice, the ordinary case of several programs on one GPU.
+# HIP stays one process with one worker (unproven here, and a HIP or CUDA context costs hundreds of MB of device
+# memory per process); CUDA keeps its threads (one context).
+SHARDED_BACKENDS = frozenset({"vulkan"})
 
 
-def workers(device: str) -> int:
-    """test-backend-ops' -j for DEVICE: one worker per core this process may use where the backend takes
-    it (PARALLEL_BACKENDS), else 1. Every case is computed twice, on the device and on the CPU backend in
-    its reference mode (set_use_ref), and the CPU side is most of the time: on the H200 host the default
-    list on one worker ran past 400 s for CUDA0 + Vulkan0 (2026-12-02). Each worker gets its own device
-    and CPU backend (tests/test-backend-ops.cpp, test mode only)."""
-    if backend_of(device) not in PARALLEL_BACKENDS:
-        return 1
+@dataclass(frozen=True)
+class Parallelism:
+    """How test-backend-ops runs one device's cases: `processes` programs at once, each with `threads` workers."""
+    threads: int = 1         # -j
+    processes: int = 1       # shards, each with its -p (shard_filter); 1: no -p
+
+    def describe(self) -> str:
+        return f"{self.processes} processes" if self.processes > 1 else f"{self.threads} worker(s)"
+
+
+def parallelism(device: str) -> Parallelism:
+    """One worker per core this process may use, as threads where the backend takes them (PARALLEL_BACKENDS),
+    as processes where it takes those (SHARDED_BACKENDS), else one. Every case is computed twice, on the device
+    and on the CPU backend in its reference mode (set_use_ref), and the CPU side is most of the time: on the
+    H200 host the default list on one worker ran past 400 s for CUDA0 + Vulkan0 (2026-12-02)."""
+    backend = backend_of(device)
+    if backend in PARALLEL_BACKENDS:
+        return Parallelism(threads=_cores())
+    if backend in SHARDED_BACKENDS:
+        return Parallelism(processes=_cores())
+    return Parallelism()
+
+
+def _cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
+
+
+def shard_filter(k: int, shards: int) -> str:
+    """test-backend-ops' -p for shard k of `shards` (0 <= k < shards): the cases whose params string (vars(),
+    which -p is searched in before the op filter) has a length of k modulo `shards`. A string has one length,
+    so the shards split all cases exactly and disjointly, with no list of them. ECMAScript, as std::regex
+    reads it (`.{0}` matches the empty string); a params string has no line break for `.` to miss."""
+    return f"^(?:.{{{shards}}})*.{{{k}}}$"
 
 
 def backend_of(device: str) -> str:
@@ -183,29 +221,71 @@ def backend_of(device: str) -> str:
     return next((b for b, prefix in DEVICE_PREFIX.items() if device.startswith(prefix)), "")
 
 
+@dataclass(frozen=True)
+class _Shard:
+    """What one of a device's processes left: its exit status (None: killed at the deadline) and output."""
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+
 def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str],
-               timeout: float = TIMEOUT_S, jobs: int | None = None) -> OpsRun:
-    argv = [str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), "-j", str(jobs or workers(device)),
-            "--output", "sql"]
+               timeout: float = TIMEOUT_S, parallel: Parallelism | None = None) -> OpsRun:
+    par = parallel or parallelism(device)
+    shares = [[]] if par.processes == 1 else [["-p", shard_filter(k, par.processes)] for k in range(par.processes)]
+    argvs = [[str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), *share, "-j", str(par.threads),
+              "--output", "sql"] for share in shares]
     start = time.monotonic()
     with scratch("ops-") as cwd:
         try:
-            proc = run(argv, env=env, cwd=cwd, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            return OpsRun(device, ops, time.monotonic() - start, parse_sql(_text(exc.stdout)),
-                          error=f"timed out after {timeout:.0f}s", stderr_tail=_tail(_text(exc.stderr)),
-                          timed_out=True)
+            shards = _run_all(argvs, env, cwd, timeout)
         except OSError as exc:
-            return OpsRun(device, ops, time.monotonic() - start,
+            return OpsRun(device, ops, time.monotonic() - start, processes=par.processes,
                           error=f"cannot execute {TESTS_DIR}/{BACKEND_OPS}: {exc.strerror or exc}")
-    return OpsRun(device, ops, time.monotonic() - start, parse_sql(proc.stdout), proc.returncode,
-                  stderr_tail=_tail(proc.stderr + "\n" + _stray(proc.stdout)))
+    seconds = time.monotonic() - start
+    parsed = [parse_sql(s.stdout) for s in shards]
+    merged = Parsed(tuple(c for p in parsed for c in p.cases), sum(p.unreadable for p in parsed))
+    hung = [k for k, s in enumerate(shards) if s.returncode is None]
+    failing = [k for k, s in enumerate(shards) if s.returncode != 0]
+    told = (hung or failing or [0])[0]              # the shard whose last words are shown
+    tail = _tail(shards[told].stderr + "\n" + _stray(shards[told].stdout))
+    if len(shards) > 1 and tail:
+        tail = f"shard {told}/{len(shards)}: {tail}"
+    if hung:
+        return OpsRun(device, ops, seconds, merged, error=f"timed out after {timeout:.0f}s", stderr_tail=tail,
+                      timed_out=True, processes=par.processes)
+    return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail, processes=par.processes)
 
 
-def _text(data: bytes | str | None) -> str:
-    if isinstance(data, bytes):
-        return data.decode(errors="replace")
-    return data or ""
+def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: float) -> list[_Shard]:
+    """Run the commands at once from cwd, each in its own process group with its output in its own files
+    there (never a pipe, which a full one would block), until one deadline; a group still running at it is
+    killed, as is every started one when another cannot start (OSError) or the wait is interrupted."""
+    procs: list[subprocess.Popen[bytes]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        for k, argv in enumerate(argvs):
+            ui.detail(f"$ {command_line(argv)}   (in {cwd})")
+            with open(cwd / f"shard-{k}.out", "wb") as out, open(cwd / f"shard-{k}.err", "wb") as err:
+                procs.append(subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
+                                              stderr=err, start_new_session=True))
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                break
+    finally:
+        killed = [p for p in procs if p.poll() is None]
+        for proc in killed:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return [_Shard(None if p in killed else p.returncode, _read(cwd / f"shard-{k}.out"), _read(cwd / f"shard-{k}.err"))
+            for k, p in enumerate(procs)]
+
+
+def _read(path: Path) -> str:
+    return path.read_bytes().decode(errors="replace")
 
 
 def _stray(stdout: str) -> str:
@@ -418,9 +498,9 @@ def ops_checks(runtime: Path, devices: list[str], descriptions: dict[str, str], 
     checks, entries = [], []
     for device in devices:
         # A device's run can take minutes (lavapipe: far more): say which one is running, and how it ended.
-        jobs = workers(device)
-        ui.info(f"test-backend-ops on {device}: {len(ops)} ops, {jobs} worker(s)")
-        result = run_device(runtime, device, ops, env, jobs=jobs)
+        par = parallelism(device)
+        ui.info(f"test-backend-ops on {device}: {len(ops)} ops, {par.describe()}")
+        result = run_device(runtime, device, ops, env, parallel=par)
         check = judge(result)
         ui.info(f"test-backend-ops on {device}: {check.status.upper()} in {result.seconds:.1f}s")
         checks.append(check)

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import shlex
 import stat
+import time
 from pathlib import Path
 
 import pytest
 
 from builder import ui
-from builder.check.ops import (DEFAULT_OPS, DeviceRecord, OpCase, OpsRecord, OpsRun, Parsed, budget_check, judge,
-                               load_record, ops_checks, parse_op_list, parse_sql, run_device, workers,
-                               write_record)
+from builder.check.ops import (DEFAULT_OPS, DeviceRecord, OpCase, OpsRecord, OpsRun, Parallelism, Parsed,
+                               budget_check, judge, load_record, ops_checks, parallelism, parse_op_list, parse_sql,
+                               run_device, shard_filter, write_record)
 from builder.check.report import FAIL, PASS, SKIP, WARN
 from builder.cli import main as cli
 from builder.errors import AssembleError
@@ -155,7 +158,7 @@ def test_run_reads_the_cases_with_an_empty_environment_from_a_scratch_folder(tmp
     monkeypatch.setenv("SECRET_OF_THE_CALLER", "1")
     runtime = _runtime(tmp_path, f'env > "{tmp_path}/env"; pwd > "{tmp_path}/cwd"; echo "$@" > "{tmp_path}/argv"\n'
                                  f'cat "{PASSING}"\n')
-    result = run_device(runtime, "Vulkan0", ("SCALE",), {"GGML_VK_VISIBLE_DEVICES": "0"})
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {"GGML_VK_VISIBLE_DEVICES": "0"}, parallel=Parallelism())
     assert judge(result).status == PASS and len(result.ran) == 4
     assert not result.timed_out
     assert (tmp_path / "argv").read_text().split() == ["test", "-b", "Vulkan0", "-o", "SCALE", "-j", "1",
@@ -168,7 +171,7 @@ def test_run_reads_the_cases_with_an_empty_environment_from_a_scratch_folder(tmp
 def test_a_crashing_program_fails_with_its_last_words(tmp_path, monkeypatch):
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     runtime = _runtime(tmp_path, f'head -n 21 "{PASSING}"\necho "GGML_ASSERT(buf != NULL) failed" >&2\nkill -SEGV $$\n')
-    check = judge(run_device(runtime, "Vulkan0", ("SCALE",), {}))
+    check = judge(run_device(runtime, "Vulkan0", ("SCALE",), {}, parallel=Parallelism()))
     assert check.status == FAIL
     assert "exited -11 after 2 passing cases" in check.reason and "GGML_ASSERT(buf != NULL) failed" in check.reason
 
@@ -177,7 +180,7 @@ def test_a_failure_printed_without_a_result_is_shown(tmp_path, monkeypatch):
     """The FLASH_ATTN_EXT slice test prints "  FAIL fa_vec slice: ..." on stdout and has no INSERT line."""
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     runtime = _runtime(tmp_path, f'cat "{PASSING}"\necho "  FAIL fa_vec slice: dk=64 dv=64 Q=1 ne=2"\nexit 1\n')
-    check = judge(run_device(runtime, "Vulkan0", ("SCALE",), {}))
+    check = judge(run_device(runtime, "Vulkan0", ("SCALE",), {}, parallel=Parallelism()))
     assert check.status == FAIL and "exited 1 after 4 passing cases" in check.reason
     assert "FAIL fa_vec slice: dk=64" in check.reason and "TEXT" not in check.reason
 
@@ -185,7 +188,7 @@ def test_a_failure_printed_without_a_result_is_shown(tmp_path, monkeypatch):
 def test_a_hung_program_is_stopped_and_fails(tmp_path, monkeypatch):
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     runtime = _runtime(tmp_path, f'head -n 20 "{PASSING}"\necho "still compiling pipelines" >&2\nexec sleep 30\n')
-    result = run_device(runtime, "Vulkan0", ("SCALE",), {}, timeout=2)
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {}, timeout=2, parallel=Parallelism())
     check = judge(result)
     assert check.status == FAIL and "timed out after 2s after 1 cases" in check.reason
     assert result.seconds < 20 and result.timed_out
@@ -201,14 +204,86 @@ def test_each_device_says_when_it_starts_and_how_it_ended(tmp_path, monkeypatch,
     """A device's run takes minutes: its start and its end are on stderr as they happen, before the table."""
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(ui, "_level", ui.NORMAL)                 # another test's -q must not hide the lines
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     runtime = _runtime(tmp_path, f'case "$3" in CUDA0) cat "{PASSING}";; *) echo "lost the device" >&2; exit 1;; esac\n')
     checks = ops_checks(runtime, ["CUDA0", "Vulkan0"], {}, ("SCALE",), {})
     assert [c.status for c in checks if c.name.startswith("ops ")][:2] == [PASS, FAIL]
     lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
-    assert lines[0] == f"test-backend-ops on CUDA0: 1 ops, {workers('CUDA0')} worker(s)"
+    assert lines[0] == "test-backend-ops on CUDA0: 1 ops, 3 worker(s)"           # threads of one process
     assert re.fullmatch(r"test-backend-ops on CUDA0: PASS in \d+\.\ds", lines[1])
-    assert lines[2] == "test-backend-ops on Vulkan0: 1 ops, 1 worker(s)"
+    assert lines[2] == "test-backend-ops on Vulkan0: 1 ops, 3 processes"
     assert re.fullmatch(r"test-backend-ops on Vulkan0: FAIL in \d+\.\ds", lines[3])
+
+
+# --- a device run as several processes (Vulkan) ----------------------------------------------------
+
+def _real_params() -> list[str]:
+    return [c.params for f in sorted(CAPTURED.glob("*.sql")) for c in parse_sql(f.read_text()).cases]
+
+
+def test_the_shard_filters_split_every_params_string_into_exactly_one_shard():
+    """What -p is searched in: real params strings, every length up to 400 and random ones. Python's re reads
+    these patterns as ECMAScript does (no line break in the strings for `.` to miss); std::regex was checked
+    once by hand on the same patterns (the commit that brought them)."""
+    rng = random.Random(7)
+    alphabet = "abcxyz=,[]()._-0123456789 "
+    strings = _real_params() + ["x" * n for n in range(401)]
+    strings += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(600))) for _ in range(2000)]
+    assert len(_real_params()) == 14
+    for shards in range(1, 18):
+        patterns = [re.compile(shard_filter(k, shards)) for k in range(shards)]
+        for text in strings:
+            assert [k for k, p in enumerate(patterns) if p.search(text)] == [len(text) % shards], (shards, text)
+
+
+def _sharded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, script: str) -> Path:
+    """A runtime whose program runs `script` with $SHARD set to its shard's number (from its -p)."""
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    which = "".join(f'[ "$7" = {shlex.quote(shard_filter(k, cores))} ] && SHARD={k}\n' for k in range(cores))
+    return _runtime(tmp_path, f'SHARD=none\n{which}echo "$@" > "{tmp_path}/argv.$SHARD"\n{script}')
+
+
+def test_a_vulkan_device_runs_one_process_per_core_each_with_its_share_at_once(tmp_path, monkeypatch):
+    """Each process meets the others before it prints (a file each in the shared scratch folder): they ran at
+    once, or the first would have waited alone until the deadline."""
+    meet = ('touch "started.$SHARD"; n=0\n'
+            'while [ "$(ls started.* | wc -l)" -lt 3 ]; do n=$((n+1)); [ $n -gt 400 ] && exit 3; sleep 0.05; done\n')
+    runtime = _sharded(tmp_path, monkeypatch, 3, meet + f'env > "{tmp_path}/env.$SHARD"\ncat "{PASSING}"\n')
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {"GGML_VK_VISIBLE_DEVICES": "0"}, timeout=60)
+    assert judge(result).status == PASS, judge(result)
+    assert (result.processes, len(result.parsed.cases), len(result.ran)) == (3, 21, 12)   # 7 cases, 4 run, a shard
+    for k in range(3):
+        assert (tmp_path / f"argv.{k}").read_text().split() == [
+            "test", "-b", "Vulkan0", "-o", "SCALE", "-p", shard_filter(k, 3), "-j", "1", "--output", "sql"]
+        env = (tmp_path / f"env.{k}").read_text()
+        assert "GGML_VK_VISIBLE_DEVICES=0" in env and "ASSEMBLE_CACHE" not in env
+    assert not (tmp_path / "argv.none").exists()
+
+
+def test_a_crashing_shard_fails_the_device_naming_it_and_the_others_still_count(tmp_path, monkeypatch):
+    crash = f'head -n 21 "{PASSING}"\necho "GGML_ASSERT(buf != NULL) failed" >&2\nkill -SEGV $$\n'
+    runtime = _sharded(tmp_path, monkeypatch, 3, f'if [ "$SHARD" = 1 ]; then {crash}fi\ncat "{PASSING}"\n')
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {})
+    check = judge(result)
+    assert result.returncode == -11 and len(result.ran) == 4 + 2 + 4
+    assert check.status == FAIL
+    assert "exited -11 after 10 passing cases: shard 1/3: GGML_ASSERT(buf != NULL) failed" in check.reason
+
+
+def test_hung_shards_are_all_killed_at_the_deadline_and_what_they_did_counts(tmp_path, monkeypatch):
+    hang = f'head -n 20 "{PASSING}"\necho "still compiling pipelines" >&2\necho $$ > "{tmp_path}/pid.$SHARD"\n'
+    runtime = _sharded(tmp_path, monkeypatch, 3, f'if [ "$SHARD" != 0 ]; then {hang}exec sleep 30; fi\n'
+                                                 f'cat "{PASSING}"\n')
+    start = time.monotonic()
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {}, timeout=2)
+    assert time.monotonic() - start < 20 and result.timed_out and result.returncode is None
+    check = judge(result)
+    assert check.status == FAIL
+    assert "timed out after 2s after 6 cases: shard 1/3: still compiling pipelines" in check.reason
+    for k in (1, 2):
+        with pytest.raises(ProcessLookupError):
+            os.kill(int((tmp_path / f"pid.{k}").read_text()), 0)
 
 
 def test_no_gpu_device_is_not_run(tmp_path):
@@ -293,8 +368,11 @@ def test_cli_refusals_are_one_line_exit_2(tmp_path, capsys, extra, words):
     assert "Traceback" not in err and not (runtime / OPS_RECORD).exists()
 
 
-def test_only_cuda_devices_get_several_workers(monkeypatch):
-    """Vulkan crashed with -j 2 on lavapipe (CI, 2026-12-02): one worker for it, and for anything unproven."""
+def test_cuda_gets_threads_vulkan_processes_and_the_rest_one_of_each(monkeypatch):
+    """Vulkan crashed with -j 2 on lavapipe (CI, 2026-12-02): its cores are processes of their own, each with
+    its own VkDevice; CUDA's are threads of one process; anything unproven (HIP) runs one worker."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
-    assert workers("CUDA0") == 4
-    assert workers("Vulkan0") == workers("Vulkan1") == workers("ROCm0") == workers("Mystery0") == 1
+    assert parallelism("CUDA0") == Parallelism(threads=4, processes=1)
+    assert parallelism("Vulkan0") == parallelism("Vulkan1") == Parallelism(threads=1, processes=4)
+    assert parallelism("ROCm0") == parallelism("Mystery0") == Parallelism(threads=1, processes=1)
+    assert Parallelism(4, 1).describe() == "4 worker(s)" and Parallelism(1, 4).describe() == "4 processes"
