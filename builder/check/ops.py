@@ -210,10 +210,12 @@ def _cores() -> int:
 
 def shard_filter(k: int, shards: int) -> str:
     """test-backend-ops' -p for shard k of `shards` (0 <= k < shards): the cases whose params string (vars(),
-    which -p is searched in before the op filter) has a length of k modulo `shards`. A string has one length,
+    which -p is searched in before the op filter) holds k odd digits modulo `shards`. A string has one count,
     so the shards split all cases exactly and disjointly, with no list of them. ECMAScript, as std::regex
-    reads it (`.{0}` matches the empty string); a params string has no line break for `.` to miss."""
-    return f"^(?:.{{{shards}}})*.{{{k}}}$"
+    reads it (`{0}` matches nothing, for k = 0). Odd digits and not the length: a case's length is mostly
+    its op's field names, so lengths cluster (the pin's default list of 10,602 cases in 16 shards by length:
+    73 to 2,389 cases; by odd digits: 144 to 1,109)."""
+    return f"^[^13579]*(?:(?:[13579][^13579]*){{{shards}}})*(?:[13579][^13579]*){{{k}}}$"
 
 
 def backend_of(device: str) -> str:
