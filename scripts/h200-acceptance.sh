@@ -13,6 +13,7 @@
 #   scripts/h200-acceptance.sh setup build placement                # the CUDA0 + Vulkan0 split's placement proof
 #   scripts/h200-acceptance.sh setup build vulkanjobs               # Vulkan0's ops with one worker and with 8
 #   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanops            # the vulkan recipe alone, verify --ops on Vulkan0
+#   NO_MODEL=1 NO_OPS=1 scripts/h200-acceptance.sh setup vulkanops vulkanshares  # Vulkan0 per op: 1 process vs one per core
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the pin's git tree (llama-mirror.tar: `git clone --bare --no-local
@@ -279,6 +280,19 @@ stage_vulkanjobs() {
   echo "vulkanjobs_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
+# Vulkan0 of the vulkan runtime (after vulkanops) per op, capped, as one process and as verify's shares (one
+# process per core): where the default list's time goes on NVIDIA's Vulkan driver, and what the shares buy.
+stage_vulkanshares() {
+  local rt=$WORK/rt/runtime-vulkan t0=$SECONDS p
+  for p in 1 "$(nproc)"; do
+    log "test-backend-ops on Vulkan0 of the vulkan runtime as $p process(es), each op capped at ${OPS_CAP:-20}s"
+    python3 "$REPO/scripts/bench-ops.py" "$rt" --device Vulkan0 --processes "$p" ${OPS:+--ops "$OPS"} --cap "${OPS_CAP:-20}" \
+      --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
+      --out "$RESULTS/bench-ops-vulkan-p$p.json" 2>&1 | tee "$RESULTS/bench-ops-vulkan-p$p.txt"
+  done
+  echo "vulkanshares_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
 # The vulkan recipe alone (a third of cuda-vulkan's build time), then verify --ops on its Vulkan0: the
 # NVIDIA Vulkan driver's time for the default list when there is no time for the whole cuda-vulkan build.
 stage_vulkanops() {
@@ -287,6 +301,7 @@ stage_vulkanops() {
   assemble build --recipe vulkan --mirror "$WORK/mirror" --out "$rt" --launcher ccache --no-verify -q 2>&1 \
     | tee "$RESULTS/build-vulkan.log"
   echo "vulkan_build_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  [ -z "${NO_OPS:-}" ] || return 0    # NO_OPS=1: the build only (vulkanshares measures it op by op)
   log "verify --ops on the vulkan runtime (${OPS:-default op list})"
   assemble verify "$rt" --ops ${OPS:+"$OPS"} "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/ops-vulkan.txt" || true
   cp "$rt/ops-checks.json" "$RESULTS/ops-checks-vulkan.json" 2>/dev/null || true

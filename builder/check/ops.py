@@ -30,7 +30,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,6 +66,8 @@ DEFAULT_OPS: tuple[str, ...] = (
 )
 BUDGET_S = 60.0          # per device on the H200 (issue 31); over it is a warning, never a failure
 TIMEOUT_S = 1800.0       # a hung device is a failure; lavapipe runs the default list in minutes
+PROGRESS_EVERY_S = 30.0  # a running device's count of finished cases, on stderr: a run stopped by a limit leaves a rate
+POLL_S = 0.2
 MAX_NAMED = 3            # failing cases named in a check's line
 RECORD_FORMAT = 1
 _OP_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -240,7 +242,8 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
     start = time.monotonic()
     with scratch("ops-") as cwd:
         try:
-            shards = _run_all(argvs, env, cwd, timeout)
+            shards = _run_all(argvs, env, cwd, timeout, progress=lambda t: ui.info(
+                f"test-backend-ops on {device}: {_finished(cwd, len(argvs))} cases finished after {t:.0f}s"))
         except OSError as exc:
             return OpsRun(device, ops, time.monotonic() - start, processes=par.processes,
                           error=f"cannot execute {TESTS_DIR}/{BACKEND_OPS}: {exc.strerror or exc}")
@@ -259,31 +262,43 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
     return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail, processes=par.processes)
 
 
-def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: float) -> list[_Shard]:
+def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: float,
+             progress: Callable[[float], None] | None = None) -> list[_Shard]:
     """Run the commands at once from cwd, each in its own process group with its output in its own files
-    there (never a pipe, which a full one would block), until one deadline; a group still running at it is
-    killed, as is every started one when another cannot start (OSError) or the wait is interrupted."""
+    there (never a pipe, which a full one would block), until one deadline, calling `progress` with the
+    seconds so far every PROGRESS_EVERY_S; a group still running at the deadline is killed, as is every
+    started one when another cannot start (OSError) or the wait is interrupted."""
     procs: list[subprocess.Popen[bytes]] = []
-    deadline = time.monotonic() + timeout
+    start = said = time.monotonic()
+    deadline = start + timeout
     try:
         for k, argv in enumerate(argvs):
             ui.detail(f"$ {command_line(argv)}   (in {cwd})")
-            with open(cwd / f"shard-{k}.out", "wb") as out, open(cwd / f"shard-{k}.err", "wb") as err:
+            with open(_output(cwd, k, "out"), "wb") as out, open(_output(cwd, k, "err"), "wb") as err:
                 procs.append(subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
                                               stderr=err, start_new_session=True))
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                break
+        while any(p.poll() is None for p in procs) and (now := time.monotonic()) < deadline:
+            if progress and now - said >= PROGRESS_EVERY_S:
+                progress(now - start)
+                said = now
+            time.sleep(min(POLL_S, max(0.0, deadline - now)))
     finally:
         killed = [p for p in procs if p.poll() is None]
         for proc in killed:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return [_Shard(None if p in killed else p.returncode, _read(cwd / f"shard-{k}.out"), _read(cwd / f"shard-{k}.err"))
+    return [_Shard(None if p in killed else p.returncode, _read(_output(cwd, k, "out")), _read(_output(cwd, k, "err")))
             for k, p in enumerate(procs)]
+
+
+def _output(cwd: Path, k: int, stream: str) -> Path:
+    return cwd / f"shard-{k}.{stream}"
+
+
+def _finished(cwd: Path, shards: int) -> int:
+    """Cases the running shards have printed a result for so far (a test-mode INSERT line each)."""
+    return sum(_read(_output(cwd, k, "out")).count("'test', ") for k in range(shards))
 
 
 def _read(path: Path) -> str:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from builder import ui
+from builder.check import ops
 from builder.check.ops import (DEFAULT_OPS, DeviceRecord, OpCase, OpsRecord, OpsRun, Parallelism, Parsed,
                                budget_check, judge, load_record, ops_checks, parallelism, parse_op_list, parse_sql,
                                run_device, shard_filter, write_record)
@@ -213,6 +214,21 @@ def test_each_device_says_when_it_starts_and_how_it_ended(tmp_path, monkeypatch,
     assert re.fullmatch(r"test-backend-ops on CUDA0: PASS in \d+\.\ds", lines[1])
     assert lines[2] == "test-backend-ops on Vulkan0: 1 ops, 3 processes"
     assert re.fullmatch(r"test-backend-ops on Vulkan0: FAIL in \d+\.\ds", lines[3])
+
+
+def test_a_running_device_says_how_many_cases_it_has_finished(tmp_path, monkeypatch, capsys):
+    """Every PROGRESS_EVERY_S the count of finished cases of all its shards: a run stopped by a limit still
+    leaves a rate (on 2026-12-05 the H100's Vulkan0 was stopped with nothing but its start line)."""
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(ui, "_level", ui.NORMAL)
+    monkeypatch.setattr(ops, "PROGRESS_EVERY_S", 0.3)
+    runtime = _runtime(tmp_path, f'cat "{PASSING}"\nsleep 1.5\n')
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {}, parallel=Parallelism(processes=2))
+    assert judge(result).status == PASS and len(result.parsed.cases) == 14
+    lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
+    counts = [re.fullmatch(r"test-backend-ops on Vulkan0: (\d+) cases finished after \ds", ln) for ln in lines]
+    assert lines and all(counts), lines
+    assert int(counts[-1].group(1)) == 14             # 7 cases in each of the two shards' output
 
 
 # --- a device run as several processes (Vulkan) ----------------------------------------------------
