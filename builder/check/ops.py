@@ -141,7 +141,6 @@ class OpsRun:
     error: str | None = None         # could not start, or timed out
     timed_out: bool = False          # stopped at the timeout (the cases counted are those it finished)
     stderr_tail: str = ""            # "shard K/S: ..." where it ran as S processes: K hung or failed first (shard_filter)
-    processes: int = 1               # test-backend-ops processes the cases were shared between (Parallelism)
 
     @property
     def ran(self) -> tuple[OpCase, ...]:
@@ -245,7 +244,7 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
             shards = _run_all(argvs, env, cwd, timeout, progress=lambda t: ui.info(
                 f"test-backend-ops on {device}: {_finished(cwd, len(argvs))} cases finished after {t:.0f}s"))
         except OSError as exc:
-            return OpsRun(device, ops, time.monotonic() - start, processes=par.processes,
+            return OpsRun(device, ops, time.monotonic() - start,
                           error=f"cannot execute {TESTS_DIR}/{BACKEND_OPS}: {exc.strerror or exc}")
     seconds = time.monotonic() - start
     parsed = [parse_sql(s.stdout) for s in shards]
@@ -258,8 +257,8 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
         tail = f"shard {told}/{len(shards)}: {tail}"
     if hung:
         return OpsRun(device, ops, seconds, merged, error=f"timed out after {timeout:.0f}s", stderr_tail=tail,
-                      timed_out=True, processes=par.processes)
-    return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail, processes=par.processes)
+                      timed_out=True)
+    return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail)
 
 
 def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: float,
