@@ -4,8 +4,8 @@
     python3 scripts/bench-ops.py RUNTIME --device CUDA0 --device Vulkan0 [--ops LIST] [--cap 15]
                                  [--jobs N] [--processes N] [--env K=V]... [--out results.json]
 
-For every device and every op (default: builder.check.ops.DEFAULT_OPS), runs the same command verify --ops
-runs (builder.check.ops.run_device: `test-backend-ops test -b DEVICE -o OP -j J --output sql`, or S such
+For every device and every op (default: the cases verify --ops alone runs, builder.check.ops.DEFAULT_SELECTION;
+--ops LIST or --all-cases: every case), runs the same command verify --ops runs (builder.check.ops.run_device: `test-backend-ops test -b DEVICE -o OP -j J --output sql`, or S such
 processes at once, each with its share of the cases (-p), where the device is sharded; an empty environment
 but --env, a scratch folder), stopped after --cap seconds. Prints and keeps per op: seconds, cases run, cases
 failed, cases not supported, whether the cap stopped it (then the cases counted are those it had finished: a
@@ -25,35 +25,49 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from builder.check.ops import DEFAULT_OPS, Parallelism, parallelism, parse_op_list, run_device  # noqa: E402
+from builder.check.ops import (DEFAULT_SELECTION, Parallelism, Selection, parallelism,  # noqa: E402
+                               parse_op_list, run_device)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runtime", type=Path)
     ap.add_argument("--device", action="append", required=True, help="a device as --list-devices names it")
-    ap.add_argument("--ops", default=",".join(DEFAULT_OPS))
+    ap.add_argument("--ops", help="every case of these ops (default: the cases verify --ops alone runs)")
+    ap.add_argument("--all-cases", action="store_true", help="every case of the default op list")
     ap.add_argument("--cap", type=float, default=15.0, help="seconds one op may run on one device")
     ap.add_argument("--jobs", type=int, default=None, help="test-backend-ops -j (default: verify's choice)")
     ap.add_argument("--processes", type=int, default=None,
                     help="test-backend-ops processes, each with its share of the cases (default: verify's choice)")
     ap.add_argument("--env", action="append", default=[], help="K=V for the program's environment")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--together", action="store_true",
+                    help="run the whole list as one run per device, as verify --ops does, not op by op")
+    ap.add_argument("--keep", type=Path, help="a folder to leave each run's raw output in (DEVICE-OP/shard-K.out: "
+                    "every case with its test_time, a timeline)")
     args = ap.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in args.env)
     rows = []
     for device in args.device:
         chosen = parallelism(device)
         par = Parallelism(args.jobs or chosen.threads, args.processes or chosen.processes)
-        for op in parse_op_list(args.ops):
-            r = run_device(args.runtime, device, (op,), env, timeout=args.cap, parallel=par)
-            row = {"device": device, "op": op, "jobs": par.threads, "processes": par.processes,
+        selection = (Selection(parse_op_list(args.ops)) if args.ops else
+                     Selection(DEFAULT_SELECTION.ops) if args.all_cases else DEFAULT_SELECTION)
+        ops = selection.ops
+        for op in ([",".join(ops)] if args.together else ops):
+            keep = None
+            if args.keep:
+                keep = args.keep / f"{device}-{'all' if args.together else op}"
+                keep.mkdir(parents=True, exist_ok=True)
+            r = run_device(args.runtime, device, tuple(op.split(",")), env, timeout=args.cap, parallel=par, keep=keep,
+                           params=selection.params)
+            row = {"device": device, "op": op, "cases_selected": selection.cases, "jobs": par.threads, "processes": par.processes,
                    "seconds": round(r.seconds, 2),
                    "cases": len(r.ran), "failed": len(r.failed), "unsupported": r.unsupported,
                    "capped": r.timed_out,
                    "returncode": r.returncode, "error": r.error or "", "stderr_tail": r.stderr_tail[-300:]}
             rows.append(row)
-            print(f"{device:9} {op:15} -j{par.threads:<3} x{par.processes:<3} {row['seconds']:7.1f}s "
+            print(f"{device:9} {op[:15]:15} -j{par.threads:<3} x{par.processes:<3} {row['seconds']:7.1f}s "
                   f"{row['cases']:6} cases "
                   f"{row['failed']:3} failed {row['unsupported']:5} unsupported"
                   + ("  CAPPED" if row["capped"] else "") + (f"  rc={r.returncode}" if r.returncode else ""),

@@ -14,6 +14,9 @@
 #   scripts/h200-acceptance.sh setup build vulkanjobs               # Vulkan0's ops with one worker and with 8
 #   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanops            # the vulkan recipe alone, verify --ops on Vulkan0
 #   NO_MODEL=1 NO_OPS=1 scripts/h200-acceptance.sh setup vulkanops vulkanshares  # Vulkan0 per op: 1 process vs one per core
+#   NO_MODEL=1 NO_SMOKE=1 scripts/h200-acceptance.sh setup build ops omp64  # the default selection's time per device
+#   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanprobe   # Vulkan0: start-up, per op, the driver's shader cache,
+#                                                              # timelines (a carried $CARRY/runtime-vulkan.tar.xz: no build)
 #
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the pin's git tree (llama-mirror.tar: `git clone --bare --no-local
@@ -295,6 +298,73 @@ stage_vulkanshares() {
 
 # The vulkan recipe alone (a third of cuda-vulkan's build time), then verify --ops on its Vulkan0: the
 # NVIDIA Vulkan driver's time for the default list when there is no time for the whole cuda-vulkan build.
+# Where Vulkan0's time goes on NVIDIA's driver, with the raw output of every run kept (each case's test_time: a
+# timeline): the start of a process with no case (1 and one per core at once); each op capped at $OPS_CAP s as
+# verify runs it (one process per core, no cache folder), with the driver's shader disk cache in a folder of
+# its own, cold then warm, and as one process (warm); then the whole default list as one run (warm, capped at
+# $LIST_CAP s). The runtime is $WORK/rt/runtime-vulkan: vulkanops' build, or $CARRY/runtime-vulkan.tar.xz.
+stage_vulkanprobe() {
+  local rt=$WORK/rt/runtime-vulkan t0=$SECONDS cap=${OPS_CAP:-6} n p
+  n=$(nproc)
+  if [ ! -d "$rt" ] && [ -f "$CARRY/runtime-vulkan.tar.xz" ]; then mkdir -p "$WORK/rt" && tar -C "$WORK/rt" -xJf "$CARRY/runtime-vulkan.tar.xz"; fi
+  local env=(--env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL")
+  local cache=(--env "__GL_SHADER_DISK_CACHE=1" --env "__GL_SHADER_DISK_CACHE_PATH=$WORK/glcache"
+               --env "__GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1" --env "__GL_SHADER_DISK_CACHE_SIZE=4000000000")
+  mkdir -p "$RESULTS/probe" "$WORK/glcache"
+  for p in 1 "$n"; do
+    log "start-up: $p test-backend-ops process(es) on Vulkan0 with no case"
+    local s0; s0=$(python3 -c 'import time; print(time.time())')
+    for k in $(seq "$p"); do env -i "${VKENV[@]}" "$rt/tests/test-backend-ops" test -b Vulkan0 -o SCALE -p '^none$' \
+      > "$RESULTS/probe/startup-p$p-$k.txt" 2>&1 & done; wait
+    echo "startup_p${p}_seconds=$(python3 -c "import time, sys; print(round(time.time() - float(sys.argv[1]), 2))" "$s0")" \
+      | tee -a "$RESULTS/times.txt"
+  done
+  bop() { local tag=$1; shift; log "Vulkan0: $tag"
+    python3 "$REPO/scripts/bench-ops.py" "$rt" --device Vulkan0 "${env[@]}" --keep "$WORK/keep/$tag" \
+      --out "$RESULTS/probe/bench-ops-$tag.json" ${OPS:+--ops "$OPS"} "$@" 2>&1 | tee "$RESULTS/probe/bench-ops-$tag.txt"
+    tar -C "$WORK/keep" -czf "$RESULTS/probe/$tag-raw.tgz" "$tag"; }
+  bop "p$n-nocache" --processes "$n" --cap "$cap"
+  bop "p$n-cache-cold" --processes "$n" --cap "$cap" "${cache[@]}"
+  du -sh "$WORK/glcache" | tee -a "$RESULTS/times.txt"
+  bop "p$n-cache-warm" --processes "$n" --cap "$cap" "${cache[@]}"
+  bop "p1-cache-warm" --processes 1 --cap "$cap" "${cache[@]}"
+  bop "p$n-list-cache-warm" --processes "$n" --together --cap "${LIST_CAP:-90}" "${cache[@]}"
+  echo "vulkanprobe_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
+# verify --ops' default selection (the cases inference runs) on Vulkan0 of the vulkan runtime as one run, as
+# verify runs it (one OpenMP thread per share, NVIDIA's shader cache shared by the shares), and with the
+# OpenMP limit lifted (OMP_THREAD_LIMIT=64): what the limit buys. Raw output kept (each case's test_time).
+stage_vulkanlist() {
+  local rt=$WORK/rt/runtime-vulkan t0=$SECONDS tag
+  if [ ! -d "$rt" ] && [ -f "$CARRY/runtime-vulkan.tar.xz" ]; then mkdir -p "$WORK/rt" && tar -C "$WORK/rt" -xJf "$CARRY/runtime-vulkan.tar.xz"; fi
+  mkdir -p "$RESULTS/probe"
+  for tag in defaults omp64; do
+    log "Vulkan0 of the vulkan runtime, the default selection as one run: $tag"
+    python3 "$REPO/scripts/bench-ops.py" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
+      --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
+      $([ $tag = omp64 ] && echo --env OMP_THREAD_LIMIT=64) --keep "$WORK/keep/list-$tag" \
+      --out "$RESULTS/probe/bench-ops-list-$tag.json" 2>&1 | tee "$RESULTS/probe/bench-ops-list-$tag.txt"
+    tar -C "$WORK/keep" -czf "$RESULTS/probe/list-$tag-raw.tgz" "list-$tag"
+  done
+  echo "vulkanlist_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
+# Each device of the cuda-vulkan runtime (after build), the default selection as one run with the OpenMP limit
+# lifted: set beside ops' verify --ops (which keeps the limit) to show what the limit buys.
+stage_omp64() {
+  local t0=$SECONDS d
+  mkdir -p "$RESULTS/probe"
+  for d in ${OPS_DEVICES:-CUDA0 Vulkan0}; do
+    log "$d, the default selection as one run, OMP_THREAD_LIMIT=64"
+    python3 "$REPO/scripts/bench-ops.py" "$RT" --device "$d" --together --cap "${LIST_CAP:-150}" --env OMP_THREAD_LIMIT=64 \
+      --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
+      --keep "$WORK/keep/omp64" --out "$RESULTS/probe/bench-ops-$d-omp64.json" 2>&1 | tee "$RESULTS/probe/bench-ops-$d-omp64.txt"
+  done
+  tar -C "$WORK/keep" -czf "$RESULTS/probe/omp64-raw.tgz" omp64
+  echo "omp64_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
 stage_vulkanops() {
   local rt=$WORK/rt/runtime-vulkan t0=$SECONDS
   log "build of the vulkan recipe on $(nproc) cores"

@@ -64,12 +64,70 @@ DEFAULT_OPS: tuple[str, ...] = (
     "SWIGLU",          # the gated FFN of llama, qwen, mistral
     "GEGLU",           # the gated FFN of gemma
 )
+
+
+@dataclass(frozen=True)
+class CaseRule:
+    """Which cases of one op family the inference selection keeps: a case whose params string starts with
+    `lead` (a regex naming the family's first fields) keeps only the listed values of each field."""
+    lead: str
+    allowed: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def assertion(self) -> str:
+        """ECMAScript lookaheads (std::regex, what test-backend-ops' -p is read with) at the string's start."""
+        return f"(?={self.lead})" + "".join(
+            f"(?=(?:.*,)?{name}=(?:{'|'.join(re.escape(v) for v in values)})(?:,|$))" for name, values in self.allowed)
+
+
+# The weight types of llama-quantize's usual presets (Q4_K_M and the other K mixes, Q4_0/Q5_x/Q8_0, IQ4_XS,
+# F16/BF16/F32) and MXFP4 (gpt-oss), as test-backend-ops names them.
+WEIGHT_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_K", "q3_K", "q4_K", "q5_K",
+                "q6_K", "iq4_nl", "iq4_xs", "mxfp4")
+# The cases `--ops` alone runs: of the pin's 10,602 cases of DEFAULT_OPS, those a text model's forward pass
+# runs under llama-server's defaults (4,206 at the pin; upstream's list explores every type, head size and
+# model feature). An op no rule names keeps all its cases. Read from the pin's src/llama-graph.cpp
+# (build_attn_mha, build_ffn, build_moe_ffn), common/common.h (cache_type_k/v = f16) and include/llama.h
+# (LLAMA_ROPE_TYPE_*):
+INFERENCE_CASES: tuple[CaseRule, ...] = (
+    # flash attention: the llama-family head sizes, an f16 KV cache (the server's default cache type), the causal
+    # mask; no attention sinks (gpt-oss), ALiBi (max_bias) or soft-capping (gemma 2): other models' features
+    CaseRule("hsk=", (("hsk", ("64", "128", "256")), ("type_K", ("f16",)), ("mask", ("1",)), ("sinks", ("0",)),
+                      ("max_bias", ("0.000000",)), ("logit_softcap", ("0.000000",)))),
+    # MUL_MAT and MUL_MAT_ID: weights of the usual types times f32 activations (src1 of every projection)
+    CaseRule("type_a=", (("type_a", WEIGHT_TYPES), ("type_b", ("f32",)))),
+    # ROPE: normal (llama) and neox (qwen, phi, gemma) modes; not the multimodal m-rope and vision modes
+    CaseRule(r"type=\w+,ne_a=\[[^\]]*\],n_dims=", (("mode", ("0", "2")),)),
+)
+
+
+def selection_filter(rules: tuple[CaseRule, ...]) -> str:
+    """A zero-width ECMAScript pattern, anchored at the start: a params string passes when, for every rule whose
+    lead it starts with, every field of that rule has an allowed value (a string no lead names passes)."""
+    return "^" + "".join(f"(?:(?!{r.lead})|{r.assertion()})" for r in rules)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The cases verify --ops runs: every case of `ops`, or with `rules` only those inference runs."""
+    ops: tuple[str, ...]
+    rules: tuple[CaseRule, ...] = ()
+
+    @property
+    def cases(self) -> str:
+        return "inference" if self.rules else "all"
+
+    @property
+    def params(self) -> str | None:
+        return selection_filter(self.rules) if self.rules else None
+
+
+DEFAULT_SELECTION = Selection(DEFAULT_OPS, INFERENCE_CASES)
 BUDGET_S = 60.0          # per device on the H200 (issue 31); over it is a warning, never a failure
 TIMEOUT_S = 1800.0       # a hung device is a failure; lavapipe runs the default list in minutes
 PROGRESS_EVERY_S = 30.0  # a running device's count of finished cases, on stderr: a run stopped by a limit leaves a rate
 POLL_S = 0.2
 MAX_NAMED = 3            # failing cases named in a check's line
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2         # 2: each device says which cases ran (cases)
 _OP_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 _INSERT = re.compile(r"INSERT INTO test_backend_ops \(([^)]*)\) VALUES \((.*)\);\s*$")
 _VALUE = re.compile(r"'([^']*)'")
@@ -177,6 +235,11 @@ PARALLEL_BACKENDS = frozenset({"cuda"})
 # HIP stays one process with one worker (unproven here, and a HIP or CUDA context costs hundreds of MB of device
 # memory per process); CUDA keeps its threads (one context).
 SHARDED_BACKENDS = frozenset({"vulkan"})
+# At most this many processes for a sharded device. On an H100 host (16 cores, 2026-12-05) Vulkan0 finished the
+# same share of the default selection in 90 s with 8, 16 and 32 processes (3,945, 3,945 to 4,000, 3,953 cases:
+# the driver, not the cores, sets the pace there); each process holds a VkDevice and its buffers, so a 128-core
+# host gains nothing from 128 of them.
+MAX_PROCESSES = 16
 
 
 @dataclass(frozen=True)
@@ -191,14 +254,14 @@ class Parallelism:
 
 def parallelism(device: str) -> Parallelism:
     """One worker per core this process may use, as threads where the backend takes them (PARALLEL_BACKENDS),
-    as processes where it takes those (SHARDED_BACKENDS), else one. Every case is computed twice, on the device
-    and on the CPU backend in its reference mode (set_use_ref), and the CPU side is most of the time: on the
-    H200 host the default list on one worker ran past 400 s for CUDA0 + Vulkan0 (2026-12-02)."""
+    as processes where it takes those (SHARDED_BACKENDS, at most MAX_PROCESSES), else one. Every case is computed
+    twice, on the device and on the CPU backend in its reference mode (set_use_ref): on the H200 host the
+    default list on one worker ran past 400 s for CUDA0 + Vulkan0 (2026-12-02)."""
     backend = backend_of(device)
     if backend in PARALLEL_BACKENDS:
         return Parallelism(threads=_cores())
     if backend in SHARDED_BACKENDS:
-        return Parallelism(processes=_cores())
+        return Parallelism(processes=min(_cores(), MAX_PROCESSES))
     return Parallelism()
 
 
@@ -233,15 +296,23 @@ class _Shard:
 
 
 def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str],
-               timeout: float = TIMEOUT_S, parallel: Parallelism | None = None) -> OpsRun:
+               timeout: float = TIMEOUT_S, parallel: Parallelism | None = None, keep: Path | None = None,
+               params: str | None = None) -> OpsRun:
+    """params: a zero-width -p pattern anchored at the start (Selection.params), None for every case;
+    keep: an existing folder to run in and leave the shards' raw output in (shard-K.out/.err, each case
+    with its test_time: a benchmark's timeline); by default a scratch folder, removed afterwards."""
     par = parallel or parallelism(device)
-    shares = [[]] if par.processes == 1 else [["-p", shard_filter(k, par.processes)] for k in range(par.processes)]
+    if par.processes == 1:
+        shares = [["-p", params]] if params else [[]]
+    else:   # the selection's lookaheads, then the share's own pattern from the same start
+        shares = [["-p", (params or "") + shard_filter(k, par.processes)[(1 if params else 0):]]
+                  for k in range(par.processes)]
     argvs = [[str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), *share, "-j", str(par.threads),
               "--output", "sql"] for share in shares]
     start = time.monotonic()
-    with scratch("ops-") as cwd:
+    with (contextlib.nullcontext(keep) if keep else scratch("ops-")) as cwd:
         try:
-            shards = _run_all(argvs, env, cwd, timeout, progress=lambda t: ui.info(
+            shards = _run_all(argvs, worker_env(env, cwd), cwd, timeout, progress=lambda t: ui.info(
                 f"test-backend-ops on {device}: {_finished(cwd, len(argvs))} cases finished after {t:.0f}s"))
         except OSError as exc:
             return OpsRun(device, ops, time.monotonic() - start,
@@ -259,6 +330,16 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
         return OpsRun(device, ops, seconds, merged, error=f"timed out after {timeout:.0f}s", stderr_tail=tail,
                       timed_out=True)
     return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail)
+
+
+def worker_env(env: dict[str, str], cwd: Path) -> dict[str, str]:
+    """The checks' environment plus, unless it names them itself, one NVIDIA shader disk cache in the run's
+    folder for all of a device's processes: each compiles every Vulkan pipeline its cases need, and the checks'
+    environment has no HOME for the driver's own cache. On an H100 (2026-12-05, 16 processes, each op capped at
+    6 s) MUL_MAT finished 44 cases without it, 66 with it empty and 91 with it filled; FLASH_ATTN_EXT 12, 21, 27.
+    Mesa's cache is left alone: on lavapipe an empty one made a run slower, not faster (docs/lab/)."""
+    return {"__GL_SHADER_DISK_CACHE": "1", "__GL_SHADER_DISK_CACHE_PATH": str(cwd / "nvidia-shader-cache"),
+            "__GL_SHADER_DISK_CACHE_SKIP_CLEANUP": "1", **env}
 
 
 def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: float,
@@ -377,6 +458,7 @@ class DeviceRecord:
     unsupported: int
     first_failures: tuple[str, ...]
     ops: tuple[str, ...]
+    cases: str                  # inference: the cases inference runs (INFERENCE_CASES); all: every case of `ops`
     seconds: float
     driver: str                 # the host's driver for this device: "NVIDIA 580.82.07 (CUDA 13.0)", ...
     host: str
@@ -387,7 +469,7 @@ class DeviceRecord:
     def from_dict(cls, data: Any, where: str) -> DeviceRecord:
         if not isinstance(data, dict):
             raise _invalid(where, "a device entry is not an object")
-        strings = ("device", "description", "result", "driver", "host", "time", "assemble")
+        strings = ("device", "description", "result", "cases", "driver", "host", "time", "assemble")
         counts = ("passed", "failed", "unsupported")
         if set(data) != set(cls.__dataclass_fields__):
             raise _invalid(where, f"a device entry's keys are {sorted(data)}")
@@ -397,6 +479,8 @@ class DeviceRecord:
         for key in counts:
             if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 0:
                 raise _invalid(where, f"{key} is not a count")
+        if data["cases"] not in ("inference", "all"):
+            raise _invalid(where, f"cases {data['cases']!r} is neither inference nor all")
         if data["result"] not in (PASS, FAIL):
             raise _invalid(where, f"result {data['result']!r} is neither pass nor fail")
         if not isinstance(data["seconds"], (int, float)) or isinstance(data["seconds"], bool):
@@ -455,11 +539,11 @@ def load_record(runtime: Path) -> OpsRecord | None:
     return OpsRecord.from_json(text, str(path))
 
 
-def record_entry(result: OpsRun, check: Check, description: str, driver: str) -> DeviceRecord:
+def record_entry(result: OpsRun, check: Check, description: str, driver: str, cases: str) -> DeviceRecord:
     failed = result.failed
     return DeviceRecord(result.device, description, PASS if check.status == PASS else FAIL, len(result.ran) - len(failed),
                         len(failed), result.unsupported, tuple(c.label for c in failed[:MAX_NAMED]), result.ops,
-                        round(result.seconds, 2), driver, socket.gethostname(),
+                        cases, round(result.seconds, 2), driver, socket.gethostname(),
                         datetime.now(UTC).isoformat(timespec="seconds"), __version__)
 
 
@@ -502,7 +586,7 @@ def driver_of(device: str, description: str) -> str:
 
 # --- all devices ----------------------------------------------------------------------------------
 
-def ops_checks(runtime: Path, devices: list[str], descriptions: dict[str, str], ops: tuple[str, ...],
+def ops_checks(runtime: Path, devices: list[str], descriptions: dict[str, str], selection: Selection,
                env: dict[str, str]) -> list[Check]:
     """One Check per GPU device (and its time), then the record's."""
     if not program(runtime).is_file():
@@ -515,15 +599,15 @@ def ops_checks(runtime: Path, devices: list[str], descriptions: dict[str, str], 
     for device in devices:
         # A device's run can take minutes (lavapipe: far more): say which one is running, and how it ended.
         par = parallelism(device)
-        ui.info(f"test-backend-ops on {device}: {len(ops)} ops, {par.describe()}")
-        result = run_device(runtime, device, ops, env, parallel=par)
+        ui.info(f"test-backend-ops on {device}: {len(selection.ops)} ops ({selection.cases} cases), {par.describe()}")
+        result = run_device(runtime, device, selection.ops, env, parallel=par, params=selection.params)
         check = judge(result)
         ui.info(f"test-backend-ops on {device}: {check.status.upper()} in {result.seconds:.1f}s")
         checks.append(check)
         if slow := budget_check(result):
             checks.append(slow)
         description = descriptions.get(device, "")
-        entries.append(record_entry(result, check, description, driver_of(device, description)))
+        entries.append(record_entry(result, check, description, driver_of(device, description), selection.cases))
     checks.append(write_record(runtime, entries))
     return checks
 

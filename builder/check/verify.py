@@ -173,9 +173,9 @@ def _speeds(result: devices.Smoke) -> str:
 
 def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = False, model: Path | None = None,
                    extra_env: dict[str, str] | None = None, static: bool = False, hip_targets: tuple[str, ...] = (),
-                   cuda_archs: tuple[CudaArch, ...] = (), ops: tuple[str, ...] = ()) -> Report:
+                   cuda_archs: tuple[CudaArch, ...] = (), ops: opscheck.Selection | None = None) -> Report:
     """static: read files only (for a runtime meant for another host); hip_targets / cuda_archs: also
-    check the code (and AMD data) for these cards; ops: also run tests/test-backend-ops on these ops
+    check the code (and AMD data) for these cards; ops: also run tests/test-backend-ops on these cases
     for every GPU device listed (check/ops.py)."""
     runtime = Path(runtime).resolve()
     env = dict(extra_env or {})
@@ -218,7 +218,7 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
             for b in backends:   # a GPU backend with nothing to run on is reported, never passed silently
                 if b in DEVICE_PREFIX and not any(d.startswith(DEVICE_PREFIX[b]) for d in gpu_listed):
                     checks.append(Check(f"smoke {DEVICE_PREFIX[b]}", SKIP, f"not run: no {b} device on this host"))
-        if ops:
+        if ops is not None:
             checks += opscheck.ops_checks(runtime, gpu_listed, shown.descriptions, ops, env)
     else:
         checks.append(Check("llama-server", FAIL, "bin/llama-server is missing", "rebuild the runtime"))

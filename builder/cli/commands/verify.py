@@ -33,9 +33,9 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("runtime", help="the runtime folder (runtime-<recipe>/)")
     p.add_argument("--smoke", action="store_true", help="start llama-server per device and send a real request")
     p.add_argument("--ops", nargs="?", const="", default=None, metavar="LIST",
-                   help="run the runtime's tests/test-backend-ops on every GPU device: each case of these ops "
-                        "(comma-separated) against the CPU backend; alone: the default list of the ops inference "
-                        "runs; the last result per device is kept in ops-checks.json")
+                   help="run the runtime's tests/test-backend-ops on every GPU device against the CPU backend: "
+                        "every case of these ops (comma-separated); alone: the cases a text model's inference runs "
+                        "of the default op list; the last result per device is kept in ops-checks.json")
     p.add_argument("--model", metavar="FILE", help="GGUF model for --smoke (default: a tiny random one)")
     p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
                    help="variable added to the otherwise empty environment of the checks; repeatable")
@@ -71,10 +71,10 @@ def run(args: argparse.Namespace) -> int:
         raise AssembleError("--static runs nothing, --smoke runs the server", fix="pick one")
     if args.static and args.ops is not None:
         raise AssembleError("--static runs nothing, --ops runs tests/test-backend-ops on the devices", fix="pick one")
-    ops: tuple[str, ...] = ()
+    ops = None
     if args.ops is not None:
-        from builder.check.ops import DEFAULT_OPS, parse_op_list
-        ops = parse_op_list(args.ops) if args.ops else DEFAULT_OPS
+        from builder.check.ops import DEFAULT_SELECTION, Selection, parse_op_list
+        ops = Selection(parse_op_list(args.ops)) if args.ops else DEFAULT_SELECTION
     released = sums = None
     if args.sha256sums and not args.provenance:
         raise AssembleError("--sha256sums checks the release's provenance file against SHA256SUMS: it needs "

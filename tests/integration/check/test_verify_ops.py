@@ -5,12 +5,13 @@ test-only patch FAILS naming SCALE. The second is what shows the check can fail.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 
 import pytest
 
-from builder.check.ops import DEFAULT_OPS, load_record
+from builder.check.ops import DEFAULT_OPS, DEFAULT_SELECTION, load_record, parse_sql, shard_filter
 from tests.support.common import REPO, TEST_CACHE, assemble
 from tests.support.tiers import compiles
 
@@ -44,7 +45,7 @@ def test_vulkan_runtime_passes_ops_and_records_it(vulkan_runtime, tmp_path):
     assert record is not None
     [entry] = record.devices
     assert (entry.device, entry.result, entry.failed) == ("Vulkan0", "pass", 0)
-    assert entry.passed > 0 and entry.ops == tuple(SHORT.split(","))
+    assert entry.passed > 0 and entry.ops == tuple(SHORT.split(",")) and entry.cases == "all"
     assert "llvmpipe" in entry.description and entry.driver.startswith("Vulkan")
     # the record is the one unlisted file a runtime may hold: a plain verify still passes with it
     again = assemble("verify", str(runtime), *LAVAPIPE)
@@ -69,6 +70,29 @@ def test_default_list_is_what_runs_without_a_list(vulkan_runtime, tmp_path):
                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
     names = {ln.strip() for ln in listed.stdout.splitlines() if ln.startswith("  ")}
     assert set(DEFAULT_OPS) <= names, set(DEFAULT_OPS) - names
+
+
+def _support(runtime, cwd, *pattern):
+    """(op, params) of every case test-backend-ops lists for the default ops in support mode (no computing)."""
+    argv = [str(runtime / "tests" / "test-backend-ops"), "support", "-b", "Vulkan0", "-o", ",".join(DEFAULT_OPS),
+            "--output", "sql", *(("-p", pattern[0]) if pattern else ())]
+    proc = subprocess.run(argv, env={"GGML_VK_VISIBLE_DEVICES": "0"}, cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # parse_sql reads test-mode rows: support-mode rows are the same INSERT with another mode
+    return sorted((c.op, c.params) for c in parse_sql(proc.stdout.replace("'support'", "'test'")).cases)
+
+
+def test_the_program_reads_the_selection_as_its_rules_say(vulkan_runtime, tmp_path):
+    """The inference selection's -p, read by the pin's own std::regex, keeps exactly the cases Python's re
+    keeps of the whole list (4,206 of 10,602 at the pin), and the shares joined to it split those exactly."""
+    everything = _support(vulkan_runtime, tmp_path)
+    wanted = [(op, params) for op, params in everything if re.search(DEFAULT_SELECTION.params, params)]
+    assert len(everything) > 10_000 and 0 < len(wanted) < len(everything) / 2
+    assert {op for op, _ in wanted} == set(DEFAULT_OPS)          # every op keeps cases
+    assert _support(vulkan_runtime, tmp_path, DEFAULT_SELECTION.params) == wanted
+    shares = [_support(vulkan_runtime, tmp_path, DEFAULT_SELECTION.params + shard_filter(k, 3)[1:]) for k in range(3)]
+    assert sorted(c for share in shares for c in share) == wanted
 
 
 # faulty_runtime: cold after vulkan_runtime, ninja 78 s wall (every shader generated again for the new build

@@ -20,9 +20,10 @@ import pytest
 
 from builder import ui
 from builder.check import ops
-from builder.check.ops import (DEFAULT_OPS, DeviceRecord, OpCase, OpsRecord, OpsRun, Parallelism, Parsed,
-                               budget_check, judge, load_record, ops_checks, parallelism, parse_op_list, parse_sql,
-                               run_device, shard_filter, write_record)
+from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, INFERENCE_CASES, MAX_PROCESSES, CaseRule,
+                               DeviceRecord, OpCase, OpsRecord, OpsRun, Parallelism, Parsed, Selection, budget_check,
+                               judge, load_record, ops_checks, parallelism, parse_op_list, parse_sql, run_device,
+                               selection_filter, shard_filter, worker_env, write_record)
 from builder.check.report import FAIL, PASS, SKIP, WARN
 from builder.cli import main as cli
 from builder.errors import AssembleError
@@ -196,7 +197,7 @@ def test_a_hung_program_is_stopped_and_fails(tmp_path, monkeypatch):
 
 
 def test_no_program_is_a_failure_with_the_fix(tmp_path):
-    [check] = ops_checks(_runtime(tmp_path, None), ["Vulkan0"], {}, ("SCALE",), {})
+    [check] = ops_checks(_runtime(tmp_path, None), ["Vulkan0"], {}, Selection(("SCALE",)), {})
     assert check.status == FAIL and f"carries no {TESTS_DIR}/{BACKEND_OPS}" in check.reason
     assert "backend_ops" in check.hint and "--with-tests" in check.hint
 
@@ -207,12 +208,12 @@ def test_each_device_says_when_it_starts_and_how_it_ended(tmp_path, monkeypatch,
     monkeypatch.setattr(ui, "_level", ui.NORMAL)                 # another test's -q must not hide the lines
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
     runtime = _runtime(tmp_path, f'case "$3" in CUDA0) cat "{PASSING}";; *) echo "lost the device" >&2; exit 1;; esac\n')
-    checks = ops_checks(runtime, ["CUDA0", "Vulkan0"], {}, ("SCALE",), {})
+    checks = ops_checks(runtime, ["CUDA0", "Vulkan0"], {}, Selection(("SCALE",)), {})
     assert [c.status for c in checks if c.name.startswith("ops ")][:2] == [PASS, FAIL]
     lines = [line.strip() for line in capsys.readouterr().err.splitlines()]
-    assert lines[0] == "test-backend-ops on CUDA0: 1 ops, 3 worker(s)"           # threads of one process
+    assert lines[0] == "test-backend-ops on CUDA0: 1 ops (all cases), 3 worker(s)"       # threads of one process
     assert re.fullmatch(r"test-backend-ops on CUDA0: PASS in \d+\.\ds", lines[1])
-    assert lines[2] == "test-backend-ops on Vulkan0: 1 ops, 3 processes"
+    assert lines[2] == "test-backend-ops on Vulkan0: 1 ops (all cases), 3 processes"
     assert re.fullmatch(r"test-backend-ops on Vulkan0: FAIL in \d+\.\ds", lines[3])
 
 
@@ -304,7 +305,7 @@ def test_hung_shards_are_all_killed_at_the_deadline_and_what_they_did_counts(tmp
 
 
 def test_no_gpu_device_is_not_run(tmp_path):
-    [check] = ops_checks(_runtime(tmp_path, "exit 0\n"), [], {}, ("SCALE",), {})
+    [check] = ops_checks(_runtime(tmp_path, "exit 0\n"), [], {}, Selection(("SCALE",)), {})
     assert check.status == SKIP and check.reason == "not run: no GPU device"
 
 
@@ -312,7 +313,7 @@ def test_no_gpu_device_is_not_run(tmp_path):
 
 def _entry(device: str = "Vulkan0", result: str = PASS, **kw) -> DeviceRecord:
     base = dict(device=device, description="llvmpipe (LLVM 15.0.6, 256 bits)", result=result, passed=4, failed=0,
-                unsupported=3, first_failures=(), ops=("SCALE",), seconds=1.25, driver="Vulkan: LLVM 15.0.6, 256 bits",
+                unsupported=3, first_failures=(), ops=("SCALE",), cases="all", seconds=1.25, driver="Vulkan: LLVM 15.0.6, 256 bits",
                 host="ci", time="2026-12-02T01:05:47+00:00", assemble="0.1.0")
     return DeviceRecord(**{**base, **kw})
 
@@ -338,7 +339,9 @@ def test_a_folder_that_cannot_be_written_is_a_warning(tmp_path):
 
 @pytest.mark.parametrize("mangle, words", [
     (lambda d: "{", "not JSON"),
-    (lambda d: json.dumps({**d, "format": 9}), "format 1"),
+    (lambda d: json.dumps({**d, "format": 9}), "format 2"),
+    (lambda d: json.dumps({**d, "format": 1}), "format 2"),         # before cases were recorded: replaced, not read
+    (lambda d: json.dumps({**d, "devices": [{**d["devices"][0], "cases": "some"}]}), "neither inference nor all"),
     (lambda d: json.dumps({**d, "devices": [{**d["devices"][0], "passed": -1}]}), "passed is not a count"),
     (lambda d: json.dumps({**d, "devices": [{**d["devices"][0], "result": "ok"}]}), "neither pass nor fail"),
     (lambda d: json.dumps({**d, "devices": [{**d["devices"][0], "time": "yesterday"}]}), "ISO 8601"),
@@ -385,6 +388,13 @@ def test_cli_refusals_are_one_line_exit_2(tmp_path, capsys, extra, words):
     assert "Traceback" not in err and not (runtime / OPS_RECORD).exists()
 
 
+def test_a_many_core_host_runs_at_most_max_processes_for_vulkan(monkeypatch):
+    """8, 16 and 32 processes finished the same cases in 90 s on the H100 host: more only cost VkDevices."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
+    assert parallelism("Vulkan0") == Parallelism(threads=1, processes=MAX_PROCESSES)
+    assert parallelism("CUDA0") == Parallelism(threads=128, processes=1)
+
+
 def test_cuda_gets_threads_vulkan_processes_and_the_rest_one_of_each(monkeypatch):
     """Vulkan crashed with -j 2 on lavapipe (CI, 2026-12-02): its cores are processes of their own, each with
     its own VkDevice; CUDA's are threads of one process; anything unproven (HIP) runs one worker."""
@@ -393,3 +403,77 @@ def test_cuda_gets_threads_vulkan_processes_and_the_rest_one_of_each(monkeypatch
     assert parallelism("Vulkan0") == parallelism("Vulkan1") == Parallelism(threads=1, processes=4)
     assert parallelism("ROCm0") == parallelism("Mystery0") == Parallelism(threads=1, processes=1)
     assert Parallelism(4, 1).describe() == "4 worker(s)" and Parallelism(1, 4).describe() == "4 processes"
+
+
+# --- which cases --ops alone runs -------------------------------------------------------------------
+
+# Params strings as the pin's test-backend-ops prints them (support mode, lavapipe), with whether the inference
+# selection keeps them. The slow tier checks the pattern with the real program's std::regex on all 10,602.
+SELECTED = [
+    (("hsk=128,hsv=128,nh=4,nr23=[4,1],kv=512,nb=1,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,"
+     "prec=f32,type_K=f16,type_V=f16,permute=[0,1,2,3],kv_view=1,v_is_view_of_k=0,n_kv_max=0"), True),
+    (("hsk=128,hsv=128,nh=4,nr23=[4,1],kv=512,nb=1,mask=1,sinks=1,max_bias=0.000000,logit_softcap=0.000000,"
+     "prec=f32,type_K=f16,type_V=f16,permute=[0,1,2,3],kv_view=1,v_is_view_of_k=0,n_kv_max=0"), False),   # sinks
+    (("hsk=576,hsv=512,nh=1,nr23=[20,1],kv=512,nb=3,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,"
+     "prec=f32,type_K=f16,type_V=f16,permute=[0,1,2,3],kv_view=1,v_is_view_of_k=1,n_kv_max=0"), False),   # MLA
+    (("hsk=64,hsv=64,nh=4,nr23=[1,1],kv=113,nb=32,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,"
+     "prec=f32,type_K=q5_1,type_V=q5_1,permute=[0,1,2,3],kv_view=1,v_is_view_of_k=0,n_kv_max=0"), False),  # q5_1 KV
+    ("type_a=q4_K,type_b=f32,m=16,n=1,k=256,bs=[1,1],nr=[1,1],per=[0,1,2,3],k_v=0,o=1,src_overlap=0,m_v=0,pad=0", True),
+    (("type_a=iq2_xxs,type_b=f32,m=16,n=1,k=256,bs=[1,1],nr=[1,1],per=[0,1,2,3],k_v=0,o=1,src_overlap=0,m_v=0,"
+     "pad=0"), False),
+    ("type_a=f16,type_b=f16,m=16,n=1,k=256,bs=[1,1],nr=[1,1],per=[0,1,2,3],k_v=0,o=1,src_overlap=0,m_v=0,pad=0", False),
+    ("type_a=q4_0,type_b=f32,n_mats=8,n_used=2,b=0,m=512,n=32,k=256,amax=0,m_v=0", True),       # MUL_MAT_ID
+    (("type=f32,ne_a=[128,32,2,1],n_dims=128,mode=2,n_ctx=512,fs=1.000000,ef=0.000000,af=1.000000,ff=0,v=0,"
+     "inplace=0,n_offs=0"), True),
+    (("type=f32,ne_a=[128,32,2,1],n_dims=128,mode=24,n_ctx=512,fs=1.000000,ef=0.000000,af=1.000000,ff=0,v=0,"
+     "inplace=0,n_offs=0"), False),                                                                  # vision rope
+    # SOFT_MAX has mask, sinks and max_bias too: no rule of its own, so all of its cases
+    ("type=f32,ne=[10,5,4,3],mask=0,sinks=0,m_prec=f32,nr23=[1,1],scale=1.000000,max_bias=0.000000,inplace=0", True),
+    ("type=f16,ne=[10,5,4,3],nr=[1,1,1,1],nf=1,perm1=0,src_overlap=0", True),                    # ADD
+]
+
+
+@pytest.mark.parametrize("params, kept", SELECTED)
+def test_the_inference_selection_keeps_what_a_text_model_runs(params, kept):
+    """Python's re reads these lookaheads as ECMAScript does (the slow tier asks the real program)."""
+    assert bool(re.search(DEFAULT_SELECTION.params, params)) is kept
+
+
+def test_a_selection_joins_each_share_from_the_same_start():
+    """The selection's lookaheads and a share's pattern make one -p: together the shares keep what the
+    selection keeps, each string in exactly one share."""
+    sel = DEFAULT_SELECTION.params
+    for params, kept in SELECTED:
+        shares = [k for k in range(5) if re.search(sel + shard_filter(k, 5)[1:], params)]
+        assert len(shares) == (1 if kept else 0), (params, shares)
+
+
+def test_a_rule_applies_only_to_strings_that_start_with_its_lead():
+    rule = CaseRule("hsk=", (("hsk", ("64",)),))
+    pattern = selection_filter((rule,))
+    assert re.search(pattern, "hsk=64,hsv=64") and not re.search(pattern, "hsk=640,hsv=64")
+    assert re.search(pattern, "type=f32,hsk=128")         # another family that has the field: no rule of its own
+    assert Selection(("ADD",)).params is None and Selection(("ADD",)).cases == "all"
+    assert DEFAULT_SELECTION.cases == "inference" and DEFAULT_SELECTION.rules == INFERENCE_CASES
+
+
+def test_each_share_gets_the_selection_in_its_own_pattern(tmp_path, monkeypatch):
+    """The program is asked for the selection (-p), alone or joined with a share's pattern."""
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    runtime = _runtime(tmp_path, f'printf "%s\\n" "$@" > "{tmp_path}/argv.$$"\ncat "{PASSING}"\n')
+    run_device(runtime, "Vulkan0", ("SCALE",), {}, parallel=Parallelism(processes=2), params="^(?=type=)")
+    patterns = sorted(a.read_text().splitlines()[a.read_text().splitlines().index("-p") + 1]
+                      for a in tmp_path.glob("argv.*"))
+    assert patterns == sorted("^(?=type=)" + shard_filter(k, 2)[1:] for k in range(2))
+    for a in tmp_path.glob("argv.*"):
+        a.unlink()
+    run_device(runtime, "Vulkan0", ("SCALE",), {}, parallel=Parallelism(), params="^(?=type=)")
+    [argv] = [a.read_text().splitlines() for a in tmp_path.glob("argv.*")]
+    assert argv[argv.index("-p") + 1] == "^(?=type=)"
+
+
+def test_the_shares_share_one_nvidia_shader_cache_unless_the_checks_name_one(tmp_path):
+    env = worker_env({"GGML_VK_VISIBLE_DEVICES": "0"}, tmp_path)
+    assert env["__GL_SHADER_DISK_CACHE_PATH"] == str(tmp_path / "nvidia-shader-cache")
+    assert env["GGML_VK_VISIBLE_DEVICES"] == "0" and "OMP_THREAD_LIMIT" not in env
+    assert worker_env({"__GL_SHADER_DISK_CACHE": "0"}, tmp_path)["__GL_SHADER_DISK_CACHE"] == "0"
