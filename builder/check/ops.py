@@ -235,10 +235,11 @@ PARALLEL_BACKENDS = frozenset({"cuda"})
 # HIP stays one process with one worker (unproven here, and a HIP or CUDA context costs hundreds of MB of device
 # memory per process); CUDA keeps its threads (one context).
 SHARDED_BACKENDS = frozenset({"vulkan"})
-# At most this many processes for a sharded device. On an H100 host (16 cores, 2026-12-05) Vulkan0 finished the
-# same share of the default selection in 90 s with 8, 16 and 32 processes (3,945, 3,945 to 4,000, 3,953 cases:
-# the driver, not the cores, sets the pace there); each process holds a VkDevice and its buffers, so a 128-core
-# host gains nothing from 128 of them.
+# At most this many processes for a sharded device: each holds a VkDevice and its buffers, and the odd-digit
+# shares cannot use more. A params string of the default selection holds 1 to 18 odd digits at the pin, so of 32
+# shares 14 are empty; of 16 they hold 39 to 648 cases (measured with the program, support mode).
+# On an H100 host (2026-12-05) one share of twice the mean set Vulkan0's time: 16 processes had finished 4,000 cases
+# after 90 s, 32 had 3,953, and 15 of the 16 shares were done by 85 s (docs/lab/2026-12-02-ops-h200.md).
 MAX_PROCESSES = 16
 
 
