@@ -145,10 +145,19 @@ def write_file(tree: HostTree, ledger: locks.Ledger, path: Path, text: str, mode
     return ledger
 
 
+def intend_partial(tree: HostTree, ledger: locks.Ledger, partial: Path) -> locks.Ledger:
+    """Record a copy folder's name before it is made (no inode yet): a kill between its mkdir and
+    start_partial leaves an empty folder of that name, which tidy removes, and only while it is empty."""
+    ledger = _add(ledger, dataclasses.replace(locks.made(PARTIAL, partial), path=key(tree, partial)))
+    save(tree, ledger)
+    return ledger
+
+
 def start_partial(tree: HostTree, ledger: locks.Ledger, partial: Path) -> locks.Ledger:
-    """Record a just-made copy folder by its inode, before anything is copied into it."""
+    """Record a just-made copy folder by its inode (replacing the name intend_partial recorded), before
+    anything is copied into it."""
     made = locks.made(PARTIAL, partial, mark=locks.mark(partial))   # the mark tells a reused inode apart
-    ledger = _add(ledger, dataclasses.replace(made, path=key(tree, partial)))
+    ledger = ledger.plus(dataclasses.replace(made, path=key(tree, partial)))
     save(tree, ledger)
     return ledger
 
@@ -177,6 +186,9 @@ def tidy(tree: HostTree, ledger: locks.Ledger) -> locks.Ledger:
     for path, entry in recorded(tree, ledger, PARTIAL):
         if entry.holds(path):
             shutil.rmtree(path)
+        elif entry.ino is None and path.is_dir() and not path.is_symlink():
+            with contextlib.suppress(OSError):     # a name recorded before its mkdir: removed only while empty
+                path.rmdir()
     kept = tuple(e for e in ledger.entries
                  if e.kind != PARTIAL and _digest(tree.root / e.path.lstrip("/"), e.kind) == e.sha256)
     if kept != ledger.entries:

@@ -122,6 +122,7 @@ def stage(tree: HostTree, ledger: Ledger, plan: ReleasePlan) -> tuple[Path, Ledg
                             where=str(final), fix="move it away (a damaged release of deploy's: out of releases/)")
     tree.releases.mkdir(parents=True, exist_ok=True)
     partial = tree.releases / f"{plan.release_id}{PARTIAL_TAG}{secrets.token_hex(4)}"
+    ledger = owned.intend_partial(tree, ledger, partial)  # before its mkdir: a kill right after leaves it cleanable
     partial.mkdir()
     ledger = owned.start_partial(tree, ledger, partial)   # before anything is copied: a kill leaves it cleanable
     shutil.copytree(plan.runtime.path, partial / RUNTIME, symlinks=True, copy_function=_copy_synced)

@@ -103,6 +103,29 @@ def test_tidy_removes_only_the_copy_it_made(tree):
     assert ledger.entries == () and owned.load(tree).entries == ()
 
 
+def test_a_copy_folder_killed_before_its_inode_was_recorded_is_removed_only_while_empty(tree):
+    """A SIGKILL between mkdir and start_partial left an unrecorded empty folder, which no later run could
+    prove its own (the CI's kill test, 2026-12-05): its name is recorded before the mkdir now."""
+    ledger = owned.load(tree)
+    tree.releases.mkdir(parents=True)
+    empty, filled = tree.releases / "a.partial-1", tree.releases / "b.partial-2"
+    ledger = owned.intend_partial(tree, ledger, empty)
+    ledger = owned.intend_partial(tree, ledger, filled)
+    empty.mkdir()                                                   # killed here
+    filled.mkdir()
+    (filled / "theirs").write_text("keep me")                      # a folder at that name with something in it
+    ledger = owned.tidy(tree, owned.load(tree))
+    assert not empty.exists() and (filled / "theirs").read_text() == "keep me"
+    assert ledger.entries == ()
+    mine = tree.releases / "c.partial-3"
+    ledger = owned.intend_partial(tree, ledger, mine)
+    mine.mkdir()
+    ledger = owned.start_partial(tree, ledger, mine)                # the inode replaces the name
+    assert [e.ino is not None for e in ledger.entries] == [True]
+    (mine / "big").write_bytes(b"x" * 1000)
+    assert owned.tidy(tree, ledger).entries == () and not mine.exists()
+
+
 def test_a_moved_release_stays_ours_and_the_destination_is_never_replaced(tree):
     ledger = owned.load(tree)
     partial = tree.releases / "r.partial-1"
