@@ -322,7 +322,7 @@ stage_vulkanprobe() {
   bop() { local tag=$1; shift; log "Vulkan0: $tag"
     python3 "$REPO/scripts/bench-ops.py" "$rt" --device Vulkan0 "${env[@]}" --keep "$WORK/keep/$tag" \
       --out "$RESULTS/probe/bench-ops-$tag.json" ${OPS:+--ops "$OPS"} "$@" 2>&1 | tee "$RESULTS/probe/bench-ops-$tag.txt"
-    tar -C "$WORK/keep" -czf "$RESULTS/probe/$tag-raw.tgz" "$tag"; }
+    tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/$tag-raw.tgz" "$tag"; }
   bop "p$n-nocache" --processes "$n" --cap "$cap"
   bop "p$n-cache-cold" --processes "$n" --cap "$cap" "${cache[@]}"
   du -sh "$WORK/glcache" | tee -a "$RESULTS/times.txt"
@@ -345,7 +345,7 @@ stage_vulkanlist() {
       --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
       $([ $tag = omp64 ] && echo --env OMP_THREAD_LIMIT=64) --keep "$WORK/keep/list-$tag" \
       --out "$RESULTS/probe/bench-ops-list-$tag.json" 2>&1 | tee "$RESULTS/probe/bench-ops-list-$tag.txt"
-    tar -C "$WORK/keep" -czf "$RESULTS/probe/list-$tag-raw.tgz" "list-$tag"
+    tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/list-$tag-raw.tgz" "list-$tag"
   done
   echo "vulkanlist_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
@@ -361,7 +361,7 @@ stage_omp64() {
       --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
       --keep "$WORK/keep/omp64" --out "$RESULTS/probe/bench-ops-$d-omp64.json" 2>&1 | tee "$RESULTS/probe/bench-ops-$d-omp64.txt"
   done
-  tar -C "$WORK/keep" -czf "$RESULTS/probe/omp64-raw.tgz" omp64
+  tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/omp64-raw.tgz" omp64
   echo "omp64_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 

@@ -23,25 +23,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from builder.check.ops import _INSERT, _VALUE  # noqa: E402  (the one reader of test-backend-ops' SQL lines)
+from builder.check.ops import sql_rows  # noqa: E402  (the one reader of test-backend-ops' SQL lines)
 
 
 def cases(out: Path) -> list[tuple[float, str, str]]:
     """(time, op, params) of each test-mode case in one shard's output."""
-    rows = []
-    for line in out.read_text(errors="replace").splitlines():
-        m = _INSERT.search(line)
-        if not m:
-            continue
-        fields = [f.strip() for f in m.group(1).split(",")]
-        values = _VALUE.findall(m.group(2))
-        if len(values) != len(fields):
-            continue
-        row = dict(zip(fields, values, strict=True))
-        if row.get("test_mode") == "test":
-            when = datetime.fromisoformat(row["test_time"]).timestamp()
-            rows.append((when, row["op_name"], row.get("op_params", "")))
-    return rows
+    return [(datetime.fromisoformat(row["test_time"]).timestamp(), row["op_name"], row.get("op_params", ""))
+            for row in sql_rows(out.read_text(errors="replace")) if row and row.get("test_mode") == "test"]
 
 
 def key_of(op: str, params: str, by: str | None) -> str:

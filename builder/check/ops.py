@@ -30,7 +30,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -106,6 +106,9 @@ def selection_filter(rules: tuple[CaseRule, ...]) -> str:
     return "^" + "".join(f"(?:(?!{r.lead})|{r.assertion()})" for r in rules)
 
 
+CASE_SETS = ("inference", "all")   # what a record's `cases` may say: a rule-made selection, or every case
+
+
 @dataclass(frozen=True)
 class Selection:
     """The cases verify --ops runs: every case of `ops`, or with `rules` only those inference runs."""
@@ -114,7 +117,7 @@ class Selection:
 
     @property
     def cases(self) -> str:
-        return "inference" if self.rules else "all"
+        return CASE_SETS[0] if self.rules else CASE_SETS[1]
 
     @property
     def params(self) -> str | None:
@@ -168,23 +171,27 @@ class Parsed:
     unreadable: int = 0          # INSERT lines whose values did not match their fields
 
 
-def parse_sql(text: str) -> Parsed:
-    """The test-mode cases of `test-backend-ops --output sql` (other lines are ignored)."""
-    cases, unreadable = [], 0
+def sql_rows(text: str) -> Iterator[dict[str, str] | None]:
+    """Each INSERT line of `test-backend-ops --output sql` as {field: value} (every mode: test, support, ...),
+    or None for one whose values do not match its fields; other lines are skipped."""
     for line in text.splitlines():
         m = _INSERT.search(line)
         if not m:
             continue
         fields = [f.strip() for f in m.group(1).split(",")]
         values = _VALUE.findall(m.group(2)) if _VALUES.fullmatch(m.group(2)) else []
-        if len(values) != len(fields):
+        yield dict(zip(fields, values, strict=True)) if len(values) == len(fields) else None
+
+
+def parse_sql(text: str) -> Parsed:
+    """The test-mode cases of `test-backend-ops --output sql` (other lines are ignored)."""
+    cases, unreadable = [], 0
+    for row in sql_rows(text):
+        if row is None:
             unreadable += 1
-            continue
-        row = dict(zip(fields, values, strict=True))
-        if row.get("test_mode") != "test" or not row.get("op_name"):
-            continue
-        cases.append(OpCase(row["op_name"], row.get("op_params", ""), row.get("supported") == "1",
-                            row.get("passed") == "1", row.get("error_message", "")))
+        elif row.get("test_mode") == "test" and row.get("op_name"):
+            cases.append(OpCase(row["op_name"], row.get("op_params", ""), row.get("supported") == "1",
+                                row.get("passed") == "1", row.get("error_message", "")))
     return Parsed(tuple(cases), unreadable)
 
 
@@ -305,9 +312,8 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
     par = parallel or parallelism(device)
     if par.processes == 1:
         shares = [["-p", params]] if params else [[]]
-    else:   # the selection's lookaheads, then the share's own pattern from the same start
-        shares = [["-p", (params or "") + shard_filter(k, par.processes)[(1 if params else 0):]]
-                  for k in range(par.processes)]
+    else:   # the selection's lookaheads (both patterns start with ^), then the share's own pattern
+        shares = [["-p", (params or "^") + shard_filter(k, par.processes)[1:]] for k in range(par.processes)]
     argvs = [[str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), *share, "-j", str(par.threads),
               "--output", "sql"] for share in shares]
     start = time.monotonic()
@@ -333,13 +339,20 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
     return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail)
 
 
+NVIDIA_CACHE = "nvidia-shader-cache"    # in the run's folder
+
+
 def worker_env(env: dict[str, str], cwd: Path) -> dict[str, str]:
-    """The checks' environment plus, unless it names them itself, one NVIDIA shader disk cache in the run's
-    folder for all of a device's processes: each compiles every Vulkan pipeline its cases need, and the checks'
-    environment has no HOME for the driver's own cache. On an H100 (2026-12-05, 16 processes, each op capped at
-    6 s) MUL_MAT finished 44 cases without it, 66 with it empty and 91 with it filled; FLASH_ATTN_EXT 12, 21, 27.
-    Mesa's cache is left alone: on lavapipe an empty one made a run slower, not faster (docs/lab/)."""
-    return {"__GL_SHADER_DISK_CACHE": "1", "__GL_SHADER_DISK_CACHE_PATH": str(cwd / "nvidia-shader-cache"),
+    """The checks' environment plus, unless it names its own, one NVIDIA shader disk cache folder in the run's
+    folder (made here: the driver does not make it, and caches nothing without it) for all of a device's
+    processes: each compiles every Vulkan pipeline its cases need, and the checks' environment has no HOME for
+    the driver's own cache. On an H100 (2026-12-05, 16 processes, each op capped at 6 s) MUL_MAT finished 44
+    cases without it, 66 with it empty and 91 with it filled; FLASH_ATTN_EXT 12, 21, 27. Mesa's cache is left
+    alone: on lavapipe an empty one made a run slower, not faster (docs/lab/)."""
+    if "__GL_SHADER_DISK_CACHE_PATH" in env:
+        return dict(env)
+    (cwd / NVIDIA_CACHE).mkdir(exist_ok=True)
+    return {"__GL_SHADER_DISK_CACHE": "1", "__GL_SHADER_DISK_CACHE_PATH": str(cwd / NVIDIA_CACHE),
             "__GL_SHADER_DISK_CACHE_SKIP_CLEANUP": "1", **env}
 
 
@@ -480,8 +493,8 @@ class DeviceRecord:
         for key in counts:
             if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 0:
                 raise _invalid(where, f"{key} is not a count")
-        if data["cases"] not in ("inference", "all"):
-            raise _invalid(where, f"cases {data['cases']!r} is neither inference nor all")
+        if data["cases"] not in CASE_SETS:
+            raise _invalid(where, f"cases {data['cases']!r} is not one of {', '.join(CASE_SETS)}")
         if data["result"] not in (PASS, FAIL):
             raise _invalid(where, f"result {data['result']!r} is neither pass nor fail")
         if not isinstance(data["seconds"], (int, float)) or isinstance(data["seconds"], bool):

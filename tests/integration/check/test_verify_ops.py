@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from builder.check.ops import DEFAULT_OPS, DEFAULT_SELECTION, load_record, parse_sql, shard_filter
+from builder.check.ops import DEFAULT_OPS, DEFAULT_SELECTION, load_record, shard_filter, sql_rows
 from tests.support.common import REPO, TEST_CACHE, assemble
 from tests.support.tiers import compiles
 
@@ -79,8 +79,9 @@ def _support(runtime, cwd, *pattern):
     proc = subprocess.run(argv, env={"GGML_VK_VISIBLE_DEVICES": "0"}, cwd=cwd, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    # parse_sql reads test-mode rows: support-mode rows are the same INSERT with another mode
-    return sorted((c.op, c.params) for c in parse_sql(proc.stdout.replace("'support'", "'test'")).cases)
+    rows = list(sql_rows(proc.stdout))
+    assert None not in rows
+    return sorted((r["op_name"], r["op_params"]) for r in rows if r and r["test_mode"] == "support")
 
 
 def test_the_program_reads_the_selection_as_its_rules_say(vulkan_runtime, tmp_path):
