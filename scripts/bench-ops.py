@@ -5,9 +5,10 @@
                                  [--jobs N] [--processes N] [--env K=V]... [--out results.json]
 
 For every device and every op (default: the cases verify --ops alone runs, builder.check.ops.DEFAULT_SELECTION;
---ops LIST or --all-cases: every case), runs the same command verify --ops runs (builder.check.ops.run_device: `test-backend-ops test -b DEVICE -o OP -j J --output sql`, or S such
-processes at once, each with its share of the cases (-p), where the device is sharded; an empty environment
-but --env, a scratch folder), stopped after --cap seconds. Prints and keeps per op: seconds, cases run, cases
+--ops LIST or --all-cases: every case), runs the same command verify --ops runs (builder.check.ops.run_device:
+`test-backend-ops test -b DEVICE -o OP -j J --output sql`, or, where the device is sharded, the program's list
+of the cases first and then S such processes at once, each with its share of them (-p, builder/check/opshares);
+an empty environment but --env, a scratch folder), stopped after --cap seconds (the list included). Prints and keeps per op: seconds, cases run, cases
 failed, cases not supported, whether the cap stopped it (then the cases counted are those it had finished: a
 rate, not a total). J (threads, --jobs) and S (processes, --processes) are verify's own choice per device
 (builder.check.ops.parallelism) unless given, each on its own. The sums per device are what
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--together", action="store_true",
                     help="run the whole list as one run per device, as verify --ops does, not op by op")
     ap.add_argument("--keep", type=Path, help="a folder to leave each run's raw output in (DEVICE-OP/shard-K.out: "
-                    "every case with its test_time, a timeline)")
+                    "every case with its test_time, a timeline; list-0.out: the program's list)")
     args = ap.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in args.env)
     rows = []

@@ -14,7 +14,9 @@
 #   scripts/h200-acceptance.sh setup build vulkanjobs               # Vulkan0's ops with one worker and with 8
 #   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanops            # the vulkan recipe alone, verify --ops on Vulkan0
 #   NO_MODEL=1 NO_OPS=1 scripts/h200-acceptance.sh setup vulkanops vulkanshares  # Vulkan0 per op: 1 process vs one per core
-#   NO_MODEL=1 NO_SMOKE=1 scripts/h200-acceptance.sh setup build ops omp64  # the default selection's time per device
+#   NO_MODEL=1 NO_SMOKE=1 scripts/h200-acceptance.sh setup build ops       # the default selection's time per device
+#   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanverify vulkanlist     # Vulkan0 of the carried vulkan runtime:
+#                                                              # verify --ops -v, then the same run with its raw output
 #   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanprobe   # Vulkan0: start-up, per op, the driver's shader cache,
 #                                                              # timelines (a carried $CARRY/runtime-vulkan.tar.xz: no build)
 #
@@ -248,8 +250,8 @@ stage_ops() {
   log "verify --ops on every GPU device (${OPS:-default op list})"
   # Text, not --json: each device's end is printed when it comes, so a run stopped by the call's limit still
   # tells which device finished and in what time.
-  assemble verify "$RT" --ops ${OPS:+"$OPS"} "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/ops.txt" || true
-  grep -E "^ *(ops|test-backend-ops)" "$RESULTS/ops.txt" >> "$RESULTS/acceptance.log" || true
+  assemble verify "$RT" --ops ${OPS:+"$OPS"} -v "${CHECKENV[@]}" 2>&1 | grep -v '^ *\$ ' | tee "$RESULTS/ops.txt" || true
+  grep -E "^ *(ops|test-backend-ops|Vulkan0:)" "$RESULTS/ops.txt" >> "$RESULTS/acceptance.log" || true
   cp "$RT/ops-checks.json" "$RESULTS/" 2>/dev/null || true
   echo "ops_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
@@ -304,9 +306,9 @@ stage_vulkanshares() {
 # its own, cold then warm, and as one process (warm); then the whole default list as one run (warm, capped at
 # $LIST_CAP s). The runtime is $WORK/rt/runtime-vulkan: vulkanops' build, or $CARRY/runtime-vulkan.tar.xz.
 stage_vulkanprobe() {
-  local rt=$WORK/rt/runtime-vulkan t0=$SECONDS cap=${OPS_CAP:-6} n p
+  local rt t0=$SECONDS cap=${OPS_CAP:-6} n p
   n=$(nproc)
-  if [ ! -d "$rt" ] && [ -f "$CARRY/runtime-vulkan.tar.xz" ]; then mkdir -p "$WORK/rt" && tar -C "$WORK/rt" -xJf "$CARRY/runtime-vulkan.tar.xz"; fi
+  rt=$(vulkan_rt)
   local env=(--env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL")
   local cache=(--env "__GL_SHADER_DISK_CACHE=1" --env "__GL_SHADER_DISK_CACHE_PATH=$WORK/glcache"
                --env "__GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1" --env "__GL_SHADER_DISK_CACHE_SIZE=4000000000")
@@ -332,37 +334,37 @@ stage_vulkanprobe() {
   echo "vulkanprobe_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
+# The vulkan runtime: $WORK/rt/runtime-vulkan (vulkanops' build), else the carried $CARRY/runtime-vulkan.tar.xz.
+vulkan_rt() {
+  if [ ! -d "$WORK/rt/runtime-vulkan" ] && [ -f "$CARRY/runtime-vulkan.tar.xz" ]; then
+    mkdir -p "$WORK/rt" && tar -C "$WORK/rt" -xJf "$CARRY/runtime-vulkan.tar.xz"; fi
+  echo "$WORK/rt/runtime-vulkan"
+}
+
 # verify --ops' default selection (the cases inference runs) on Vulkan0 of the vulkan runtime as one run, as
-# verify runs it (one OpenMP thread per share, NVIDIA's shader cache shared by the shares), and with the
-# OpenMP limit lifted (OMP_THREAD_LIMIT=64): what the limit buys. Raw output kept (each case's test_time).
+# verify runs it, with the raw output kept: the program's list (list-0.out) and each share's cases with their
+# test_time (shard-K.out), for scripts/ops-timeline.py.
 stage_vulkanlist() {
-  local rt=$WORK/rt/runtime-vulkan t0=$SECONDS tag
-  if [ ! -d "$rt" ] && [ -f "$CARRY/runtime-vulkan.tar.xz" ]; then mkdir -p "$WORK/rt" && tar -C "$WORK/rt" -xJf "$CARRY/runtime-vulkan.tar.xz"; fi
+  local rt t0=$SECONDS
+  rt=$(vulkan_rt)
   mkdir -p "$RESULTS/probe"
-  for tag in defaults omp64; do
-    log "Vulkan0 of the vulkan runtime, the default selection as one run: $tag"
-    python3 "$REPO/scripts/bench-ops.py" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
-      --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
-      $([ $tag = omp64 ] && echo --env OMP_THREAD_LIMIT=64) --keep "$WORK/keep/list-$tag" \
-      --out "$RESULTS/probe/bench-ops-list-$tag.json" 2>&1 | tee "$RESULTS/probe/bench-ops-list-$tag.txt"
-    tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/list-$tag-raw.tgz" "list-$tag"
-  done
+  log "Vulkan0 of the vulkan runtime, the default selection as one run (bench-ops --together)"
+  python3 "$REPO/scripts/bench-ops.py" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
+    --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" --keep "$WORK/keep/list" \
+    --out "$RESULTS/probe/bench-ops-list.json" 2>&1 | tee "$RESULTS/probe/bench-ops-list.txt"
+  tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/list-raw.tgz" list
   echo "vulkanlist_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
-# Each device of the cuda-vulkan runtime (after build), the default selection as one run with the OpenMP limit
-# lifted: set beside ops' verify --ops (which keeps the limit) to show what the limit buys.
-stage_omp64() {
-  local t0=$SECONDS d
-  mkdir -p "$RESULTS/probe"
-  for d in ${OPS_DEVICES:-CUDA0 Vulkan0}; do
-    log "$d, the default selection as one run, OMP_THREAD_LIMIT=64"
-    python3 "$REPO/scripts/bench-ops.py" "$RT" --device "$d" --together --cap "${LIST_CAP:-150}" --env OMP_THREAD_LIMIT=64 \
-      --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" \
-      --keep "$WORK/keep/omp64" --out "$RESULTS/probe/bench-ops-$d-omp64.json" 2>&1 | tee "$RESULTS/probe/bench-ops-$d-omp64.txt"
-  done
-  tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/omp64-raw.tgz" omp64
-  echo "omp64_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+# verify --ops (-v: how the cases were split) on Vulkan0 of the vulkan runtime.
+stage_vulkanverify() {
+  local rt t0=$SECONDS
+  rt=$(vulkan_rt)
+  log "verify --ops on the vulkan runtime (${OPS:-default op list})"
+  assemble verify "$rt" --ops ${OPS:+"$OPS"} -v "${CHECKENV[@]}" 2>&1 | grep -v '^ *\$ ' | tee "$RESULTS/ops-vulkan.txt" || true
+  grep -E "^ *(ops|test-backend-ops|Vulkan0:)" "$RESULTS/ops-vulkan.txt" >> "$RESULTS/acceptance.log" || true
+  cp "$rt/ops-checks.json" "$RESULTS/ops-checks-vulkan.json" 2>/dev/null || true
+  echo "vulkanverify_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
 stage_vulkanops() {
@@ -371,11 +373,7 @@ stage_vulkanops() {
   assemble build --recipe vulkan --mirror "$WORK/mirror" --out "$rt" --launcher ccache --no-verify -q 2>&1 \
     | tee "$RESULTS/build-vulkan.log"
   echo "vulkan_build_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
-  [ -z "${NO_OPS:-}" ] || return 0    # NO_OPS=1: the build only (vulkanshares measures it op by op)
-  log "verify --ops on the vulkan runtime (${OPS:-default op list})"
-  assemble verify "$rt" --ops ${OPS:+"$OPS"} "${CHECKENV[@]}" 2>&1 | tee "$RESULTS/ops-vulkan.txt" || true
-  cp "$rt/ops-checks.json" "$RESULTS/ops-checks-vulkan.json" 2>/dev/null || true
-  echo "vulkanops_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+  [ -n "${NO_OPS:-}" ] || stage_vulkanverify    # NO_OPS=1: the build only (vulkanshares measures it op by op)
 }
 
 for stage in "$@"; do "stage_$stage"; done

@@ -16,8 +16,9 @@ searched, never matched from its start. A case that fails before it has a result
 allocation) has no INSERT line: the exit status catches it.
 
 A device runs as one process with -j threads, or, for a backend whose threads are unsafe (Vulkan), as
-several processes at once, each given its share of the cases with -p (shard_filter); their cases are
-merged into one result (parallelism() decides which, per device).
+several processes at once, each given its share of the cases with -p (opshares: from the program's own list
+of the device's supported cases where it can give one); their cases are merged into one result
+(parallelism() decides which, per device).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import __version__, ui
+from builder.check.opshares import by_odd_digits, ecma_literal, exact_shares
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check
 from builder.config.recipe import DEVICE_PREFIX
 from builder.errors import AssembleError
@@ -76,7 +78,7 @@ class CaseRule:
     def assertion(self) -> str:
         """ECMAScript lookaheads (std::regex, what test-backend-ops' -p is read with) at the string's start."""
         return f"(?={self.lead})" + "".join(
-            f"(?=(?:.*,)?{name}=(?:{'|'.join(re.escape(v) for v in values)})(?:,|$))" for name, values in self.allowed)
+            f"(?=(?:.*,)?{name}=(?:{'|'.join(ecma_literal(v) for v in values)})(?:,|$))" for name, values in self.allowed)
 
 
 # The weight types of llama-quantize's usual presets (Q4_K_M and the other K mixes, Q4_0/Q5_x/Q8_0, IQ4_XS,
@@ -183,13 +185,14 @@ def sql_rows(text: str) -> Iterator[dict[str, str] | None]:
         yield dict(zip(fields, values, strict=True)) if len(values) == len(fields) else None
 
 
-def parse_sql(text: str) -> Parsed:
-    """The test-mode cases of `test-backend-ops --output sql` (other lines are ignored)."""
+def parse_sql(text: str, mode: str = "test") -> Parsed:
+    """The cases of one mode (test; support: the program's list) of `test-backend-ops --output sql` (other
+    lines are ignored)."""
     cases, unreadable = [], 0
     for row in sql_rows(text):
         if row is None:
             unreadable += 1
-        elif row.get("test_mode") == "test" and row.get("op_name"):
+        elif row.get("test_mode") == mode and row.get("op_name"):
             cases.append(OpCase(row["op_name"], row.get("op_params", ""), row.get("supported") == "1",
                                 row.get("passed") == "1", row.get("error_message", "")))
     return Parsed(tuple(cases), unreadable)
@@ -205,7 +208,7 @@ class OpsRun:
     returncode: int | None = None    # None: it never finished (see `error`)
     error: str | None = None         # could not start, or timed out
     timed_out: bool = False          # stopped at the timeout (the cases counted are those it finished)
-    stderr_tail: str = ""            # "shard K/S: ..." where it ran as S processes: K hung or failed first (shard_filter)
+    stderr_tail: str = ""            # "shard K/S: ..." where it ran as S processes: K hung or failed first
 
     @property
     def ran(self) -> tuple[OpCase, ...]:
@@ -242,11 +245,10 @@ PARALLEL_BACKENDS = frozenset({"cuda"})
 # HIP stays one process with one worker (unproven here, and a HIP or CUDA context costs hundreds of MB of device
 # memory per process); CUDA keeps its threads (one context).
 SHARDED_BACKENDS = frozenset({"vulkan"})
-# At most this many processes for a sharded device: each holds a VkDevice and its buffers, and the odd-digit
-# shares cannot use more. A params string of the default selection holds 1 to 18 odd digits at the pin, so of 32
-# shares 14 are empty; of 16 they hold 39 to 648 cases (measured with the program, support mode).
-# On an H100 host (2026-12-05) one share of twice the mean set Vulkan0's time: 16 processes had finished 4,000 cases
-# after 90 s, 32 had 3,953, and 15 of the 16 shares were done by 85 s (docs/lab/2026-12-02-ops-h200.md).
+# At most this many processes for a sharded device: each holds a VkDevice and its buffers and compiles the
+# pipelines its cases need, and starting costs more the more start at once (an H100 host's Vulkan0, 2026-12-05:
+# 1.6 s for one process, 3.8 s each for 16). There, with the odd-digit shares, 16 processes had finished 4,000
+# cases after 90 s and 32 had 3,953 (docs/lab/2026-12-02-ops-h200.md).
 MAX_PROCESSES = 16
 
 
@@ -254,7 +256,7 @@ MAX_PROCESSES = 16
 class Parallelism:
     """How test-backend-ops runs one device's cases: `processes` programs at once, each with `threads` workers."""
     threads: int = 1         # -j
-    processes: int = 1       # shards, each with its -p (shard_filter); 1: no -p
+    processes: int = 1       # at most this many shares, each with its -p (opshares); 1: the selection's -p alone
 
     def describe(self) -> str:
         return f"{self.processes} processes" if self.processes > 1 else f"{self.threads} worker(s)"
@@ -280,16 +282,6 @@ def _cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def shard_filter(k: int, shards: int) -> str:
-    """test-backend-ops' -p for shard k of `shards` (0 <= k < shards): the cases whose params string (vars(),
-    which -p is searched in before the op filter) holds k odd digits modulo `shards`. A string has one count,
-    so the shards split all cases exactly and disjointly, with no list of them. ECMAScript, as std::regex
-    reads it (`{0}` matches nothing, for k = 0). Odd digits and not the length: a case's length is mostly
-    its op's field names, so lengths cluster (the pin's default list of 10,602 cases in 16 shards by length:
-    73 to 2,389 cases; by odd digits: 144 to 1,109)."""
-    return f"^[^13579]*(?:(?:[13579][^13579]*){{{shards}}})*(?:[13579][^13579]*){{{k}}}$"
-
-
 def backend_of(device: str) -> str:
     """"CUDA0" -> "cuda", by the device-name prefixes the recipes know; "" for a name none of them starts."""
     return next((b for b, prefix in DEVICE_PREFIX.items() if device.startswith(prefix)), "")
@@ -307,26 +299,29 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
                timeout: float = TIMEOUT_S, parallel: Parallelism | None = None, keep: Path | None = None,
                params: str | None = None) -> OpsRun:
     """params: a zero-width -p pattern anchored at the start (Selection.params), None for every case;
-    keep: an existing folder to run in and leave the shards' raw output in (shard-K.out/.err, each case
-    with its test_time: a benchmark's timeline); by default a scratch folder, removed afterwards."""
+    keep: an existing folder to run in and leave the raw output in (list-0.out: the program's list of the cases;
+    shard-K.out/.err: each process's cases with their test_time, a benchmark's timeline); by default a scratch
+    folder, removed afterwards."""
     par = parallel or parallelism(device)
-    if par.processes == 1:
-        shares = [["-p", params]] if params else [[]]
-    else:   # the selection's lookaheads (both patterns start with ^), then the share's own pattern
-        shares = [["-p", (params or "^") + shard_filter(k, par.processes)[1:]] for k in range(par.processes)]
-    argvs = [[str(program(runtime)), "test", "-b", device, "-o", ",".join(ops), *share, "-j", str(par.threads),
-              "--output", "sql"] for share in shares]
     start = time.monotonic()
     with (contextlib.nullcontext(keep) if keep else scratch("ops-")) as cwd:
         try:
-            shards = _run_all(argvs, worker_env(env, cwd), cwd, timeout, progress=lambda t: ui.info(
-                f"test-backend-ops on {device}: {_finished(cwd, len(argvs))} cases finished after {t:.0f}s"))
+            wenv = worker_env(env, cwd)
+            patterns, listed = _split(runtime, device, ops, wenv, cwd, params, par.processes, timeout)
+            argvs = [[str(program(runtime)), "test", "-b", device, "-o", ",".join(ops),
+                      *(("-p", pattern) if pattern else ()), "-j", str(par.threads), "--output", "sql"]
+                     for pattern in patterns]
+            shards = _run_all(argvs, wenv, cwd, max(0.0, timeout - (time.monotonic() - start)),
+                              progress=lambda t: ui.info(f"test-backend-ops on {device}: "
+                                                         f"{_finished(cwd, len(argvs))} cases finished after {t:.0f}s"))
         except OSError as exc:
             return OpsRun(device, ops, time.monotonic() - start,
                           error=f"cannot execute {TESTS_DIR}/{BACKEND_OPS}: {exc.strerror or exc}")
     seconds = time.monotonic() - start
     parsed = [parse_sql(s.stdout) for s in shards]
-    merged = Parsed(tuple(c for p in parsed for c in p.cases), sum(p.unreadable for p in parsed))
+    merged = Parsed(listed + tuple(c for p in parsed for c in p.cases), sum(p.unreadable for p in parsed))
+    if not shards:                                  # the device supports none of the listed cases
+        return OpsRun(device, ops, seconds, merged, 0)
     hung = [k for k, s in enumerate(shards) if s.returncode is None]
     failing = [k for k, s in enumerate(shards) if s.returncode != 0]
     told = (hung or failing or [0])[0]              # the shard whose last words are shown
@@ -337,6 +332,36 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
         return OpsRun(device, ops, seconds, merged, error=f"timed out after {timeout:.0f}s", stderr_tail=tail,
                       timed_out=True)
     return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail)
+
+
+LIST_TIMEOUT_S = 120.0   # the program's list of a device's cases (support mode computes nothing: seconds)
+
+
+def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str], cwd: Path, params: str | None,
+           processes: int, timeout: float) -> tuple[list[str | None], tuple[OpCase, ...]]:
+    """Each process's -p (None: no -p), and the cases no process need run: those the device does not support,
+    as the program's list says. Several processes: the list first (support mode, the same -o and -p), every
+    supported string in exactly one share (opshares.exact_shares); where the program gives no list, or a share
+    would be too long for an argument, the odd-digit shares."""
+    if processes == 1:
+        return [params], ()
+    argv = [str(program(runtime)), "support", "-b", device, "-o", ",".join(ops), *(("-p", params) if params else ()),
+            "--output", "sql"]
+    begun = time.monotonic()
+    [listing] = _run_all([argv], env, cwd, min(timeout, LIST_TIMEOUT_S), stem="list")
+    found = parse_sql(listing.stdout, mode="support") if listing.returncode == 0 else Parsed(())
+    supported = list(dict.fromkeys(c.params for c in found.cases if c.supported))
+    patterns = exact_shares(supported, processes) if found.cases and not found.unreadable else None
+    if patterns is None:
+        why = (f"it exited {listing.returncode}" if listing.returncode else "no list" if not found.cases
+               else f"{found.unreadable} unreadable lines" if found.unreadable else "a share's pattern is too long")
+        ui.detail(f"{device}: cases split by odd digits ({why})")
+        return list(by_odd_digits(params, processes)), ()
+    ui.detail(f"{device}: {len(supported)} supported cases listed in {time.monotonic() - begun:.1f}s, "
+              f"{len(patterns)} shares of {len(supported) // max(1, len(patterns))}+")
+    kept = set(supported)
+    return list(patterns), tuple(OpCase(c.op, c.params, False, False, "not supported")
+                                 for c in found.cases if not c.supported and c.params not in kept)
 
 
 NVIDIA_CACHE = "nvidia-shader-cache"    # in the run's folder
@@ -357,7 +382,7 @@ def worker_env(env: dict[str, str], cwd: Path) -> dict[str, str]:
 
 
 def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: float,
-             progress: Callable[[float], None] | None = None) -> list[_Shard]:
+             progress: Callable[[float], None] | None = None, stem: str = "shard") -> list[_Shard]:
     """Run the commands at once from cwd, each in its own process group with its output in its own files
     there (never a pipe, which a full one would block), until one deadline, calling `progress` with the
     seconds so far every PROGRESS_EVERY_S; a group still running at the deadline is killed, as is every
@@ -367,8 +392,8 @@ def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: fl
     deadline = start + timeout
     try:
         for k, argv in enumerate(argvs):
-            ui.detail(f"$ {command_line(argv)}   (in {cwd})")
-            with open(_output(cwd, k, "out"), "wb") as out, open(_output(cwd, k, "err"), "wb") as err:
+            ui.detail(f"$ {command_line([_shown(a) for a in argv])}   (in {cwd})")
+            with open(_output(cwd, k, "out", stem), "wb") as out, open(_output(cwd, k, "err", stem), "wb") as err:
                 procs.append(subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
                                               stderr=err, start_new_session=True))
         while any(p.poll() is None for p in procs) and (now := time.monotonic()) < deadline:
@@ -382,12 +407,17 @@ def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: fl
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return [_Shard(None if p in killed else p.returncode, _read(_output(cwd, k, "out")), _read(_output(cwd, k, "err")))
-            for k, p in enumerate(procs)]
+    return [_Shard(None if p in killed else p.returncode, _read(_output(cwd, k, "out", stem)),
+                   _read(_output(cwd, k, "err", stem))) for k, p in enumerate(procs)]
 
 
-def _output(cwd: Path, k: int, stream: str) -> Path:
-    return cwd / f"shard-{k}.{stream}"
+def _shown(arg: str, keep: int = 60) -> str:
+    """An argument as a -v line shows it: a share's pattern (kilobytes) by its start and length."""
+    return arg if len(arg) <= 2 * keep else f"{arg[:keep]}...({len(arg):,} characters)"
+
+
+def _output(cwd: Path, k: int, stream: str, stem: str = "shard") -> Path:
+    return cwd / f"{stem}-{k}.{stream}"
 
 
 def _finished(cwd: Path, shards: int) -> int:

@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from builder.check.ops import DEFAULT_OPS, DEFAULT_SELECTION, load_record, shard_filter, sql_rows
+from builder.check.ops import DEFAULT_OPS, DEFAULT_SELECTION, load_record, sql_rows
+from builder.check.opshares import by_odd_digits, exact_shares
 from tests.support.common import REPO, TEST_CACHE, assemble
 from tests.support.tiers import compiles
 
@@ -84,15 +85,22 @@ def _support(runtime, cwd, *pattern):
     return sorted((r["op_name"], r["op_params"]) for r in rows if r and r["test_mode"] == "support")
 
 
-def test_the_program_reads_the_selection_as_its_rules_say(vulkan_runtime, tmp_path):
+def test_the_program_reads_the_selection_and_its_shares_as_they_say(vulkan_runtime, tmp_path):
     """The inference selection's -p, read by the pin's own std::regex, keeps exactly the cases Python's re
-    keeps of the whole list (4,206 of 10,602 at the pin), and the shares joined to it split those exactly."""
+    keeps of the whole list (4,206 of 10,602 at the pin); the shares made from that list (16 of them, about
+    19 KB of pattern each) name exactly their strings; the odd-digit shares joined to the selection split it
+    exactly."""
     everything = _support(vulkan_runtime, tmp_path)
     wanted = [(op, params) for op, params in everything if re.search(DEFAULT_SELECTION.params, params)]
     assert len(everything) > 10_000 and 0 < len(wanted) < len(everything) / 2
     assert {op for op, _ in wanted} == set(DEFAULT_OPS)          # every op keeps cases
     assert _support(vulkan_runtime, tmp_path, DEFAULT_SELECTION.params) == wanted
-    shares = [_support(vulkan_runtime, tmp_path, DEFAULT_SELECTION.params + shard_filter(k, 3)[1:]) for k in range(3)]
+    strings = list(dict.fromkeys(params for _, params in wanted))
+    exact = exact_shares(strings, 16)
+    assert exact is not None and len(exact) == 16
+    for k, pattern in enumerate(exact):
+        assert sorted({params for _, params in _support(vulkan_runtime, tmp_path, pattern)}) == sorted(strings[k::16])
+    shares = [_support(vulkan_runtime, tmp_path, pattern) for pattern in by_odd_digits(DEFAULT_SELECTION.params, 3)]
     assert sorted(c for share in shares for c in share) == wanted
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import shlex
 import stat
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +23,9 @@ from builder.check import ops
 from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, INFERENCE_CASES, MAX_PROCESSES, CaseRule,
                                DeviceRecord, OpCase, OpsRecord, OpsRun, Parallelism, Parsed, Selection, budget_check,
                                judge, load_record, ops_checks, parallelism, parse_op_list, parse_sql, run_device,
-                               selection_filter, shard_filter, worker_env, write_record)
+                               selection_filter, worker_env, write_record)
+from builder.check import opshares
+from builder.check.opshares import shard_filter
 from builder.check.report import FAIL, PASS, SKIP, WARN
 from builder.cli import main as cli
 from builder.errors import AssembleError
@@ -33,6 +35,7 @@ from tests.support.common import REPO
 CAPTURED = REPO / "tests" / "data" / "ops-output"
 PASSING = CAPTURED / "lavapipe-scale-pass.sql"     # test-backend-ops test -b Vulkan0 -o SCALE --output sql
 FAILING = CAPTURED / "lavapipe-scale-fault.sql"    # the same, by the planted-fault runtime (tests/data/ops-fault)
+LISTING = CAPTURED / "lavapipe-scale-support.sql"  # test-backend-ops support -b Vulkan0 -o SCALE --output sql
 
 
 # --- the parser -----------------------------------------------------------------------------------
@@ -234,32 +237,14 @@ def test_a_running_device_says_how_many_cases_it_has_finished(tmp_path, monkeypa
 
 # --- a device run as several processes (Vulkan) ----------------------------------------------------
 
-def _real_params() -> list[str]:
-    return [c.params for f in sorted(CAPTURED.glob("*.sql")) for c in parse_sql(f.read_text()).cases]
-
-
-def test_the_shard_filters_split_every_params_string_into_exactly_one_shard():
-    """What -p is searched in: real params strings, every count of odd digits up to 400, random strings. Python's
-    re reads these patterns as ECMAScript does; std::regex was checked once by hand on the same patterns and on
-    the pin's whole default list (the commits that brought them)."""
-    rng = random.Random(7)
-    alphabet = "abcxyz=,[]()._-0123456789 "
-    strings = _real_params() + ["1" * n for n in range(401)] + ["x9" * n for n in range(50)]
-    strings += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(600))) for _ in range(2000)]
-    assert len(_real_params()) == 14
-    for shards in range(1, 18):
-        patterns = [re.compile(shard_filter(k, shards)) for k in range(shards)]
-        for text in strings:
-            odd = sum(ch in "13579" for ch in text)
-            assert [k for k, p in enumerate(patterns) if p.search(text)] == [odd % shards], (shards, text)
-
-
 def _sharded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, script: str) -> Path:
-    """A runtime whose program runs `script` with $SHARD set to its shard's number (from its -p)."""
+    """A runtime whose program gives no list of its cases (support mode prints nothing), so the device's cases
+    are split by odd digits, and runs `script` with $SHARD set to its shard's number (from its -p)."""
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
     which = "".join(f'[ "$7" = {shlex.quote(shard_filter(k, cores))} ] && SHARD={k}\n' for k in range(cores))
-    return _runtime(tmp_path, f'SHARD=none\n{which}echo "$@" > "{tmp_path}/argv.$SHARD"\n{script}')
+    return _runtime(tmp_path, f'[ "$1" = support ] && exit 0\nSHARD=none\n{which}echo "$@" > "{tmp_path}/argv.$SHARD"\n'
+                              f'{script}')
 
 
 def test_a_vulkan_device_runs_one_process_per_core_each_with_its_share_at_once(tmp_path, monkeypatch):
@@ -302,6 +287,68 @@ def test_hung_shards_are_all_killed_at_the_deadline_and_what_they_did_counts(tmp
     for k in (1, 2):
         with pytest.raises(ProcessLookupError):
             os.kill(int((tmp_path / f"pid.{k}").read_text()), 0)
+
+
+def _listing_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, listing: Path = LISTING) -> Path:
+    """A runtime whose program lists `listing` in support mode and, in test mode, prints the captured passing run's
+    rows whose params string its -p finds (Python's re reads these patterns as std::regex does); every call
+    leaves its argv, a line each, in argv.PID."""
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    runtime = _runtime(tmp_path, None)
+    program = runtime / TESTS_DIR / BACKEND_OPS
+    program.write_text(f"""#!{sys.executable}
+import os, re, sys
+args = sys.argv[1:]
+open(os.path.join({str(tmp_path)!r}, f"argv.{{os.getpid()}}"), "w").write("\\n".join(args) + "\\n")
+pattern = args[args.index("-p") + 1] if "-p" in args else ""
+for line in open({str(listing)!r} if args[0] == "support" else {str(PASSING)!r}):
+    params = re.search(r"VALUES \\((?:'[^']*', ){{4}}'([^']*)'", line)
+    if params is None or re.search(pattern, params.group(1)):
+        sys.stdout.write(line)
+""")
+    program.chmod(0o755)
+    return runtime
+
+
+def _supported_params(listing: Path = LISTING) -> list[str]:
+    return [c.params for c in parse_sql(listing.read_text(), "support").cases if c.supported]
+
+
+def test_a_vulkan_device_gets_the_programs_list_split_evenly_each_case_run_once(tmp_path, monkeypatch):
+    """The list first (support mode), then each process its share of the supported cases, named exactly: every
+    supported case runs once, the unsupported ones are counted from the list and run nowhere."""
+    runtime = _listing_runtime(tmp_path, monkeypatch, 3)
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {}, params="^(?=type=)")
+    assert judge(result).reason.startswith("4 op cases passed (3 not supported by Vulkan0) in ")
+    assert sorted(c.params for c in result.ran) == sorted(_supported_params())
+    assert _patterns(tmp_path, "support") == ["^(?=type=)"]
+    shares = _patterns(tmp_path, "test")
+    assert len(shares) == 3
+    owned = [[p for p in _supported_params() if re.search(share, p)] for share in shares]
+    assert sorted(len(o) for o in owned) == [1, 1, 2]                      # 4 cases in 3 shares
+    assert sorted(p for o in owned for p in o) == sorted(_supported_params())
+
+
+def test_no_more_processes_than_listed_cases_and_none_for_a_device_that_supports_none(tmp_path, monkeypatch):
+    runtime = _listing_runtime(tmp_path, monkeypatch, 16)
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {})
+    assert len(_patterns(tmp_path, "test")) == 4 and len(result.ran) == 4 and result.unsupported == 3
+    (tmp_path / "none").mkdir()
+    listing = tmp_path / "none" / "support.sql"
+    listing.write_text(LISTING.read_text().replace("'support', '1', '1', 'yes'", "'support', '0', '0', 'no'"))
+    runtime = _listing_runtime(tmp_path / "none", monkeypatch, 3, listing)
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {})
+    assert _patterns(tmp_path / "none", "test") == []                     # nothing to run: no process started
+    assert judge(result).reason.startswith("0 op cases passed (7 not supported by Vulkan0) in ")
+
+
+def test_shares_too_long_for_an_argument_are_split_by_odd_digits(tmp_path, monkeypatch):
+    monkeypatch.setattr(opshares, "PATTERN_LIMIT", 50)
+    runtime = _listing_runtime(tmp_path, monkeypatch, 2)
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {})
+    assert _patterns(tmp_path, "test") == sorted(shard_filter(k, 2) for k in range(2))
+    assert (len(result.ran), result.unsupported) == (4, 3)                # nothing counted twice
 
 
 def test_no_gpu_device_is_not_run(tmp_path):
@@ -457,14 +504,20 @@ def test_a_rule_applies_only_to_strings_that_start_with_its_lead():
     assert DEFAULT_SELECTION.cases == "inference" and DEFAULT_SELECTION.rules == INFERENCE_CASES
 
 
+def _patterns(tmp_path: Path, mode: str) -> list[str]:
+    """The -p of each call of the fake program in `mode` (each wrote its argv, a line each, to argv.PID)."""
+    calls = [a.read_text().splitlines() for a in tmp_path.glob("argv.*")]
+    return sorted(c[c.index("-p") + 1] for c in calls if c[0] == mode)
+
+
 def test_each_share_gets_the_selection_in_its_own_pattern(tmp_path, monkeypatch):
-    """The program is asked for the selection (-p), alone or joined with a share's pattern."""
+    """The program is asked for the selection (-p), alone or joined with a share's pattern (by odd digits: this
+    program gives no list, its support mode prints test rows)."""
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     runtime = _runtime(tmp_path, f'printf "%s\\n" "$@" > "{tmp_path}/argv.$$"\ncat "{PASSING}"\n')
     run_device(runtime, "Vulkan0", ("SCALE",), {}, parallel=Parallelism(processes=2), params="^(?=type=)")
-    patterns = sorted(a.read_text().splitlines()[a.read_text().splitlines().index("-p") + 1]
-                      for a in tmp_path.glob("argv.*"))
-    assert patterns == sorted("^(?=type=)" + shard_filter(k, 2)[1:] for k in range(2))
+    assert _patterns(tmp_path, "support") == ["^(?=type=)"]           # the list is asked for the selection
+    assert _patterns(tmp_path, "test") == sorted("^(?=type=)" + shard_filter(k, 2)[1:] for k in range(2))
     for a in tmp_path.glob("argv.*"):
         a.unlink()
     run_device(runtime, "Vulkan0", ("SCALE",), {}, parallel=Parallelism(), params="^(?=type=)")
