@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None, help="test-backend-ops -j (default: verify's choice)")
     ap.add_argument("--processes", type=int, default=None,
                     help="test-backend-ops processes, each with its share of the cases (default: verify's choice)")
+    ap.add_argument("--runs", type=int, default=None,
+                    help="runs of like cases per process, where a device runs as several (default: verify's choice)")
     ap.add_argument("--env", action="append", default=[], help="K=V for the program's environment")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--together", action="store_true",
@@ -51,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for device in args.device:
         chosen = parallelism(device)
-        par = Parallelism(args.jobs or chosen.threads, args.processes or chosen.processes)
+        par = Parallelism(args.jobs or chosen.threads, args.processes or chosen.processes,
+                          chosen.runs if args.runs is None else args.runs)
         selection = (Selection(parse_op_list(args.ops)) if args.ops else
                      Selection(DEFAULT_SELECTION.ops) if args.all_cases else DEFAULT_SELECTION)
         ops = selection.ops
@@ -62,13 +65,13 @@ def main(argv: list[str] | None = None) -> int:
                 keep.mkdir(parents=True, exist_ok=True)
             r = run_device(args.runtime, device, tuple(op.split(",")), env, timeout=args.cap, parallel=par, keep=keep,
                            params=selection.params)
-            row = {"device": device, "op": op, "cases_selected": selection.cases, "jobs": par.threads, "processes": par.processes,
+            row = {"device": device, "op": op, "cases_selected": selection.cases, "jobs": par.threads, "processes": par.processes, "runs": par.runs,
                    "seconds": round(r.seconds, 2),
                    "cases": len(r.ran), "failed": len(r.failed), "unsupported": r.unsupported,
                    "capped": r.timed_out,
                    "returncode": r.returncode, "error": r.error or "", "stderr_tail": r.stderr_tail[-300:]}
             rows.append(row)
-            print(f"{device:9} {op[:15]:15} -j{par.threads:<3} x{par.processes:<3} {row['seconds']:7.1f}s "
+            print(f"{device:9} {op[:15]:15} -j{par.threads:<3} x{par.processes:<3} r{par.runs:<2} {row['seconds']:7.1f}s "
                   f"{row['cases']:6} cases "
                   f"{row['failed']:3} failed {row['unsupported']:5} unsupported"
                   + ("  CAPPED" if row["capped"] else "") + (f"  rc={r.returncode}" if r.returncode else ""),

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import __version__, ui
-from builder.check.opshares import by_odd_digits, ecma_literal, exact_shares
+from builder.check.opshares import by_odd_digits, ecma_literal, joined, range_shares
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check
 from builder.config.recipe import DEVICE_PREFIX
 from builder.errors import AssembleError
@@ -250,6 +250,10 @@ SHARDED_BACKENDS = frozenset({"vulkan"})
 # 1.6 s for one process, 3.8 s each for 16). There, with the odd-digit shares, 16 processes had finished 4,000
 # cases after 90 s and 32 had 3,953 (docs/lab/2026-12-02-ops-h200.md).
 MAX_PROCESSES = 16
+# Runs of like cases per process (opshares.range_shares). On the H100 (2026-12-05), with runs ordered by type
+# fields: 2, 4 and 8 took 68.4, 67.7 and 70.2 s, the cases dealt one by one 108 s; 8 processes with 2 runs each
+# took 74.9 s, 24 with 3 took 78.0 s, and 4 with 2 had not finished after 110 s.
+RUNS_PER_PROCESS = 4
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,7 @@ class Parallelism:
     """How test-backend-ops runs one device's cases: `processes` programs at once, each with `threads` workers."""
     threads: int = 1         # -j
     processes: int = 1       # at most this many shares, each with its -p (opshares); 1: the selection's -p alone
+    runs: int = 1            # runs of like cases per process (opshares.range_shares)
 
     def describe(self) -> str:
         return f"{self.processes} processes" if self.processes > 1 else f"{self.threads} worker(s)"
@@ -271,7 +276,7 @@ def parallelism(device: str) -> Parallelism:
     if backend in PARALLEL_BACKENDS:
         return Parallelism(threads=_cores())
     if backend in SHARDED_BACKENDS:
-        return Parallelism(processes=min(_cores(), MAX_PROCESSES))
+        return Parallelism(processes=min(_cores(), MAX_PROCESSES), runs=RUNS_PER_PROCESS)
     return Parallelism()
 
 
@@ -307,7 +312,7 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
     with (contextlib.nullcontext(keep) if keep else scratch("ops-")) as cwd:
         try:
             wenv = worker_env(env, cwd)
-            patterns, listed = _split(runtime, device, ops, wenv, cwd, params, par.processes, timeout)
+            patterns = _split(runtime, device, ops, wenv, cwd, params, par, timeout)
             argvs = [[str(program(runtime)), "test", "-b", device, "-o", ",".join(ops),
                       *(("-p", pattern) if pattern else ()), "-j", str(par.threads), "--output", "sql"]
                      for pattern in patterns]
@@ -319,9 +324,7 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
                           error=f"cannot execute {TESTS_DIR}/{BACKEND_OPS}: {exc.strerror or exc}")
     seconds = time.monotonic() - start
     parsed = [parse_sql(s.stdout) for s in shards]
-    merged = Parsed(listed + tuple(c for p in parsed for c in p.cases), sum(p.unreadable for p in parsed))
-    if not shards:                                  # the device supports none of the listed cases
-        return OpsRun(device, ops, seconds, merged, 0)
+    merged = Parsed(tuple(c for p in parsed for c in p.cases), sum(p.unreadable for p in parsed))
     hung = [k for k, s in enumerate(shards) if s.returncode is None]
     failing = [k for k, s in enumerate(shards) if s.returncode != 0]
     told = (hung or failing or [0])[0]              # the shard whose last words are shown
@@ -338,30 +341,28 @@ LIST_TIMEOUT_S = 120.0   # the program's list of a device's cases (support mode 
 
 
 def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str], cwd: Path, params: str | None,
-           processes: int, timeout: float) -> tuple[list[str | None], tuple[OpCase, ...]]:
-    """Each process's -p (None: no -p), and the cases no process need run: those the device does not support,
-    as the program's list says. Several processes: the list first (support mode, the same -o and -p), every
-    supported string in exactly one share (opshares.exact_shares); where the program gives no list, or a share
-    would be too long for an argument, the odd-digit shares."""
-    if processes == 1:
-        return [params], ()
+           par: Parallelism, timeout: float) -> list[str | None]:
+    """Each process's -p (None: no -p). Several processes: the program's list first (support mode, the same -o
+    and -p), then ranges of like cases cut where it says (opshares.range_shares); where it gives no list, or a
+    pattern would be too long for an argument, the odd-digit shares."""
+    if par.processes == 1:
+        return [params]
     argv = [str(program(runtime)), "support", "-b", device, "-o", ",".join(ops), *(("-p", params) if params else ()),
             "--output", "sql"]
     begun = time.monotonic()
     [listing] = _run_all([argv], env, cwd, min(timeout, LIST_TIMEOUT_S), stem="list")
     found = parse_sql(listing.stdout, mode="support") if listing.returncode == 0 else Parsed(())
-    supported = list(dict.fromkeys(c.params for c in found.cases if c.supported))
-    patterns = exact_shares(supported, processes) if found.cases and not found.unreadable else None
-    if patterns is None:
-        why = (f"it exited {listing.returncode}" if listing.returncode else "no list" if not found.cases
-               else f"{found.unreadable} unreadable lines" if found.unreadable else "a share's pattern is too long")
+    supported = [c.params for c in found.cases if c.supported]
+    shares = (range_shares(supported, par.processes, par.runs) if supported and not found.unreadable else None)
+    if not shares:
+        why = (f"it exited {listing.returncode}" if listing.returncode else "no supported case listed"
+               if not supported else f"{found.unreadable} unreadable lines" if found.unreadable
+               else "a share's pattern is too long")
         ui.detail(f"{device}: cases split by odd digits ({why})")
-        return list(by_odd_digits(params, processes)), ()
+        return list(by_odd_digits(params, par.processes))
     ui.detail(f"{device}: {len(supported)} supported cases listed in {time.monotonic() - begun:.1f}s, "
-              f"{len(patterns)} shares of {len(supported) // max(1, len(patterns))}+")
-    kept = set(supported)
-    return list(patterns), tuple(OpCase(c.op, c.params, False, False, "not supported")
-                                 for c in found.cases if not c.supported and c.params not in kept)
+              f"{len(shares)} shares of {par.runs} runs each")
+    return [joined(params, share) for share in shares]
 
 
 NVIDIA_CACHE = "nvidia-shader-cache"    # in the run's folder

@@ -1,29 +1,36 @@
 """How verify --ops splits one device's cases between processes that run at once (a Vulkan device: see
 ops.SHARDED_BACKENDS), as test-backend-ops' -p patterns: the only way to hand a process its share, since the
 program has no option that names cases. -p is an ECMAScript pattern (std::regex) searched in each case's params
-string (vars()) before the op filter; what the program's regex reads is checked by the slow tier.
+string (vars()) before the op filter; what the program's regex reads is checked by the slow tier. Every pattern
+here is zero-width and anchored at the start, so it joins the selection's lookaheads (ops.Selection.params).
 
-Two splits:
-- exact_shares: from the program's own list of the device's supported cases (support mode, no computing), each
-  process gets every P-th string in the program's order, so each gets about 1/P of every op's cases. Its
-  patterns name their strings, so they grow with the list (PATTERN_LIMIT).
-- by_odd_digits: without a list, by the count of odd digits in the string. Always short, always exact and
-  disjoint, but uneven: of the default selection's 4,206 cases at the pin, 16 shares held 39 to 648, and on an
-  H100 (2026-12-05) the one of 541 set Vulkan0's time while the other 15 were done by 85 s.
+Two splits, each exact (every string in exactly one share, whatever the string):
+- range_shares: ranges of the strings in lexicographic order, cut where the program's own list of the device's
+  supported cases (support mode, no computing) puts P x R runs of even size; run j goes to process j mod P.
+  Neighbours in that order are like cases (the same op family and types lead the string: `type_a=bf16,...`),
+  so a process compiles the Vulkan pipelines of its runs only: each Vulkan process compiles every pipeline its
+  cases need, and NVIDIA's compiler is slow (a GET_ROWS iq1_m case took 12 s in each of 16 processes that met
+  one). A range also holds the cases the list leaves out: support mode drops upstream's fusion cases
+  (run_whole_graph(): ADD with nf > 1, RMS_NORM + MUL + ROPE, ...), 15 of the default selection at the pin,
+  which test mode runs.
+- by_odd_digits: without a list, by the count of odd digits in the string. Short, but uneven: of the default
+  selection's 4,206 cases at the pin, 16 shares held 39 to 648, and on an H100 (2026-12-05) the one of 541 set
+  Vulkan0's time while the other 15 were done by 85 s.
+
+The default selection on an H100's Vulkan0 (NVIDIA 580.159.04, 16 processes, 2026-12-05, one run each, the list
+included; docs/lab/2026-12-02-ops-h200.md): odd digits 143 s; every listed string named, dealt one by one to
+the processes, 108-113 s (1,417 process-seconds); named in runs of like cases, R = 2, 4, 8: 68.4, 67.7, 70.2 s
+(662 process-seconds at R = 4). Those runs were ordered by type fields; the ranges here order by the whole string.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-# Linux takes at most 131,072 bytes in one argument (MAX_ARG_STRLEN): a share whose pattern is longer cannot be
-# started. The default selection in 16 shares is about 19 KB a share; every case of the 14 default ops
-# (10,370 strings) needs 72 KB a share in 16 and 133 KB in 8 (measured at the pin, 2026-12-05).
+# Linux takes at most 131,072 bytes in one argument (MAX_ARG_STRLEN): a longer pattern cannot start a process.
 PATTERN_LIMIT = 120_000
 
 # ECMAScript's syntax characters (ECMA-262, SyntaxCharacter): escaped, everything else is itself.
 _SYNTAX = frozenset("^$\\.*+?()[]{}|/")
-_Trie = dict[str, "_Trie"]                   # a character to the rest; "" marks the end of a string
+_FIRST, _LAST = " ", "~"                     # params strings are printable ASCII: the order's alphabet
 
 
 def ecma_literal(text: str) -> str:
@@ -31,41 +38,55 @@ def ecma_literal(text: str) -> str:
     return "".join("\\" + ch if ch in _SYNTAX else ch for ch in text)
 
 
-def exact_filter(strings: Iterable[str]) -> str:
-    """A pattern matching exactly these whole strings, written as a trie: a prefix many strings share (the field
-    names, the leading values) is written once. A share of the default selection is about 19 KB this way, 24 KB
-    as a plain list of alternatives."""
-    root: _Trie = {}
-    for text in strings:
-        node = root
-        for ch in text:
-            node = node.setdefault(ch, {})
-        node[""] = {}                         # a string ends here
-    if not root:
-        raise ValueError("no strings to match")
-    return "^" + _branches(root) + "$"
+def at_least(bound: str) -> str:
+    """A pattern (no anchor) matching, at the string's start, every string >= `bound` in lexicographic order of
+    printable ASCII (any other character sorts below all of them): at the first position where the string
+    leaves the bound, its character is greater; or the bound is a prefix of it."""
+    pattern = ""
+    for ch in reversed(bound):
+        above = _above(ch)
+        pattern = f"(?:{above}|{ecma_literal(ch)}{pattern})" if above else ecma_literal(ch) + pattern
+    return pattern
 
 
-def _branches(node: _Trie) -> str:
-    alternatives = []
-    for ch in sorted(node):
-        if ch == "":
-            alternatives.append("")
-            continue
-        run, child = ch, node[ch]
-        while len(child) == 1 and "" not in child:    # a chain with no branch: one literal
-            ((ch, child),) = child.items()
-            run += ch
-        alternatives.append(ecma_literal(run) + ("" if child == {"": {}} else _branches(child)))
-    return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
+def _above(ch: str) -> str:
+    """A class of the printable ASCII characters after `ch`, "" if none."""
+    low = chr(max(ord(ch) + 1, ord(_FIRST)))
+    if low > _LAST:
+        return ""
+    return f"[{_in_class(low)}-{_LAST}]" if low < _LAST else f"[{_LAST}]"
 
 
-def exact_shares(strings: list[str], shares: int) -> list[str] | None:
-    """One pattern per share (fewer where there are fewer strings): string i goes to share i mod `shares`, so
-    neighbours in the program's order (an op's cases, from small to large) are spread over all of them. None when
-    a pattern would be over PATTERN_LIMIT."""
-    parts = [strings[k::shares] for k in range(min(shares, len(strings)))]
-    patterns = [exact_filter(part) for part in parts]
+def _in_class(ch: str) -> str:
+    return "\\" + ch if ch in "\\]^-[" else ch
+
+
+def separator(before: str, after: str) -> str:
+    """The shortest prefix of `after` that sorts above `before` (before < after): a short bound between them."""
+    i = next((i for i, (a, b) in enumerate(zip(before, after, strict=False)) if a != b),
+             min(len(before), len(after)))
+    return after[:i + 1]
+
+
+def range_filter(low: str | None, high: str | None) -> str:
+    """Zero-width, anchored: the strings s with low <= s < high (None: no bound on that side)."""
+    return "^" + (f"(?={at_least(low)})" if low is not None else "") + (
+        f"(?!{at_least(high)})" if high is not None else "")
+
+
+def range_shares(strings: list[str], shares: int, runs: int) -> list[str] | None:
+    """One pattern per share (fewer where there are fewer strings): the listed strings sorted, cut into
+    shares x runs runs of even size, run j to share j mod `shares`, each run the range from its first string's
+    separator to the next run's (the first run from nothing, the last to nothing, so every string has a run).
+    None when a pattern would be over PATTERN_LIMIT."""
+    ordered = sorted(set(strings))
+    count = min(len(ordered), shares * max(1, runs))
+    if count == 0:
+        return []
+    starts = [len(ordered) * j // count for j in range(count)]
+    bounds: list[str | None] = [None] + [separator(ordered[i - 1], ordered[i]) for i in starts[1:]] + [None]
+    ranges = [range_filter(bounds[j], bounds[j + 1]) for j in range(count)]
+    patterns = ["^(?:" + "|".join(r[1:] for r in ranges[k::shares]) + ")" for k in range(min(shares, count))]
     return None if any(len(p.encode()) > PATTERN_LIMIT for p in patterns) else patterns
 
 
@@ -78,7 +99,11 @@ def shard_filter(k: int, shards: int) -> str:
     return f"^[^13579]*(?:(?:[13579][^13579]*){{{shards}}})*(?:[13579][^13579]*){{{k}}}$"
 
 
+def joined(params: str | None, pattern: str) -> str:
+    """A share's -p: the selection's zero-width lookaheads (`params`, anchored), then the share's own pattern
+    from the same start."""
+    return (params or "^") + pattern[1:]
+
+
 def by_odd_digits(params: str | None, shares: int) -> list[str]:
-    """Each share's -p: the selection's zero-width lookaheads (`params`, anchored at the start), then the share's
-    own pattern, from the same start."""
-    return [(params or "^") + shard_filter(k, shares)[1:] for k in range(shares)]
+    return [joined(params, shard_filter(k, shares)) for k in range(shares)]

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from builder.check.ops import DEFAULT_OPS, DEFAULT_SELECTION, load_record, sql_rows
-from builder.check.opshares import by_odd_digits, exact_shares
+from builder.check.ops import DEFAULT_OPS, DEFAULT_SELECTION, RUNS_PER_PROCESS, load_record, sql_rows
+from builder.check.opshares import by_odd_digits, joined, range_shares
 from tests.support.common import REPO, TEST_CACHE, assemble
 from tests.support.tiers import compiles
 
@@ -87,21 +87,21 @@ def _support(runtime, cwd, *pattern):
 
 def test_the_program_reads_the_selection_and_its_shares_as_they_say(vulkan_runtime, tmp_path):
     """The inference selection's -p, read by the pin's own std::regex, keeps exactly the cases Python's re
-    keeps of the whole list (4,206 of 10,602 at the pin); the shares made from that list (16 of them, about
-    19 KB of pattern each) name exactly their strings; the odd-digit shares joined to the selection split it
-    exactly."""
+    keeps of the whole list (4,206 of 10,602 at the pin); the 16 shares verify makes from that list (ranges of
+    like cases, joined to the selection) split it exactly as Python's re says; so do the odd-digit shares."""
     everything = _support(vulkan_runtime, tmp_path)
     wanted = [(op, params) for op, params in everything if re.search(DEFAULT_SELECTION.params, params)]
     assert len(everything) > 10_000 and 0 < len(wanted) < len(everything) / 2
     assert {op for op, _ in wanted} == set(DEFAULT_OPS)          # every op keeps cases
     assert _support(vulkan_runtime, tmp_path, DEFAULT_SELECTION.params) == wanted
-    strings = list(dict.fromkeys(params for _, params in wanted))
-    exact = exact_shares(strings, 16)
-    assert exact is not None and len(exact) == 16
-    for k, pattern in enumerate(exact):
-        assert sorted({params for _, params in _support(vulkan_runtime, tmp_path, pattern)}) == sorted(strings[k::16])
-    shares = [_support(vulkan_runtime, tmp_path, pattern) for pattern in by_odd_digits(DEFAULT_SELECTION.params, 3)]
-    assert sorted(c for share in shares for c in share) == wanted
+    shares = range_shares([params for _, params in wanted], 16, RUNS_PER_PROCESS)
+    assert shares is not None and len(shares) == 16
+    patterns = [joined(DEFAULT_SELECTION.params, share) for share in shares]
+    found = [_support(vulkan_runtime, tmp_path, pattern) for pattern in patterns]
+    assert found == [[c for c in wanted if re.search(pattern, c[1])] for pattern in patterns]
+    assert sorted(c for share in found for c in share) == wanted
+    odd = [_support(vulkan_runtime, tmp_path, pattern) for pattern in by_odd_digits(DEFAULT_SELECTION.params, 3)]
+    assert sorted(c for share in odd for c in share) == wanted
 
 
 # faulty_runtime: cold after vulkan_runtime, ninja 78 s wall (every shader generated again for the new build

@@ -20,7 +20,8 @@ import pytest
 
 from builder import ui
 from builder.check import ops
-from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, INFERENCE_CASES, MAX_PROCESSES, CaseRule,
+from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, INFERENCE_CASES, MAX_PROCESSES, RUNS_PER_PROCESS,
+                               CaseRule,
                                DeviceRecord, OpCase, OpsRecord, OpsRun, Parallelism, Parsed, Selection, budget_check,
                                judge, load_record, ops_checks, parallelism, parse_op_list, parse_sql, run_device,
                                selection_filter, worker_env, write_record)
@@ -315,22 +316,35 @@ def _supported_params(listing: Path = LISTING) -> list[str]:
     return [c.params for c in parse_sql(listing.read_text(), "support").cases if c.supported]
 
 
-def test_a_vulkan_device_gets_the_programs_list_split_evenly_each_case_run_once(tmp_path, monkeypatch):
-    """The list first (support mode), then each process its share of the supported cases, named exactly: every
-    supported case runs once, the unsupported ones are counted from the list and run nowhere."""
+def test_a_vulkan_device_gets_the_programs_list_cut_into_even_ranges_each_case_run_once(tmp_path, monkeypatch):
+    """The list first (support mode, asked for the selection), then each process its ranges: every case of the
+    run (supported or not) runs in exactly one process, and the supported ones are spread evenly."""
     runtime = _listing_runtime(tmp_path, monkeypatch, 3)
     result = run_device(runtime, "Vulkan0", ("SCALE",), {}, params="^(?=type=)")
     assert judge(result).reason.startswith("4 op cases passed (3 not supported by Vulkan0) in ")
-    assert sorted(c.params for c in result.ran) == sorted(_supported_params())
+    assert sorted(c.params for c in result.parsed.cases) == sorted(c.params for c in parse_sql(PASSING.read_text()).cases)
     assert _patterns(tmp_path, "support") == ["^(?=type=)"]
     shares = _patterns(tmp_path, "test")
-    assert len(shares) == 3
+    assert len(shares) == 3 and all(share.startswith("^(?=type=)") for share in shares)
     owned = [[p for p in _supported_params() if re.search(share, p)] for share in shares]
     assert sorted(len(o) for o in owned) == [1, 1, 2]                      # 4 cases in 3 shares
-    assert sorted(p for o in owned for p in o) == sorted(_supported_params())
 
 
-def test_no_more_processes_than_listed_cases_and_none_for_a_device_that_supports_none(tmp_path, monkeypatch):
+def test_a_case_the_list_leaves_out_still_runs_once(tmp_path, monkeypatch):
+    """Support mode drops upstream's fusion cases (run_whole_graph()), which test mode runs: a range holds
+    every string, listed or not."""
+    lines = LISTING.read_text().splitlines(keepends=True)
+    dropped = next(i for i, ln in enumerate(lines) if "'support', '1'" in ln)
+    listing = tmp_path / "support.sql"
+    listing.write_text("".join(lines[:dropped] + lines[dropped + 1:]))
+    runtime = _listing_runtime(tmp_path, monkeypatch, 2, listing)
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {})
+    assert len(_supported_params(listing)) == 3 and len(_patterns(tmp_path, "test")) == 2
+    assert (len(result.ran), result.unsupported) == (4, 3)
+    assert sorted(c.params for c in result.ran) == sorted(_supported_params())
+
+
+def test_no_more_processes_than_listed_cases_and_odd_digits_for_a_list_with_none_supported(tmp_path, monkeypatch):
     runtime = _listing_runtime(tmp_path, monkeypatch, 16)
     result = run_device(runtime, "Vulkan0", ("SCALE",), {})
     assert len(_patterns(tmp_path, "test")) == 4 and len(result.ran) == 4 and result.unsupported == 3
@@ -339,8 +353,8 @@ def test_no_more_processes_than_listed_cases_and_none_for_a_device_that_supports
     listing.write_text(LISTING.read_text().replace("'support', '1', '1', 'yes'", "'support', '0', '0', 'no'"))
     runtime = _listing_runtime(tmp_path / "none", monkeypatch, 3, listing)
     result = run_device(runtime, "Vulkan0", ("SCALE",), {})
-    assert _patterns(tmp_path / "none", "test") == []                     # nothing to run: no process started
-    assert judge(result).reason.startswith("0 op cases passed (7 not supported by Vulkan0) in ")
+    assert _patterns(tmp_path / "none", "test") == sorted(shard_filter(k, 3) for k in range(3))
+    assert (len(result.ran), result.unsupported) == (4, 3)                # test mode still decides
 
 
 def test_shares_too_long_for_an_argument_are_split_by_odd_digits(tmp_path, monkeypatch):
@@ -438,7 +452,7 @@ def test_cli_refusals_are_one_line_exit_2(tmp_path, capsys, extra, words):
 def test_a_many_core_host_runs_at_most_max_processes_for_vulkan(monkeypatch):
     """More processes than shares that can hold cases only cost VkDevices (14 of 32 odd-digit shares are empty)."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
-    assert parallelism("Vulkan0") == Parallelism(threads=1, processes=MAX_PROCESSES)
+    assert parallelism("Vulkan0") == Parallelism(threads=1, processes=MAX_PROCESSES, runs=RUNS_PER_PROCESS)
     assert parallelism("CUDA0") == Parallelism(threads=128, processes=1)
 
 
@@ -447,7 +461,7 @@ def test_cuda_gets_threads_vulkan_processes_and_the_rest_one_of_each(monkeypatch
     its own VkDevice; CUDA's are threads of one process; anything unproven (HIP) runs one worker."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     assert parallelism("CUDA0") == Parallelism(threads=4, processes=1)
-    assert parallelism("Vulkan0") == parallelism("Vulkan1") == Parallelism(threads=1, processes=4)
+    assert parallelism("Vulkan0") == parallelism("Vulkan1") == Parallelism(threads=1, processes=4, runs=RUNS_PER_PROCESS)
     assert parallelism("ROCm0") == parallelism("Mystery0") == Parallelism(threads=1, processes=1)
     assert Parallelism(4, 1).describe() == "4 worker(s)" and Parallelism(1, 4).describe() == "4 processes"
 

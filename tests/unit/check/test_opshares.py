@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import random
 import re
-
-import pytest
+from collections import Counter
 
 from builder.check import opshares
-from builder.check.ops import parse_sql
-from builder.check.opshares import ecma_literal, exact_filter, exact_shares, shard_filter
+from builder.check.ops import DEFAULT_SELECTION, parse_sql
+from builder.check.opshares import at_least, ecma_literal, joined, range_shares, separator, shard_filter
 from tests.support.common import REPO
 
 CAPTURED = REPO / "tests" / "data" / "ops-output"
 SYNTAX = "^$\\.*+?()[]{}|/"
+PRINTABLE = "".join(chr(c) for c in range(0x20, 0x7F))
 
 
 def _real_params() -> list[str]:
@@ -23,7 +23,7 @@ def _real_params() -> list[str]:
             for c in parse_sql(f.read_text(), mode).cases]
 
 
-def _random_strings(rng: random.Random, n: int, alphabet: str = "ab=,[]._019" + SYNTAX) -> list[str]:
+def _random_strings(rng: random.Random, n: int, alphabet: str = "ab=,[]._019~ " + SYNTAX) -> list[str]:
     return ["".join(rng.choice(alphabet) for _ in range(rng.randrange(12))) for _ in range(n)]
 
 
@@ -35,46 +35,68 @@ def test_a_literal_matches_its_text_and_only_it():
     assert not re.fullmatch(ecma_literal("0.5"), "0x5")
 
 
-def test_an_exact_filter_matches_exactly_its_strings():
-    """Over real params strings and random ones full of ECMAScript's syntax characters: each member matches,
-    every other string (prefixes, extensions, neighbours) does not."""
+def test_at_least_is_the_lexicographic_order():
+    """Over printable ASCII, syntax characters included: the pattern matches exactly the strings >= the bound."""
+    rng = random.Random(5)
+    strings = _random_strings(rng, 1500) + _random_strings(rng, 500, PRINTABLE) + ["", "~", " ", "~~~"]
+    for bound in strings[:150] + ["a", "~", " ", "]", "\\", "^", "-", "type_a=bf16,"]:
+        pattern = re.compile("^" + at_least(bound))
+        assert [bool(pattern.search(s)) for s in strings] == [s >= bound for s in strings], bound
+
+
+def test_a_separator_lies_between_its_neighbours():
+    rng = random.Random(9)
+    for before, after in zip(*[iter(sorted(set(_random_strings(rng, 2000))))] * 2, strict=False):
+        sep = separator(before, after)
+        assert before < sep <= after and after.startswith(sep)
+    assert separator("type_a=f16,m=16", "type_a=f32,m=1") == "type_a=f3"
+    assert separator("ab", "abc") == "abc"
+
+
+def test_range_shares_hold_every_string_once_listed_or_not_and_the_listed_evenly():
+    """The listed strings are cut into even runs; any string at all (a case the list left out, a random one)
+    falls in exactly one share."""
     rng = random.Random(11)
-    real = _real_params()
-    assert len(real) == 21                       # 7 cases in each captured file
-    universe = sorted(set(real + _random_strings(rng, 4000) + [r[:-1] for r in real] + [r + "0" for r in real]))
-    for size in (1, 2, 7, 50, 400):
-        for _ in range(5):
-            members = set(rng.sample(universe, size))
-            pattern = re.compile(exact_filter(members))
-            assert {s for s in universe if pattern.search(s)} == members, size
-    assert re.search(exact_filter([""]), "") and not re.search(exact_filter([""]), "a")
-    with pytest.raises(ValueError, match="no strings"):
-        exact_filter([])
-
-
-def test_exact_shares_hold_every_string_once_and_evenly_with_each_run_spread():
-    """Strings in the program's order: runs of one op's cases. Every share holds each string once, sizes differ
-    by at most one, and each op's run is spread over every share."""
-    strings = [f"op{op}=x,n=[{i},{i % 7}]" for op, count in ((1, 50), (2, 7), (3, 200)) for i in range(count)]
-    for shares in (1, 2, 3, 16):
-        patterns = exact_shares(strings, shares)
+    listed = [f"type_a={t},type_b=f32,m={m},n={n}" for t in ("bf16", "f16", "q4_0", "iq1_m") for m in (16, 512)
+              for n in range(1, 30)] + _real_params()
+    unlisted = _random_strings(rng, 2000, PRINTABLE) + ["type=f32,ne=[16,5,4,3],nr=[1,1,1,1],nf=16", "", "~"]
+    for shares, runs in ((1, 1), (2, 1), (3, 2), (16, 4), (5, 7)):
+        patterns = range_shares(listed, shares, runs)
         assert patterns is not None and len(patterns) == shares
-        owners = [[k for k, p in enumerate(patterns) if re.search(p, s)] for s in strings]
-        assert all(len(o) == 1 for o in owners)
-        sizes = [sum(o == [k] for o in owners) for k in range(shares)]
-        assert max(sizes) - min(sizes) <= 1, sizes
-        for op in ("op1=", "op3="):
-            assert {o[0] for s, o in zip(strings, owners, strict=True) if s.startswith(op)} == set(range(shares))
-    assert len(exact_shares(strings[:3], 16) or []) == 3           # no empty share: fewer processes
-    assert exact_shares([], 4) == []
+        compiled = [re.compile(p) for p in patterns]
+        owners = {s: [k for k, p in enumerate(compiled) if p.search(s)] for s in listed + unlisted}
+        assert all(len(o) == 1 for o in owners.values()), [s for s, o in owners.items() if len(o) != 1][:3]
+        sizes = Counter(owners[s][0] for s in set(listed))
+        run = len(set(listed)) / (shares * runs)
+        assert max(sizes.values()) - min(sizes.values()) <= runs + 1 and max(sizes.values()) <= runs * run + runs
+    assert len(range_shares(listed[:3], 16, 4) or []) == 3                # no empty share: fewer processes
+    assert range_shares([], 4, 4) == []
 
 
-def test_a_share_over_the_limit_gives_no_exact_shares(monkeypatch):
+def test_a_run_keeps_like_cases_together():
+    """In sorted order one type's cases are neighbours: with a run per share, each type meets few shares."""
+    types = ("f32", "f16", "q4_0", "q8_0")
+    listed = [f"type_a={t},type_b=f32,m={n},n=1" for n in range(100, 140) for t in types]     # types inner
+    patterns = [re.compile(p) for p in range_shares(listed, 4, 1) or []]
+    for t in types:
+        met = {k for s in listed if s.startswith(f"type_a={t},") for k, p in enumerate(patterns) if p.search(s)}
+        assert len(met) <= 2, (t, met)
+
+
+def test_a_share_joins_the_selection_from_the_same_start():
+    sel = DEFAULT_SELECTION.params
+    strings = _real_params()
+    patterns = [re.compile(joined(sel, p)) for p in range_shares(strings, 3, 2) or []]
+    for s in strings:
+        assert len([p for p in patterns if p.search(s)]) == (1 if re.search(sel, s) else 0), s
+
+
+def test_a_share_over_the_limit_gives_no_shares(monkeypatch):
     """A longer pattern than Linux takes in one argument could not start a process: the caller splits by odd digits."""
     strings = [f"type=f32,ne=[{i},1,1,1]" for i in range(100)]
-    assert exact_shares(strings, 2) is not None
-    monkeypatch.setattr(opshares, "PATTERN_LIMIT", 200)
-    assert exact_shares(strings, 2) is None
+    assert range_shares(strings, 2, 4) is not None
+    monkeypatch.setattr(opshares, "PATTERN_LIMIT", 100)
+    assert range_shares(strings, 2, 4) is None
 
 
 def test_the_shard_filters_split_every_params_string_into_exactly_one_shard():
