@@ -85,6 +85,8 @@ def _support(runtime, cwd, *pattern):
     return sorted((r["op_name"], r["op_params"]) for r in rows if r and r["test_mode"] == "support")
 
 
+# About 20 s on the 2-core dev machine (21 support-mode runs of the program over the whole list, warm
+# fixtures; measured 2026-12-05: this test and the one above took 26.5 s before the range shares, 30.9 s after).
 def test_the_program_reads_the_selection_and_its_shares_as_they_say(vulkan_runtime, tmp_path):
     """The inference selection's -p, read by the pin's own std::regex, keeps exactly the cases Python's re
     keeps of the whole list (4,206 of 10,602 at the pin); the 16 shares verify makes from that list (ranges of
