@@ -254,6 +254,14 @@ MAX_PROCESSES = 16
 # fields: 2, 4 and 8 took 68.4, 67.7 and 70.2 s, the cases dealt one by one 108 s; 8 processes with 2 runs each
 # took 74.9 s, 24 with 3 took 78.0 s, and 4 with 2 had not finished after 110 s.
 RUNS_PER_PROCESS = 4
+# Milliseconds a case of each default op cost on an H100's Vulkan0, 16 processes with 4 runs each (2026-12-05;
+# scripts/ops-timeline.py over docs/results/h100-2026-12-05c/runs/p16-r4-raw.tgz). The runs are cut at even
+# *cost* by these (opshares.range_shares): only their ratios matter, a FLASH_ATTN_EXT case costs about eight
+# SET_ROWS cases. An op not named costs the mean case of that run.
+OP_COST_MS = {"FLASH_ATTN_EXT": 562, "MUL_MAT": 348, "MUL_MAT_ID": 208, "ADD": 174, "SCALE": 143, "GET_ROWS": 126,
+              "ROPE": 116, "MUL": 106, "SOFT_MAX": 103, "CPY": 85, "GEGLU": 71, "SWIGLU": 69, "SET_ROWS": 67,
+              "RMS_NORM": 56}
+MEAN_CASE_MS = 210
 
 
 @dataclass(frozen=True)
@@ -343,8 +351,8 @@ LIST_TIMEOUT_S = 120.0   # the program's list of a device's cases (support mode 
 def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str], cwd: Path, params: str | None,
            par: Parallelism, timeout: float) -> list[str | None]:
     """Each process's -p (None: no -p). Several processes: the program's list first (support mode, the same -o
-    and -p), then ranges of like cases cut where it says (opshares.range_shares); where it gives no list, or a
-    pattern would be too long for an argument, the odd-digit shares."""
+    and -p), then ranges of like cases cut at even cost (OP_COST_MS) over what it lists (opshares.range_shares);
+    where it gives no list, or a pattern would be too long for an argument, the odd-digit shares."""
     if par.processes == 1:
         return [params]
     argv = [str(program(runtime)), "support", "-b", device, "-o", ",".join(ops), *(("-p", params) if params else ()),
@@ -353,7 +361,11 @@ def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str]
     [listing] = _run_all([argv], env, cwd, min(timeout, LIST_TIMEOUT_S), stem="list")
     found = parse_sql(listing.stdout, mode="support") if listing.returncode == 0 else Parsed(())
     supported = [c.params for c in found.cases if c.supported]
-    shares = (range_shares(supported, par.processes, par.runs) if supported and not found.unreadable else None)
+    cost: dict[str, float] = {}
+    for case in found.cases:
+        if case.supported:
+            cost[case.params] = cost.get(case.params, 0.0) + OP_COST_MS.get(case.op, MEAN_CASE_MS)
+    shares = (range_shares(supported, par.processes, par.runs, cost) if supported and not found.unreadable else None)
     if not shares:
         why = (f"it exited {listing.returncode}" if listing.returncode else "no supported case listed"
                if not supported else f"{found.unreadable} unreadable lines" if found.unreadable

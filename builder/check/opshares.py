@@ -6,7 +6,8 @@ here is zero-width and anchored at the start, so it joins the selection's lookah
 
 Two splits, each exact (every string in exactly one share, whatever the string):
 - range_shares: ranges of the strings in lexicographic order, cut where the program's own list of the device's
-  supported cases (support mode, no computing) puts P x R runs of even size; run j goes to process j mod P.
+  supported cases (support mode, no computing) puts P x R runs of even cost (each case weighed by its op,
+  ops.OP_COST_MS); run j goes to process j mod P.
   Neighbours in that order are like cases (the same op family and types lead the string: `type_a=bf16,...`),
   so a process compiles the Vulkan pipelines of its runs only: each Vulkan process compiles every pipeline its
   cases need, and NVIDIA's compiler is slow (a GET_ROWS iq1_m case took 12 s in each of 16 processes that met
@@ -20,7 +21,10 @@ Two splits, each exact (every string in exactly one share, whatever the string):
 The default selection on an H100's Vulkan0 (NVIDIA 580.159.04, 16 processes, 2026-12-05, one run each, the list
 included; docs/lab/2026-12-02-ops-h200.md): odd digits 143 s; every listed string named, dealt one by one to
 the processes, 108-113 s (1,417 process-seconds); named in runs of like cases, R = 2, 4, 8: 68.4, 67.7, 70.2 s
-(662 process-seconds at R = 4). Those runs were ordered by type fields; the ranges here order by the whole string.
+(662 process-seconds at R = 4), the slowest process holding 48 s of bf16 MUL_MAT cases. Those runs were
+ordered by type fields and cut by count; the ranges here order by the whole string and cut by cost, which
+scripts/ops-split-model.py estimates at 48-52 s for the slowest process's cases against 70-72 s cut by count
+(a model over those runs' timelines, not yet a measurement).
 """
 
 from __future__ import annotations
@@ -74,20 +78,32 @@ def range_filter(low: str | None, high: str | None) -> str:
         f"(?!{at_least(high)})" if high is not None else "")
 
 
-def range_shares(strings: list[str], shares: int, runs: int) -> list[str] | None:
-    """One pattern per share (fewer where there are fewer strings): the listed strings sorted, cut into
-    shares x runs runs of even size, run j to share j mod `shares`, each run the range from its first string's
-    separator to the next run's (the first run from nothing, the last to nothing, so every string has a run).
-    None when a pattern would be over PATTERN_LIMIT."""
+def range_shares(strings: list[str], shares: int, runs: int, cost: dict[str, float] | None = None) -> list[str] | None:
+    """One pattern per share (fewer where there are fewer strings): the listed strings sorted, cut into up to
+    shares x runs runs of even cost (`cost` per string, 1 where it names none), run j to share j mod `shares`,
+    each run the range from its first string's separator to the next run's (the first run from nothing, the last
+    to nothing, so every string has a run). None when a pattern would be over PATTERN_LIMIT."""
     ordered = sorted(set(strings))
     count = min(len(ordered), shares * max(1, runs))
     if count == 0:
         return []
-    starts = [len(ordered) * j // count for j in range(count)]
+    starts = _even_cuts([(cost or {}).get(s, 1.0) for s in ordered], count)
     bounds: list[str | None] = [None] + [separator(ordered[i - 1], ordered[i]) for i in starts[1:]] + [None]
-    ranges = [range_filter(bounds[j], bounds[j + 1]) for j in range(count)]
-    patterns = ["^(?:" + "|".join(r[1:] for r in ranges[k::shares]) + ")" for k in range(min(shares, count))]
+    ranges = [range_filter(bounds[j], bounds[j + 1]) for j in range(len(starts))]
+    patterns = ["^(?:" + "|".join(r[1:] for r in ranges[k::shares]) + ")" for k in range(min(shares, len(ranges)))]
     return None if any(len(p.encode()) > PATTERN_LIMIT for p in patterns) else patterns
+
+
+def _even_cuts(weights: list[float], count: int) -> list[int]:
+    """Where runs start (0 first) so that `count` runs carry about even weight: run j starts at the first item
+    whose weight before it reaches j/count of the whole. A heavy item can fill a run alone: fewer runs then."""
+    total = sum(weights) or 1.0
+    starts, before = [0], 0.0
+    for i, weight in enumerate(weights):
+        if i > starts[-1] and len(starts) < count and before >= total * len(starts) / count:
+            starts.append(i)
+        before += weight
+    return starts
 
 
 def shard_filter(k: int, shards: int) -> str:

@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from builder.check.ops import DEFAULT_OPS, DEFAULT_SELECTION, RUNS_PER_PROCESS, load_record, sql_rows
+from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, MEAN_CASE_MS, OP_COST_MS, RUNS_PER_PROCESS, load_record,
+                               sql_rows)
 from builder.check.opshares import by_odd_digits, joined, range_shares
 from tests.support.common import REPO, TEST_CACHE, assemble
 from tests.support.tiers import compiles
@@ -89,14 +90,18 @@ def _support(runtime, cwd, *pattern):
 # fixtures; measured 2026-12-05: this test and the one above took 26.5 s before the range shares, 30.9 s after).
 def test_the_program_reads_the_selection_and_its_shares_as_they_say(vulkan_runtime, tmp_path):
     """The inference selection's -p, read by the pin's own std::regex, keeps exactly the cases Python's re
-    keeps of the whole list (4,206 of 10,602 at the pin); the 16 shares verify makes from that list (ranges of
-    like cases, joined to the selection) split it exactly as Python's re says; so do the odd-digit shares."""
+    keeps of the whole list (4,206 of 10,602 at the pin); 16 shares made from that list as verify makes them
+    (ranges of like cases cut at even cost, joined to the selection) split it exactly as Python's re says; so
+    do the odd-digit shares."""
     everything = _support(vulkan_runtime, tmp_path)
     wanted = [(op, params) for op, params in everything if re.search(DEFAULT_SELECTION.params, params)]
     assert len(everything) > 10_000 and 0 < len(wanted) < len(everything) / 2
     assert {op for op, _ in wanted} == set(DEFAULT_OPS)          # every op keeps cases
     assert _support(vulkan_runtime, tmp_path, DEFAULT_SELECTION.params) == wanted
-    shares = range_shares([params for _, params in wanted], 16, RUNS_PER_PROCESS)
+    cost: dict[str, float] = {}
+    for op, params in wanted:                     # as verify weighs them (every listed case, supported or not)
+        cost[params] = cost.get(params, 0.0) + OP_COST_MS.get(op, MEAN_CASE_MS)
+    shares = range_shares([params for _, params in wanted], 16, RUNS_PER_PROCESS, cost)
     assert shares is not None and len(shares) == 16
     patterns = [joined(DEFAULT_SELECTION.params, share) for share in shares]
     found = [_support(vulkan_runtime, tmp_path, pattern) for pattern in patterns]

@@ -73,6 +73,27 @@ def test_range_shares_hold_every_string_once_listed_or_not_and_the_listed_evenly
     assert range_shares([], 4, 4) == []
 
 
+def test_runs_are_cut_at_even_cost():
+    """A costly kind (flash attention, 8 times a cheap case) is spread over more runs than its count says:
+    every share carries about the same cost, within one run's worth, and the strings are still split exactly."""
+    heavy = [f"hsk=128,kv={n}" for n in range(100, 140)]
+    cheap = [f"type=f32,ne=[{n},1]" for n in range(100, 420)]
+    cost = {**dict.fromkeys(heavy, 8.0), **dict.fromkeys(cheap, 1.0)}
+    for shares, runs in ((4, 1), (4, 4), (16, 4)):
+        patterns = [re.compile(p) for p in range_shares(heavy + cheap, shares, runs, cost) or []]
+        owners = {s: [k for k, p in enumerate(patterns) if p.search(s)] for s in heavy + cheap}
+        assert all(len(o) == 1 for o in owners.values())
+        load = Counter()
+        for s, (k,) in owners.items():
+            load[k] += cost[s]
+        run = sum(cost.values()) / (shares * runs)
+        assert max(load.values()) - min(load.values()) <= runs * 8 + 8, (shares, runs, load)
+        assert max(load.values()) <= sum(cost.values()) / shares + run + 8
+    by_count = [re.compile(p) for p in range_shares(heavy + cheap, 4, 1) or []]
+    heavy_share = next(k for k, p in enumerate(by_count) if p.search(heavy[0]))
+    assert sum(cost[s] for s in heavy + cheap if by_count[heavy_share].search(s)) > 1.5 * sum(cost.values()) / 4
+
+
 def test_a_run_keeps_like_cases_together():
     """In sorted order one type's cases are neighbours: with a run per share, each type meets few shares."""
     types = ("f32", "f16", "q4_0", "q8_0")
