@@ -298,8 +298,6 @@ stage_vulkanshares() {
   echo "vulkanshares_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
-# The vulkan recipe alone (a third of cuda-vulkan's build time), then verify --ops on its Vulkan0: the
-# NVIDIA Vulkan driver's time for the default list when there is no time for the whole cuda-vulkan build.
 # Where Vulkan0's time goes on NVIDIA's driver, with the raw output of every run kept (each case's test_time: a
 # timeline): the start of a process with no case (1 and one per core at once); each op capped at $OPS_CAP s as
 # verify runs it (one process per core, no cache folder), with the driver's shader disk cache in a folder of
@@ -367,6 +365,8 @@ stage_vulkanverify() {
   echo "vulkanverify_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
+# The vulkan recipe alone (a third of cuda-vulkan's build time), then verify --ops on its Vulkan0: the
+# NVIDIA Vulkan driver's time for the default list when there is no time for the whole cuda-vulkan build.
 stage_vulkanops() {
   local rt=$WORK/rt/runtime-vulkan t0=$SECONDS
   log "build of the vulkan recipe on $(nproc) cores"

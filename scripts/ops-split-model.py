@@ -5,7 +5,7 @@
 
 FOLDER is what `bench-ops.py --together --keep` left for one device: list-0.out (the program's list) and
 shard-K.out (each case with its test_time). Each case's cost is the mean per case of its op and type fields in
-that run (the seconds between printed cases, as scripts/ops-timeline.py charges them); each split
+that run (charged as scripts/ops-timeline.py charges them: scripts/support/opstime.py); each split
 verify can make (builder/check/opshares.range_shares, cut by count or by OP_COST_MS) is then priced per
 process. It leaves out what a split changes beyond the cases' order: pipeline compiles a process repeats when
 a kind of case lands in more processes (on the H100, 8 runs per process measured 2.5 s slower than 4, where this
@@ -18,20 +18,21 @@ import argparse
 import re
 import sys
 from collections import Counter
-from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from builder.check.ops import MEAN_CASE_MS, OP_COST_MS, parse_sql, sql_rows  # noqa: E402
+from builder.check.ops import MEAN_CASE_MS, OP_COST_MS, parse_sql  # noqa: E402
 from builder.check.opshares import range_shares  # noqa: E402
+from scripts.support.opstime import charge  # noqa: E402
 
 _FIELD = re.compile(r"(\w+)=(\[[^\]]*\]|[^,]*)")
 
 
-def kind(op: str, params: str) -> tuple[str, ...]:
-    return (op, *(v for n, v in _FIELD.findall(params) if n.startswith("type")))
+def kind(op: str, params: str) -> str:
+    """A case's op and the values of its type fields: "MUL_MAT f16 f32"."""
+    return " ".join((op, *(v for n, v in _FIELD.findall(params) if n.startswith("type"))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,21 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=16)
     ap.add_argument("--runs", default="2,4,8")
     args = ap.parse_args(argv)
-    spent, seen = Counter[tuple[str, ...]](), Counter[tuple[str, ...]]()
-    for out in sorted(args.folder.glob("shard-*.out")):
-        rows = [r for r in sql_rows(out.read_text(errors="replace")) if r and r.get("test_mode") == "test"
-                and r.get("supported") == "1"]
-        times = [datetime.fromisoformat(r["test_time"]).timestamp() for r in rows]
-        for row, before, now in zip(rows[1:], times, times[1:], strict=False):
-            spent[kind(row["op_name"], row["op_params"])] += now - before
-            seen[kind(row["op_name"], row["op_params"])] += 1
+    spent = charge(args.folder, lambda row: kind(row["op_name"], row.get("op_params", ""))
+                   if row.get("supported") == "1" else None)
     listed = [c for c in parse_sql((args.folder / "list-0.out").read_text(errors="replace"), "support").cases
               if c.supported]
     price: Counter[str] = Counter()
     weight: dict[str, float] = {}
     for c in listed:
-        k = kind(c.op, c.params)
-        price[c.params] += spent[k] / seen[k] if seen[k] else 0.0
+        price[c.params] += spent.per_case(kind(c.op, c.params))
         weight[c.params] = weight.get(c.params, 0.0) + OP_COST_MS.get(c.op, MEAN_CASE_MS)
     strings = [c.params for c in listed]
     print(f"{len(listed)} listed cases, {sum(price.values()):.0f} process-seconds by the model")

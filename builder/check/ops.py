@@ -31,7 +31,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -349,7 +349,7 @@ LIST_TIMEOUT_S = 120.0   # the program's list of a device's cases (support mode 
 
 
 def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str], cwd: Path, params: str | None,
-           par: Parallelism, timeout: float) -> list[str | None]:
+           par: Parallelism, timeout: float) -> Sequence[str | None]:
     """Each process's -p (None: no -p). Several processes: the program's list first (support mode, the same -o
     and -p), then ranges of like cases cut at even cost (OP_COST_MS) over what it lists (opshares.range_shares);
     where it gives no list, or a pattern would be too long for an argument, the odd-digit shares."""
@@ -360,19 +360,25 @@ def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str]
     begun = time.monotonic()
     [listing] = _run_all([argv], env, cwd, min(timeout, LIST_TIMEOUT_S), stem="list")
     found = parse_sql(listing.stdout, mode="support") if listing.returncode == 0 else Parsed(())
-    supported = [c.params for c in found.cases if c.supported]
-    cost: dict[str, float] = {}
+    cost: dict[str, float] = {}          # each supported string, weighed by its cases' ops
     for case in found.cases:
         if case.supported:
             cost[case.params] = cost.get(case.params, 0.0) + OP_COST_MS.get(case.op, MEAN_CASE_MS)
-    shares = (range_shares(supported, par.processes, par.runs, cost) if supported and not found.unreadable else None)
+    shares = range_shares(list(cost), par.processes, par.runs, cost) if cost and not found.unreadable else None
     if not shares:
-        why = (f"it exited {listing.returncode}" if listing.returncode else "no supported case listed"
-               if not supported else f"{found.unreadable} unreadable lines" if found.unreadable
-               else "a share's pattern is too long")
+        if listing.returncode is None:
+            why = f"the list did not come within {LIST_TIMEOUT_S:.0f}s"
+        elif listing.returncode:
+            why = f"the list exited {listing.returncode}"
+        elif not cost:
+            why = "no supported case listed"
+        elif found.unreadable:
+            why = f"{found.unreadable} unreadable lines in the list"
+        else:
+            why = "a share's pattern is too long for one argument"
         ui.detail(f"{device}: cases split by odd digits ({why})")
-        return list(by_odd_digits(params, par.processes))
-    ui.detail(f"{device}: {len(supported)} supported cases listed in {time.monotonic() - begun:.1f}s, "
+        return by_odd_digits(params, par.processes)
+    ui.detail(f"{device}: {len(cost)} distinct supported cases listed in {time.monotonic() - begun:.1f}s, "
               f"{len(shares)} shares of {par.runs} runs each")
     return [joined(params, share) for share in shares]
 

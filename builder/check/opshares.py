@@ -23,7 +23,7 @@ included; docs/lab/2026-12-02-ops-h200.md): odd digits 143 s; every listed strin
 the processes, 108-113 s (1,417 process-seconds); named in runs of like cases, R = 2, 4, 8: 68.4, 67.7, 70.2 s
 (662 process-seconds at R = 4), the slowest process holding 48 s of bf16 MUL_MAT cases. Those runs were
 ordered by type fields and cut by count; the ranges here order by the whole string and cut by cost, which
-scripts/ops-split-model.py estimates at 48-52 s for the slowest process's cases against 70-72 s cut by count
+scripts/ops-split-model.py estimates at 49-52 s for the slowest process's cases against 71-74 s cut by count
 (a model over those runs' timelines, not yet a measurement).
 """
 
