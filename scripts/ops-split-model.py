@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """What another split of a device's cases would give, estimated from one kept run (a model, not a measurement).
 
-    python3 scripts/ops-split-model.py FOLDER [--processes 16] [--runs 2,4,8]
+    python3 scripts/ops-split-model.py FOLDER [--processes 16] [--runs 2,4,8] [--start 1.6]
 
 FOLDER is what `bench-ops.py --together --keep` left for one device: list-0.out (the program's list) and
 shard-K.out (each case with its test_time). Each case's cost is the mean per case of its op and type fields in
-that run (charged as scripts/ops-timeline.py charges them: scripts/support/opstime.py); each split
-verify can make (builder/check/opshares.range_shares, cut by count or by OP_COST_MS) is then priced per
-process. It leaves out what a split changes beyond the cases' order: pipeline compiles a process repeats when
-a kind of case lands in more processes (on the H100, 8 runs per process measured 2.5 s slower than 4, where this
-model said faster), each process's start and the list. docs/lab/2026-12-02-ops-h200.md quotes its output.
+that run (charged as scripts/ops-timeline.py charges them: scripts/support/opstime.py). Each split verify can
+make (builder/check/opshares.range_runs, sized by count or by OP_COST_MS) is then played as verify plays it:
+the runs in order, each started on the first slot free, `--start` seconds before its first case. It prints
+when the last slot ends and the spread of the slots' ends.
+
+What it leaves out: a case costs more where its process compiles the pipelines it needs, so a case's mean is a
+poor guess for one run. On the H100 (2026-12-05), over five other kept runs, such means were off by up to 2.5
+times per process; yet for 16 fixed shares of 4 runs cut by cost this model gave 53 s for the slowest process
+and the run measured 54 s. The list (about 4 s there) is left out too. docs/lab/2026-12-02-ops-h200.md quotes
+its output.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from builder.check.ops import MEAN_CASE_MS, OP_COST_MS, parse_sql  # noqa: E402
-from builder.check.opshares import range_shares  # noqa: E402
+from builder.check.opshares import range_runs  # noqa: E402
 from scripts.support.opstime import charge  # noqa: E402
 
 _FIELD = re.compile(r"(\w+)=(\[[^\]]*\]|[^,]*)")
@@ -35,11 +40,23 @@ def kind(op: str, params: str) -> str:
     return " ".join((op, *(v for n, v in _FIELD.findall(params) if n.startswith("type"))))
 
 
+def played(loads: list[float], slots: int, start: float) -> list[float]:
+    """When each slot ends if the runs (their seconds, in order) start on the first slot free, as ops._run_all
+    starts them."""
+    ends = [0.0] * min(slots, len(loads))
+    for load in loads:
+        k = ends.index(min(ends))
+        ends[k] += start + load
+    return ends
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path)
     ap.add_argument("--processes", type=int, default=16)
-    ap.add_argument("--runs", default="2,4,8")
+    ap.add_argument("--runs", default="2,4,8", help="rounds of runs (ops.RUNS_PER_PROCESS)")
+    ap.add_argument("--start", type=float, default=1.6, help="seconds a process takes to its first case "
+                    "(1.6 s for one on the H100, 2026-12-05)")
     args = ap.parse_args(argv)
     spent = charge(args.folder, lambda row: kind(row["op_name"], row.get("op_params", ""))
                    if row.get("supported") == "1" else None)
@@ -54,10 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(listed)} listed cases, {sum(price.values()):.0f} process-seconds by the model")
     for runs in (int(r) for r in args.runs.split(",")):
         for how, cost in (("by count", None), ("by OP_COST_MS", weight)):
-            patterns = [re.compile(p) for p in range_shares(strings, args.processes, runs, cost) or []]
-            load = [sum(price[s] for s in set(strings) if p.search(s)) for p in patterns]
-            print(f"  {args.processes} processes x {runs} runs, cut {how:14} slowest {max(load):5.0f}s, "
-                  f"fastest {min(load):5.0f}s")
+            patterns = [re.compile(p) for p in range_runs(strings, args.processes, runs, cost) or []]
+            loads = [sum(price[s] for s in set(strings) if p.search(s)) for p in patterns]
+            ends = played(loads, args.processes, args.start)
+            print(f"  {args.processes} at once, {runs} rounds ({len(loads)} runs), sized {how:14} "
+                  f"last slot ends {max(ends):5.0f}s, first {min(ends):5.0f}s")
     return 0
 
 

@@ -16,9 +16,9 @@ searched, never matched from its start. A case that fails before it has a result
 allocation) has no INSERT line: the exit status catches it.
 
 A device runs as one process with -j threads, or, for a backend whose threads are unsafe (Vulkan), as
-several processes at once, each given its share of the cases with -p (opshares: from the program's own list
-of the device's supported cases where it can give one); their cases are merged into one result
-(parallelism() decides which, per device).
+runs of its cases, each a process given its range of the cases with -p (opshares: from the program's own list
+of the device's supported cases where it can give one), several at once and the next started as one ends;
+their cases are merged into one result (parallelism() decides which, per device).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from builder import __version__, ui
-from builder.check.opshares import by_odd_digits, ecma_literal, joined, range_shares
+from builder.check.opshares import by_odd_digits, ecma_literal, joined, range_runs
 from builder.check.report import FAIL, PASS, SKIP, WARN, Check
 from builder.config.recipe import DEVICE_PREFIX
 from builder.errors import AssembleError
@@ -240,7 +240,7 @@ def program(runtime: Path) -> Path:
 # driver and a lost device under MoltenVK: ggml-vulkan shares one VkDevice and queue between the backends of a
 # process.
 PARALLEL_BACKENDS = frozenset({"cuda"})
-# Backends whose devices run as several test-backend-ops processes at once, each with -j 1 and its share of the
+# Backends whose devices run as several test-backend-ops processes at once, each with -j 1 and its run of the
 # cases (-p): a process owns its VkInstance and VkDevice, the ordinary case of several programs on one GPU.
 # HIP stays one process with one worker (unproven here, and a HIP or CUDA context costs hundreds of MB of device
 # memory per process); CUDA keeps its threads (one context).
@@ -250,14 +250,16 @@ SHARDED_BACKENDS = frozenset({"vulkan"})
 # 1.6 s for one process, 3.8 s each for 16). There, with the odd-digit shares, 16 processes had finished 4,000
 # cases after 90 s and 32 had 3,953 (docs/lab/2026-12-02-ops-h200.md).
 MAX_PROCESSES = 16
-# Runs of like cases per process (opshares.range_shares). On the H100 (2026-12-05), with runs ordered by type
-# fields: 2, 4 and 8 took 68.4, 67.7 and 70.2 s, the cases dealt one by one 108 s; 8 processes with 2 runs each
-# took 74.9 s, 24 with 3 took 78.0 s, and 4 with 2 had not finished after 110 s.
+# Rounds of runs of like cases (opshares.range_runs): a sharded device's cases run as MAX_PROCESSES x this many
+# processes, MAX_PROCESSES at once, the next started when one ends, each round's runs smaller than the last's.
+# On the H100 (2026-12-05), with 16 fixed shares of R runs ordered by type fields: R = 2, 4 and 8 took 68.4, 67.7
+# and 70.2 s, the cases dealt one by one 108 s; 8 processes with 2 runs each took 74.9 s, 24 with 3 took 78.0 s.
 RUNS_PER_PROCESS = 4
 # Milliseconds a case of each default op cost on an H100's Vulkan0, 16 processes with 4 runs each (2026-12-05;
-# scripts/ops-timeline.py over docs/results/h100-2026-12-05c/runs/p16-r4-raw.tgz). The runs are cut at even
-# *cost* by these (opshares.range_shares): only their ratios matter, a FLASH_ATTN_EXT case costs about eight
-# SET_ROWS cases. An op not named costs the mean case of that run.
+# scripts/ops-timeline.py over docs/results/h100-2026-12-05c/runs/p16-r4-raw.tgz). The runs are sized in
+# *cost* by these (opshares.range_runs): only their ratios matter, a FLASH_ATTN_EXT case costs about eight
+# SET_ROWS cases. An op not named costs the mean case of that run. A rough guide only (a case costs more where
+# its process compiles its pipelines): the queue of shrinking runs absorbs what they miss.
 OP_COST_MS = {"FLASH_ATTN_EXT": 562, "MUL_MAT": 348, "MUL_MAT_ID": 208, "ADD": 174, "SCALE": 143, "GET_ROWS": 126,
               "ROPE": 116, "MUL": 106, "SOFT_MAX": 103, "CPY": 85, "GEGLU": 71, "SWIGLU": 69, "SET_ROWS": 67,
               "RMS_NORM": 56}
@@ -268,8 +270,8 @@ MEAN_CASE_MS = 210
 class Parallelism:
     """How test-backend-ops runs one device's cases: `processes` programs at once, each with `threads` workers."""
     threads: int = 1         # -j
-    processes: int = 1       # at most this many shares, each with its -p (opshares); 1: the selection's -p alone
-    runs: int = 1            # runs of like cases per process (opshares.range_shares)
+    processes: int = 1       # at most this many at once; 1: one process with the selection's -p alone
+    runs: int = 1            # rounds of runs of like cases, each run its own process (opshares.range_runs)
 
     def describe(self) -> str:
         return f"{self.processes} processes" if self.processes > 1 else f"{self.threads} worker(s)"
@@ -325,7 +327,7 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
                       *(("-p", pattern) if pattern else ()), "-j", str(par.threads), "--output", "sql"]
                      for pattern in patterns]
             shards = _run_all(argvs, wenv, cwd, max(0.0, timeout - (time.monotonic() - start)),
-                              progress=lambda t: ui.info(f"test-backend-ops on {device}: "
+                              slots=par.processes, progress=lambda t: ui.info(f"test-backend-ops on {device}: "
                                                          f"{_finished(cwd, len(argvs))} cases finished after {t:.0f}s"))
         except OSError as exc:
             return OpsRun(device, ops, time.monotonic() - start,
@@ -350,9 +352,10 @@ LIST_TIMEOUT_S = 120.0   # the program's list of a device's cases (support mode 
 
 def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str], cwd: Path, params: str | None,
            par: Parallelism, timeout: float) -> Sequence[str | None]:
-    """Each process's -p (None: no -p). Several processes: the program's list first (support mode, the same -o
-    and -p), then ranges of like cases cut at even cost (OP_COST_MS) over what it lists (opshares.range_shares);
-    where it gives no list, or a pattern would be too long for an argument, the odd-digit shares."""
+    """Each process's -p (None: no -p), in the order to start them. Several processes: the program's list first
+    (support mode, the same -o and -p), then runs of like cases, shrinking round by round in cost (OP_COST_MS),
+    over what it lists (opshares.range_runs); where it gives no list, or a pattern would be too long for an
+    argument, one odd-digit share per process."""
     if par.processes == 1:
         return [params]
     argv = [str(program(runtime)), "support", "-b", device, "-o", ",".join(ops), *(("-p", params) if params else ()),
@@ -364,8 +367,8 @@ def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str]
     for case in found.cases:
         if case.supported:
             cost[case.params] = cost.get(case.params, 0.0) + OP_COST_MS.get(case.op, MEAN_CASE_MS)
-    shares = range_shares(list(cost), par.processes, par.runs, cost) if cost and not found.unreadable else None
-    if not shares:
+    runs = range_runs(list(cost), par.processes, par.runs, cost) if cost and not found.unreadable else None
+    if not runs:
         if listing.returncode is None:
             why = f"the list did not come within {LIST_TIMEOUT_S:.0f}s"
         elif listing.returncode:
@@ -375,12 +378,12 @@ def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str]
         elif found.unreadable:
             why = f"{found.unreadable} unreadable lines in the list"
         else:
-            why = "a share's pattern is too long for one argument"
+            why = "a run's pattern is too long for one argument"
         ui.detail(f"{device}: cases split by odd digits ({why})")
         return by_odd_digits(params, par.processes)
     ui.detail(f"{device}: {len(cost)} distinct supported cases listed in {time.monotonic() - begun:.1f}s, "
-              f"{len(shares)} shares of {par.runs} runs each")
-    return [joined(params, share) for share in shares]
+              f"{len(runs)} runs, {par.processes} at once")
+    return [joined(params, run) for run in runs]
 
 
 NVIDIA_CACHE = "nvidia-shader-cache"    # in the run's folder
@@ -400,34 +403,46 @@ def worker_env(env: dict[str, str], cwd: Path) -> dict[str, str]:
             "__GL_SHADER_DISK_CACHE_SKIP_CLEANUP": "1", **env}
 
 
-def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: float,
+def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: float, slots: int | None = None,
              progress: Callable[[float], None] | None = None, stem: str = "shard") -> list[_Shard]:
-    """Run the commands at once from cwd, each in its own process group with its output in its own files
-    there (never a pipe, which a full one would block), until one deadline, calling `progress` with the
-    seconds so far every PROGRESS_EVERY_S; a group still running at the deadline is killed, as is every
-    started one when another cannot start (OSError) or the wait is interrupted."""
-    procs: list[subprocess.Popen[bytes]] = []
+    """Run the commands from cwd, at most `slots` at once (None: all), in order, the next started as soon as one
+    ends, each in its own process group with its output in its own files there (never a pipe, which a full one
+    would block), until one deadline, calling `progress` with the seconds so far every PROGRESS_EVERY_S. A group
+    still running at the deadline is killed, as is every started one when another cannot start (OSError) or the
+    wait is interrupted; a command not started by the deadline never starts (returncode None, no output)."""
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    waiting = list(range(len(argvs)))
     start = said = time.monotonic()
     deadline = start + timeout
     try:
-        for k, argv in enumerate(argvs):
-            ui.detail(f"$ {command_line([_shown(a) for a in argv])}   (in {cwd})")
-            with open(_output(cwd, k, "out", stem), "wb") as out, open(_output(cwd, k, "err", stem), "wb") as err:
-                procs.append(subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
-                                              stderr=err, start_new_session=True))
-        while any(p.poll() is None for p in procs) and (now := time.monotonic()) < deadline:
+        while True:
+            running = [p for p in procs.values() if p.poll() is None]
+            while waiting and len(running) < (slots or len(argvs)) and time.monotonic() < deadline:
+                k = waiting.pop(0)
+                procs[k] = _start(argvs[k], env, cwd, k, stem)
+                running.append(procs[k])
+            now = time.monotonic()
+            if not running or now >= deadline:
+                break
             if progress and now - said >= PROGRESS_EVERY_S:
                 progress(now - start)
                 said = now
             time.sleep(min(POLL_S, max(0.0, deadline - now)))
     finally:
-        killed = [p for p in procs if p.poll() is None]
+        killed = [p for p in procs.values() if p.poll() is None]
         for proc in killed:
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    return [_Shard(None if p in killed else p.returncode, _read(_output(cwd, k, "out", stem)),
-                   _read(_output(cwd, k, "err", stem))) for k, p in enumerate(procs)]
+    return [_Shard(None if k not in procs or procs[k] in killed else procs[k].returncode,
+                   _read(_output(cwd, k, "out", stem)), _read(_output(cwd, k, "err", stem))) for k in range(len(argvs))]
+
+
+def _start(argv: list[str], env: dict[str, str], cwd: Path, k: int, stem: str) -> subprocess.Popen[bytes]:
+    ui.detail(f"$ {command_line([_shown(a) for a in argv])}   (in {cwd})")
+    with open(_output(cwd, k, "out", stem), "wb") as out, open(_output(cwd, k, "err", stem), "wb") as err:
+        return subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                start_new_session=True)
 
 
 def _shown(arg: str, keep: int = 60) -> str:
@@ -440,12 +455,16 @@ def _output(cwd: Path, k: int, stream: str, stem: str = "shard") -> Path:
 
 
 def _finished(cwd: Path, shards: int) -> int:
-    """Cases the running shards have printed a result for so far (a test-mode INSERT line each)."""
+    """Cases the runs have printed a result for so far (a test-mode INSERT line each)."""
     return sum(_read(_output(cwd, k, "out")).count("'test', ") for k in range(shards))
 
 
 def _read(path: Path) -> str:
-    return path.read_bytes().decode(errors="replace")
+    """A run's output so far; "" for a run not started."""
+    try:
+        return path.read_bytes().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
 
 
 def _stray(stdout: str) -> str:

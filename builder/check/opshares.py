@@ -1,33 +1,34 @@
-"""How verify --ops splits one device's cases between processes that run at once (a Vulkan device: see
-ops.SHARDED_BACKENDS), as test-backend-ops' -p patterns: the only way to hand a process its share, since the
-program has no option that names cases. -p is an ECMAScript pattern (std::regex) searched in each case's params
-string (vars()) before the op filter; what the program's regex reads is checked by the slow tier. Every pattern
-here is zero-width and anchored at the start, so it joins the selection's lookaheads (ops.Selection.params).
+"""How verify --ops splits one device's cases into runs, each its own process, several at once (a Vulkan
+device: see ops.SHARDED_BACKENDS), as test-backend-ops' -p patterns: the only way to hand a process its cases,
+since the program has no option that names cases. -p is an ECMAScript pattern (std::regex) searched in each
+case's params string (vars()) before the op filter; what the program's regex reads is checked by the slow tier.
+Every pattern here is zero-width and anchored at the start, so it joins the selection's lookaheads
+(ops.Selection.params).
 
-Two splits, each exact (every string in exactly one share, whatever the string):
-- range_shares: ranges of the strings in lexicographic order, cut where the program's own list of the device's
-  supported cases (support mode, no computing) puts P x R runs of even cost (each case weighed by its op,
-  ops.OP_COST_MS); run j goes to process j mod P.
+Two splits, each exact (every string in exactly one run, whatever the string):
+- range_runs: ranges of the strings in lexicographic order, cut where the program's own list of the device's
+  supported cases (support mode, no computing) puts P x R runs (P at once, R rounds) whose cost, each case
+  weighed by its op (ops.OP_COST_MS), shrinks round by round; ops starts run j+1 when a slot frees.
   Neighbours in that order are like cases (the same op family and types lead the string: `type_a=bf16,...`),
-  so a process compiles the Vulkan pipelines of its runs only: each Vulkan process compiles every pipeline its
-  cases need, and NVIDIA's compiler is slow (a GET_ROWS iq1_m case took 12 s in each of 16 processes that met
-  one). A range also holds the cases the list leaves out: support mode drops upstream's fusion cases
+  so a process compiles the Vulkan pipelines of its own run only: each Vulkan process compiles every pipeline
+  its cases need, and NVIDIA's compiler is slow (a GET_ROWS iq1_m case took 12 s in each of 16 processes that
+  met one). A range also holds the cases the list leaves out: support mode drops upstream's fusion cases
   (run_whole_graph(): ADD with nf > 1, RMS_NORM + MUL + ROPE, ...), 15 of the default selection at the pin,
   which test mode runs.
-- by_odd_digits: without a list, by the count of odd digits in the string. Short, but uneven: of the default
-  selection's 4,206 cases at the pin, 16 shares held 39 to 648, and on an H100 (2026-12-05) the one of 541 set
-  Vulkan0's time while the other 15 were done by 85 s.
+- by_odd_digits: without a list, by the count of odd digits in the string, one share per process. Short, but
+  uneven: of the default selection's 4,206 cases at the pin, 16 shares held 39 to 648, and on an H100
+  (2026-12-05) the one of 541 set Vulkan0's time while the other 15 were done by 85 s.
 
-The default selection on an H100's Vulkan0 (NVIDIA 580.159.04, 16 processes, 2026-12-05, one run each, the list
-included; docs/lab/2026-12-02-ops-h200.md): odd digits 143 s; every listed string named, dealt one by one to
-the processes, 108-113 s (1,417 process-seconds); named in runs of like cases, R = 2, 4, 8: 68.4, 67.7, 70.2 s
-(662 process-seconds at R = 4), the slowest process holding 48 s of bf16 MUL_MAT cases. Those runs were
-ordered by type fields and cut by count; the ranges here order by the whole string and cut by cost, which
-scripts/ops-split-model.py estimates at 49-52 s for the slowest process's cases against 71-74 s cut by count
-(a model over those runs' timelines, not yet a measurement).
+Why a queue of shrinking runs and not one fixed share per process: on an H100's Vulkan0 (2026-12-05), 16
+processes each holding 4 runs of even cost, as OP_COST_MS weighs them, printed their last case between 29 and
+56 s (64-67 s in all with the list). A case's cost depends on the pipelines its process compiled before it, so
+no per-case weight predicts a share: weights per op, per op and type, or per string measured in five other runs
+were off by up to 2.5 times per process. docs/lab/2026-12-02-ops-h200.md has the runs.
 """
 
 from __future__ import annotations
+
+from itertools import accumulate
 
 # Linux takes at most 131,072 bytes in one argument (MAX_ARG_STRLEN): a longer pattern cannot start a process.
 PATTERN_LIMIT = 120_000
@@ -78,29 +79,40 @@ def range_filter(low: str | None, high: str | None) -> str:
         f"(?!{at_least(high)})" if high is not None else "")
 
 
-def range_shares(strings: list[str], shares: int, runs: int, cost: dict[str, float] | None = None) -> list[str] | None:
-    """One pattern per share (fewer where there are fewer strings): the listed strings sorted, cut into up to
-    shares x runs runs of even cost (`cost` per string, 1 where it names none), run j to share j mod `shares`,
-    each run the range from its first string's separator to the next run's (the first run from nothing, the last
-    to nothing, so every string has a run). None when a pattern would be over PATTERN_LIMIT."""
+def range_runs(strings: list[str], slots: int, rounds: int, cost: dict[str, float] | None = None) -> list[str] | None:
+    """One pattern per run, in the order to start them: the listed strings sorted and cut into up to
+    slots x rounds runs (fewer where there are fewer strings) whose cost (`cost` per string, 1 where it names
+    none) shrinks round by round (run_fractions), each run the range from its first string's separator to the
+    next run's (the first run from nothing, the last to nothing, so every string has a run). None when a
+    pattern would be over PATTERN_LIMIT."""
     ordered = sorted(set(strings))
-    count = min(len(ordered), shares * max(1, runs))
-    if count == 0:
+    if not ordered:
         return []
-    starts = _even_cuts([(cost or {}).get(s, 1.0) for s in ordered], count)
+    starts = _cuts([(cost or {}).get(s, 1.0) for s in ordered], run_fractions(slots, rounds))
     bounds: list[str | None] = [None] + [separator(ordered[i - 1], ordered[i]) for i in starts[1:]] + [None]
-    ranges = [range_filter(bounds[j], bounds[j + 1]) for j in range(len(starts))]
-    patterns = ["^(?:" + "|".join(r[1:] for r in ranges[k::shares]) + ")" for k in range(min(shares, len(ranges)))]
+    patterns = [range_filter(bounds[j], bounds[j + 1]) for j in range(len(starts))]
     return None if any(len(p.encode()) > PATTERN_LIMIT for p in patterns) else patterns
 
 
-def _even_cuts(weights: list[float], count: int) -> list[int]:
-    """Where runs start (0 first) so that `count` runs carry about even weight: run j starts at the first item
-    whose weight before it reaches j/count of the whole. A heavy item can fill a run alone: fewer runs then."""
+def run_fractions(slots: int, rounds: int) -> list[float]:
+    """Each run's share of the whole cost, in start order: `rounds` rounds of `slots` runs, round r's runs
+    weighing rounds - r (4 rounds: 40%, 30%, 20% and 10% of the cost). Processes that start together rarely end
+    together (a case's cost depends on which pipelines its process has compiled), so a slot that frees early
+    takes the next run, and the last runs are the smallest: the slowest slot ends at most a small run late."""
+    slots, rounds = max(1, slots), max(1, rounds)
+    total = slots * rounds * (rounds + 1) / 2
+    return [(rounds - r) / total for r in range(rounds) for _ in range(slots)]
+
+
+def _cuts(weights: list[float], fractions: list[float]) -> list[int]:
+    """Where runs start (0 first) so that run j carries about fractions[j] of the whole weight: run j starts at
+    the first item whose weight before it reaches the fractions before j. A heavy item can fill more than its
+    run: fewer runs then."""
     total = sum(weights) or 1.0
+    targets = [total * f for f in accumulate(fractions)][:-1]
     starts, before = [0], 0.0
     for i, weight in enumerate(weights):
-        if i > starts[-1] and len(starts) < count and before >= total * len(starts) / count:
+        if i > starts[-1] and len(starts) <= len(targets) and before >= targets[len(starts) - 1] - 1e-9 * total:
             starts.append(i)
         before += weight
     return starts

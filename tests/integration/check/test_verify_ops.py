@@ -5,15 +5,17 @@ test-only patch FAILS naming SCALE. The second is what shows the check can fail.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, MEAN_CASE_MS, OP_COST_MS, RUNS_PER_PROCESS, load_record,
                                sql_rows)
-from builder.check.opshares import by_odd_digits, joined, range_shares
+from builder.check.opshares import by_odd_digits, joined, range_runs
 from tests.support.common import REPO, TEST_CACHE, assemble
 from tests.support.tiers import compiles
 
@@ -86,13 +88,13 @@ def _support(runtime, cwd, *pattern):
     return sorted((r["op_name"], r["op_params"]) for r in rows if r and r["test_mode"] == "support")
 
 
-# About 20 s on the 2-core dev machine (21 support-mode runs of the program over the whole list, warm
-# fixtures; measured 2026-12-05: this test and the one above took 26.5 s before the range shares, 30.9 s after).
-def test_the_program_reads_the_selection_and_its_shares_as_they_say(vulkan_runtime, tmp_path):
+# 28 s on the 2-core dev machine, fixtures warm (69 support-mode runs of the program over the whole list, two
+# at once; measured 2026-12-05; 20 s before, with 21 runs one at a time).
+def test_the_program_reads_the_selection_and_its_runs_as_they_say(vulkan_runtime, tmp_path):
     """The inference selection's -p, read by the pin's own std::regex, keeps exactly the cases Python's re
-    keeps of the whole list (4,206 of 10,602 at the pin); 16 shares made from that list as verify makes them
-    (ranges of like cases cut at even cost, joined to the selection) split it exactly as Python's re says; so
-    do the odd-digit shares."""
+    keeps of the whole list (4,206 of 10,602 at the pin); the 64 runs made from that list as verify makes them
+    (ranges of like cases, sized by cost round by round, joined to the selection) split it exactly as Python's
+    re says; so do the odd-digit shares."""
     everything = _support(vulkan_runtime, tmp_path)
     wanted = [(op, params) for op, params in everything if re.search(DEFAULT_SELECTION.params, params)]
     assert len(everything) > 10_000 and 0 < len(wanted) < len(everything) / 2
@@ -101,12 +103,13 @@ def test_the_program_reads_the_selection_and_its_shares_as_they_say(vulkan_runti
     cost: dict[str, float] = {}
     for op, params in wanted:                     # as verify weighs them (every listed case, supported or not)
         cost[params] = cost.get(params, 0.0) + OP_COST_MS.get(op, MEAN_CASE_MS)
-    shares = range_shares([params for _, params in wanted], 16, RUNS_PER_PROCESS, cost)
-    assert shares is not None and len(shares) == 16
-    patterns = [joined(DEFAULT_SELECTION.params, share) for share in shares]
-    found = [_support(vulkan_runtime, tmp_path, pattern) for pattern in patterns]
+    runs = range_runs([params for _, params in wanted], 16, RUNS_PER_PROCESS, cost)
+    assert runs is not None and len(runs) == 16 * RUNS_PER_PROCESS
+    patterns = [joined(DEFAULT_SELECTION.params, run) for run in runs]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        found = list(pool.map(lambda pattern: _support(vulkan_runtime, tmp_path, pattern), patterns))
     assert found == [[c for c in wanted if re.search(pattern, c[1])] for pattern in patterns]
-    assert sorted(c for share in found for c in share) == wanted
+    assert sorted(c for run in found for c in run) == wanted
     odd = [_support(vulkan_runtime, tmp_path, pattern) for pattern in by_odd_digits(DEFAULT_SELECTION.params, 3)]
     assert sorted(c for share in odd for c in share) == wanted
 

@@ -316,18 +316,38 @@ def _supported_params(listing: Path = LISTING) -> list[str]:
     return [c.params for c in parse_sql(listing.read_text(), "support").cases if c.supported]
 
 
-def test_a_vulkan_device_gets_the_programs_list_cut_into_even_ranges_each_case_run_once(tmp_path, monkeypatch):
-    """The list first (support mode, asked for the selection), then each process its ranges: every case of the
-    run (supported or not) runs in exactly one process, and the supported ones are spread evenly."""
+def test_a_vulkan_device_gets_the_programs_list_cut_into_runs_each_case_run_once(tmp_path, monkeypatch):
+    """The list first (support mode, asked for the selection), then the runs, each a process with its range:
+    every case (supported or not) runs in exactly one, and no supported case is left without one."""
     runtime = _listing_runtime(tmp_path, monkeypatch, 3)
     result = run_device(runtime, "Vulkan0", ("SCALE",), {}, params="^(?=type=)")
     assert judge(result).reason.startswith("4 op cases passed (3 not supported by Vulkan0) in ")
     assert sorted(c.params for c in result.parsed.cases) == sorted(c.params for c in parse_sql(PASSING.read_text()).cases)
     assert _patterns(tmp_path, "support") == ["^(?=type=)"]
-    shares = _patterns(tmp_path, "test")
-    assert len(shares) == 3 and all(share.startswith("^(?=type=)") for share in shares)
-    owned = [[p for p in _supported_params() if re.search(share, p)] for share in shares]
-    assert sorted(len(o) for o in owned) == [1, 1, 2]                      # 4 cases in 3 shares
+    runs = _patterns(tmp_path, "test")
+    assert len(runs) == 4 and all(run.startswith("^(?=type=)") for run in runs)   # 3 x 4 runs, 4 strings
+    owned = [[p for p in _supported_params() if re.search(run, p)] for run in runs]
+    assert sorted(len(o) for o in owned) == [1, 1, 1, 1]
+
+
+def test_runs_start_in_order_as_slots_free_never_more_at_once(tmp_path):
+    """Six runs, two slots: each run counts the runs alive when it starts (a file each while it lives)."""
+    run = ('touch "alive.$0"; ls alive.* | wc -l > "seen.$0"; echo "ran $0"; sleep 0.3; rm "alive.$0"')
+    shards = ops._run_all([["sh", "-c", run, str(k)] for k in range(6)], {"PATH": os.environ["PATH"]}, tmp_path,
+                          timeout=30, slots=2)
+    assert [(s.returncode, s.stdout) for s in shards] == [(0, f"ran {k}\n") for k in range(6)]
+    seen = [int((tmp_path / f"seen.{k}").read_text()) for k in range(6)]
+    assert max(seen) == 2 and min(seen) >= 1, seen
+
+
+def test_a_run_not_started_by_the_deadline_never_starts(tmp_path):
+    run = 'touch "started.$0"; echo "ran $0"; exec sleep 30'
+    start = time.monotonic()
+    shards = ops._run_all([["sh", "-c", run, str(k)] for k in range(3)], {"PATH": os.environ["PATH"]}, tmp_path,
+                          timeout=1, slots=1)
+    assert time.monotonic() - start < 15
+    assert [(s.returncode, s.stdout) for s in shards] == [(None, "ran 0\n"), (None, ""), (None, "")]
+    assert sorted(f.name for f in tmp_path.glob("started.*")) == ["started.0"]
 
 
 def test_a_case_the_list_leaves_out_still_runs_once(tmp_path, monkeypatch):
@@ -339,7 +359,7 @@ def test_a_case_the_list_leaves_out_still_runs_once(tmp_path, monkeypatch):
     listing.write_text("".join(lines[:dropped] + lines[dropped + 1:]))
     runtime = _listing_runtime(tmp_path, monkeypatch, 2, listing)
     result = run_device(runtime, "Vulkan0", ("SCALE",), {})
-    assert len(_supported_params(listing)) == 3 and len(_patterns(tmp_path, "test")) == 2
+    assert len(_supported_params(listing)) == 3 and len(_patterns(tmp_path, "test")) == 3
     assert (len(result.ran), result.unsupported) == (4, 3)
     assert sorted(c.params for c in result.ran) == sorted(_supported_params())
 

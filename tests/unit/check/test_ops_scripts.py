@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import runpy
 import subprocess
 import sys
 
@@ -38,14 +39,20 @@ def test_the_timeline_charges_each_second_to_the_case_printed_after_it(tmp_path)
     assert rows["SCALE:f32"][:2] == ["4.0s", "4"] and rows["SCALE:bf16"][:2] == ["3.0s", "3"]
 
 
-def test_the_split_model_prices_every_split_from_the_kept_run(tmp_path):
-    """The 4 supported cases cost 1 s each (the bf16 ones are not supported: left out), so one process carries
-    all 4 s and two carry 2 s each, whichever way they are cut."""
+def test_the_split_model_plays_every_split_from_the_kept_run(tmp_path):
+    """The 4 supported cases cost 1 s each (the bf16 ones are not supported: left out). One slot plays every
+    run one after another; two slots end together, whichever way the runs are sized."""
     kept = _kept(tmp_path)
-    one = _script("ops-split-model.py", kept, "--processes", 1, "--runs", 1)
-    two = _script("ops-split-model.py", kept, "--processes", 2, "--runs", 1)
+    one = _script("ops-split-model.py", kept, "--processes", 1, "--runs", 1, "--start", 0)
+    two = _script("ops-split-model.py", kept, "--processes", 2, "--runs", 1, "--start", 0)
     assert one.returncode == two.returncode == 0, one.stderr + two.stderr
     assert one.stdout.splitlines()[0] == "4 listed cases, 4 process-seconds by the model"
-    assert all("slowest     4s, fastest     4s" in ln for ln in one.stdout.splitlines()[1:])
-    assert all("slowest     2s, fastest     2s" in ln for ln in two.stdout.splitlines()[1:])
-    assert len(two.stdout.splitlines()) == 3                          # cut by count and by OP_COST_MS
+    assert all("(1 runs)" in ln and "last slot ends     4s, first     4s" in ln for ln in one.stdout.splitlines()[1:])
+    assert all("(2 runs)" in ln and "last slot ends     2s, first     2s" in ln for ln in two.stdout.splitlines()[1:])
+    assert len(two.stdout.splitlines()) == 3                          # sized by count and by OP_COST_MS
+
+
+def test_a_slot_that_frees_first_takes_the_next_run():
+    model = runpy.run_path(str(REPO / "scripts" / "ops-split-model.py"), run_name="model")
+    assert model["played"]([10, 2, 3, 3], 2, 0.0) == [10, 8]          # runs 3 and 4 both go to the second slot
+    assert model["played"]([1, 1], 4, 1.0) == [2, 2]                  # no more slots than runs

@@ -8,9 +8,12 @@ import random
 import re
 from collections import Counter
 
+import pytest
+
 from builder.check import opshares
 from builder.check.ops import DEFAULT_SELECTION, parse_sql
-from builder.check.opshares import at_least, ecma_literal, joined, range_shares, separator, shard_filter
+from builder.check.opshares import (at_least, ecma_literal, joined, range_runs, run_fractions, separator,
+                                    shard_filter)
 from tests.support.common import REPO
 
 CAPTURED = REPO / "tests" / "data" / "ops-output"
@@ -53,71 +56,83 @@ def test_a_separator_lies_between_its_neighbours():
     assert separator("ab", "abc") == "abc"
 
 
-def test_range_shares_hold_every_string_once_listed_or_not_and_the_listed_evenly():
-    """The listed strings are cut into even runs; any string at all (a case the list left out, a random one)
-    falls in exactly one share."""
+def _owners(patterns: list[str], strings: list[str]) -> dict[str, list[int]]:
+    compiled = [re.compile(p) for p in patterns]
+    return {s: [k for k, p in enumerate(compiled) if p.search(s)] for s in strings}
+
+
+def test_range_runs_hold_every_string_once_listed_or_not():
+    """Any string at all (a case the list left out, a random one) falls in exactly one run."""
     rng = random.Random(11)
     listed = [f"type_a={t},type_b=f32,m={m},n={n}" for t in ("bf16", "f16", "q4_0", "iq1_m") for m in (16, 512)
               for n in range(1, 30)] + _real_params()
     unlisted = _random_strings(rng, 2000, PRINTABLE) + ["type=f32,ne=[16,5,4,3],nr=[1,1,1,1],nf=16", "", "~"]
-    for shares, runs in ((1, 1), (2, 1), (3, 2), (16, 4), (5, 7)):
-        patterns = range_shares(listed, shares, runs)
-        assert patterns is not None and len(patterns) == shares
-        compiled = [re.compile(p) for p in patterns]
-        owners = {s: [k for k, p in enumerate(compiled) if p.search(s)] for s in listed + unlisted}
+    for slots, rounds in ((1, 1), (2, 1), (3, 2), (16, 4), (5, 7)):
+        patterns = range_runs(listed, slots, rounds)
+        assert patterns is not None and len(patterns) == slots * rounds
+        owners = _owners(patterns, listed + unlisted)
         assert all(len(o) == 1 for o in owners.values()), [s for s, o in owners.items() if len(o) != 1][:3]
-        sizes = Counter(owners[s][0] for s in set(listed))
-        run = len(set(listed)) / (shares * runs)
-        assert max(sizes.values()) - min(sizes.values()) <= runs + 1 and max(sizes.values()) <= runs * run + runs
-    assert len(range_shares(listed[:3], 16, 4) or []) == 3                # no empty share: fewer processes
-    assert range_shares([], 4, 4) == []
+    assert len(range_runs(listed[:3], 16, 4) or []) == 3                  # no empty run: fewer runs
+    assert range_runs([], 4, 4) == []
 
 
-def test_runs_are_cut_at_even_cost():
+def test_runs_shrink_round_by_round():
+    """Round r of R weighs R - r: with 4 rounds, 40%, 30%, 20% and 10% of the cost, each round's share split
+    evenly between its runs, in the order they start."""
+    assert run_fractions(2, 4) == [0.2, 0.2, 0.15, 0.15, 0.1, 0.1, 0.05, 0.05]
+    assert run_fractions(16, 1) == [1 / 16] * 16 and sum(run_fractions(16, 4)) == pytest.approx(1)
+    listed = [f"type=f32,ne=[{n},1]" for n in range(1000, 3000)]
+    patterns = range_runs(listed, 4, 4) or []
+    sizes = Counter(k for k, in _owners(patterns, listed).values())
+    expected = [len(listed) * f for f in run_fractions(4, 4)]
+    assert all(abs(sizes[k] - expected[k]) <= 1 for k in range(16)), sizes
+
+
+def test_runs_are_sized_by_cost():
     """A costly kind (flash attention, 8 times a cheap case) is spread over more runs than its count says:
-    every share carries about the same cost, within one run's worth, and the strings are still split exactly."""
+    each run carries its fraction of the cost, within one case, and the strings are still split exactly."""
     heavy = [f"hsk=128,kv={n}" for n in range(100, 140)]
     cheap = [f"type=f32,ne=[{n},1]" for n in range(100, 420)]
     cost = {**dict.fromkeys(heavy, 8.0), **dict.fromkeys(cheap, 1.0)}
-    for shares, runs in ((4, 1), (4, 4), (16, 4)):
-        patterns = [re.compile(p) for p in range_shares(heavy + cheap, shares, runs, cost) or []]
-        owners = {s: [k for k, p in enumerate(patterns) if p.search(s)] for s in heavy + cheap}
+    total = sum(cost.values())
+    for slots, rounds in ((4, 1), (4, 4), (16, 2)):
+        patterns = range_runs(heavy + cheap, slots, rounds, cost) or []
+        owners = _owners(patterns, heavy + cheap)
         assert all(len(o) == 1 for o in owners.values())
         load = Counter()
         for s, (k,) in owners.items():
             load[k] += cost[s]
-        run = sum(cost.values()) / (shares * runs)
-        assert max(load.values()) - min(load.values()) <= runs * 8 + 8, (shares, runs, load)
-        assert max(load.values()) <= sum(cost.values()) / shares + run + 8
-    by_count = [re.compile(p) for p in range_shares(heavy + cheap, 4, 1) or []]
-    heavy_share = next(k for k, p in enumerate(by_count) if p.search(heavy[0]))
-    assert sum(cost[s] for s in heavy + cheap if by_count[heavy_share].search(s)) > 1.5 * sum(cost.values()) / 4
+        for k, fraction in enumerate(run_fractions(slots, rounds)):
+            assert abs(load[k] - total * fraction) <= 8 + 8, (slots, rounds, k, load[k], total * fraction)
+    by_count = range_runs(heavy + cheap, 4, 1) or []
+    heavy_run = next(k for k, p in enumerate(by_count) if re.search(p, heavy[0]))
+    assert sum(cost[s] for s in heavy + cheap if re.search(by_count[heavy_run], s)) > 1.5 * total / 4
 
 
 def test_a_run_keeps_like_cases_together():
-    """In sorted order one type's cases are neighbours: with a run per share, each type meets few shares."""
+    """In sorted order one type's cases are neighbours: with one round, each type meets few runs."""
     types = ("f32", "f16", "q4_0", "q8_0")
     listed = [f"type_a={t},type_b=f32,m={n},n=1" for n in range(100, 140) for t in types]     # types inner
-    patterns = [re.compile(p) for p in range_shares(listed, 4, 1) or []]
+    patterns = [re.compile(p) for p in range_runs(listed, 4, 1) or []]
     for t in types:
         met = {k for s in listed if s.startswith(f"type_a={t},") for k, p in enumerate(patterns) if p.search(s)}
         assert len(met) <= 2, (t, met)
 
 
-def test_a_share_joins_the_selection_from_the_same_start():
+def test_a_run_joins_the_selection_from_the_same_start():
     sel = DEFAULT_SELECTION.params
     strings = _real_params()
-    patterns = [re.compile(joined(sel, p)) for p in range_shares(strings, 3, 2) or []]
+    patterns = [re.compile(joined(sel, p)) for p in range_runs(strings, 3, 2) or []]
     for s in strings:
         assert len([p for p in patterns if p.search(s)]) == (1 if re.search(sel, s) else 0), s
 
 
-def test_a_share_over_the_limit_gives_no_shares(monkeypatch):
+def test_a_run_over_the_limit_gives_no_runs(monkeypatch):
     """A longer pattern than Linux takes in one argument could not start a process: the caller splits by odd digits."""
     strings = [f"type=f32,ne=[{i},1,1,1]" for i in range(100)]
-    assert range_shares(strings, 2, 4) is not None
-    monkeypatch.setattr(opshares, "PATTERN_LIMIT", 100)
-    assert range_shares(strings, 2, 4) is None
+    assert range_runs(strings, 2, 4) is not None
+    monkeypatch.setattr(opshares, "PATTERN_LIMIT", 40)
+    assert range_runs(strings, 2, 4) is None
 
 
 def test_the_shard_filters_split_every_params_string_into_exactly_one_shard():
