@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             r = run_device(args.runtime, device, tuple(op.split(",")), env, timeout=args.cap, parallel=par, keep=keep,
                            params=selection.params)
             row = {"device": device, "op": op, "cases_selected": selection.cases, "jobs": par.threads, "processes": par.processes, "runs": par.runs,
+                   "schedule": "queue" if par.processes > 1 else "one",
                    "seconds": round(r.seconds, 2),
                    "cases": len(r.ran), "failed": len(r.failed), "unsupported": r.unsupported,
                    "capped": r.timed_out,

@@ -12,9 +12,9 @@ when the last slot ends and the spread of the slots' ends.
 
 What it leaves out: a case costs more where its process compiles the pipelines it needs, so a case's mean is a
 poor guess for one run. On the H100 (2026-12-05), over five other kept runs, such means were off by up to 2.5
-times per process; yet for 16 fixed shares of 4 runs cut by cost this model gave 53 s for the slowest process
-and the run measured 54 s. The list (about 4 s there) is left out too. docs/lab/2026-12-02-ops-h200.md quotes
-its output.
+times per process; yet for 16 fixed shares of 4 runs cut by cost it gave 53 s for the slowest process, and
+the run's slowest ran 54 s from its first case to its last. The list (about 4 s there) is left out too.
+docs/lab/2026-12-02-ops-h200.md quotes its output.
 """
 
 from __future__ import annotations

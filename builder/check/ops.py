@@ -523,7 +523,7 @@ def budget_check(result: OpsRun, budget: float = BUDGET_S) -> Check | None:
     if result.error or result.seconds <= budget:
         return None
     return Check(f"ops {result.device} time", WARN, f"{result.seconds:.0f}s, over the {budget:.0f}s budget per "
-                 "device", "a warning only: a CPU driver (lavapipe), a small card or NVIDIA's Vulkan driver (68 s on an "
+                 "device", "a warning only: a CPU driver (lavapipe), a small card or NVIDIA's Vulkan driver (64-68 s on an "
                  "H100) takes longer; --ops LIST checks only those ops (every case of each)")
 
 
