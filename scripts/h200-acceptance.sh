@@ -17,6 +17,11 @@
 #   NO_MODEL=1 NO_SMOKE=1 scripts/h200-acceptance.sh setup build ops       # the default selection's time per device
 #   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanverify vulkanlist     # Vulkan0 of the carried vulkan runtime:
 #                                                              # verify --ops -v, then the same run with its raw output
+#   NO_MODEL=1 BASE=DIR scripts/h200-acceptance.sh setup vulkanbase vulkancache   # Vulkan0 of the carried vulkan
+#                                                              # runtime: an older tree's split (DIR: `git archive REV
+#                                                              # builder scripts`, untarred) as the same machine's
+#                                                              # baseline; verify's split with one NVIDIA shader cache
+#                                                              # folder kept between two runs (cold, then warm)
 #   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanprobe   # Vulkan0: start-up, per op, the driver's shader cache,
 #                                                              # timelines (a carried $CARRY/runtime-vulkan.tar.xz: no build)
 #
@@ -352,6 +357,43 @@ stage_vulkanlist() {
     --out "$RESULTS/probe/bench-ops-list.json" 2>&1 | tee "$RESULTS/probe/bench-ops-list.txt"
   tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/list-raw.tgz" list
   echo "vulkanlist_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
+# The default selection on Vulkan0 of the vulkan runtime as an older tree splits it ($BASE: its builder/ and
+# scripts/, from `git archive`), raw output kept: the same machine's baseline for a change of the split. Its own
+# bench-ops.py puts $BASE first on sys.path; a python3 with an editable install of assemble would import the
+# new code instead (the install's import hook wins), so run it where assemble is not installed, as here.
+stage_vulkanbase() {
+  : "${BASE:?BASE names an older tree: mkdir DIR; git archive REV builder scripts | tar -x -C DIR}"
+  local rt t0=$SECONDS
+  rt=$(vulkan_rt)
+  mkdir -p "$RESULTS/probe"
+  log "Vulkan0 of the vulkan runtime, split as $BASE splits it"
+  python3 "$BASE/scripts/bench-ops.py" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
+    --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" --keep "$WORK/keep/base" \
+    --out "$RESULTS/probe/bench-ops-base.json" 2>&1 | tee "$RESULTS/probe/bench-ops-base.txt"
+  tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/base-raw.tgz" base
+  echo "vulkanbase_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+
+# verify's split of the default selection on Vulkan0 of the vulkan runtime, twice, with one NVIDIA shader disk
+# cache folder kept between the runs (verify makes a new one in each run's scratch folder): what a cache that
+# outlived a run would buy a second verify.
+stage_vulkancache() {
+  local rt t0=$SECONDS tag
+  rt=$(vulkan_rt)
+  mkdir -p "$RESULTS/probe" "$WORK/glcache-kept"
+  for tag in cache-cold cache-warm; do
+    log "Vulkan0 of the vulkan runtime, verify's split, shader cache $tag"
+    python3 "$REPO/scripts/bench-ops.py" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
+      --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" --env __GL_SHADER_DISK_CACHE=1 \
+      --env "__GL_SHADER_DISK_CACHE_PATH=$WORK/glcache-kept" --env __GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1 \
+      --env __GL_SHADER_DISK_CACHE_SIZE=4000000000 --keep "$WORK/keep/$tag" \
+      --out "$RESULTS/probe/bench-ops-$tag.json" 2>&1 | tee "$RESULTS/probe/bench-ops-$tag.txt"
+    tar -C "$WORK/keep" -czf "$RESULTS/probe/$tag-raw.tgz" "$tag"
+    du -sh "$WORK/glcache-kept" | tee -a "$RESULTS/times.txt"
+  done
+  echo "vulkancache_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
 # verify --ops (-v: how the cases were split) on Vulkan0 of the vulkan runtime.
