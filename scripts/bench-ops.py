@@ -39,9 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap", type=float, default=15.0, help="seconds one op may run on one device")
     ap.add_argument("--jobs", type=int, default=None, help="test-backend-ops -j (default: verify's choice)")
     ap.add_argument("--processes", type=int, default=None,
-                    help="test-backend-ops processes, each with its share of the cases (default: verify's choice)")
-    ap.add_argument("--runs", type=int, default=None,
-                    help="runs of like cases per process, where a device runs as several (default: verify's choice)")
+                    help="test-backend-ops processes at once, each with its run of the cases (default: verify's choice)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds of runs of like cases, where a device runs as several processes; at most, as a short "
+                    "list gets fewer (ops.rounds_for) (default: verify's choice)")
     ap.add_argument("--env", action="append", default=[], help="K=V for the program's environment")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--together", action="store_true",
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     for device in args.device:
         chosen = parallelism(device)
         par = Parallelism(args.jobs or chosen.threads, args.processes or chosen.processes,
-                          chosen.runs if args.runs is None else args.runs)
+                          chosen.rounds if args.rounds is None else args.rounds)
         selection = (Selection(parse_op_list(args.ops)) if args.ops else
                      Selection(DEFAULT_SELECTION.ops) if args.all_cases else DEFAULT_SELECTION)
         ops = selection.ops
@@ -65,14 +66,14 @@ def main(argv: list[str] | None = None) -> int:
                 keep.mkdir(parents=True, exist_ok=True)
             r = run_device(args.runtime, device, tuple(op.split(",")), env, timeout=args.cap, parallel=par, keep=keep,
                            params=selection.params)
-            row = {"device": device, "op": op, "cases_selected": selection.cases, "jobs": par.threads, "processes": par.processes, "runs": par.runs,
+            row = {"device": device, "op": op, "cases_selected": selection.cases, "jobs": par.threads, "processes": par.processes, "rounds": par.rounds,
                    "schedule": "queue" if par.processes > 1 else "one",
                    "seconds": round(r.seconds, 2),
                    "cases": len(r.ran), "failed": len(r.failed), "unsupported": r.unsupported,
                    "capped": r.timed_out,
                    "returncode": r.returncode, "error": r.error or "", "stderr_tail": r.stderr_tail[-300:]}
             rows.append(row)
-            print(f"{device:9} {op[:15]:15} -j{par.threads:<3} x{par.processes:<3} r{par.runs:<2} {row['seconds']:7.1f}s "
+            print(f"{device:9} {op[:15]:15} -j{par.threads:<3} x{par.processes:<3} r{par.rounds:<2} {row['seconds']:7.1f}s "
                   f"{row['cases']:6} cases "
                   f"{row['failed']:3} failed {row['unsupported']:5} unsupported"
                   + ("  CAPPED" if row["capped"] else "") + (f"  rc={r.returncode}" if r.returncode else ""),

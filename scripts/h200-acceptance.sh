@@ -344,53 +344,50 @@ vulkan_rt() {
   echo "$WORK/rt/runtime-vulkan"
 }
 
-# verify --ops' default selection (the cases inference runs) on Vulkan0 of the vulkan runtime as one run, as
-# verify runs it, with the raw output kept: the program's list (list-0.out) and each share's cases with their
-# test_time (shard-K.out), for scripts/ops-timeline.py.
-stage_vulkanlist() {
-  local rt t0=$SECONDS
+# verify --ops' default selection (the cases inference runs) on Vulkan0 of the vulkan runtime as one run, split
+# as SCRIPT's tree splits it, with the raw output kept under TAG: the program's list (list-0.out) and each run's
+# cases with their test_time (shard-K.out), for scripts/ops-timeline.py. Extra arguments go to bench-ops.py.
+whole_list() {
+  local tag=$1 script=$2 rt; shift 2
   rt=$(vulkan_rt)
   mkdir -p "$RESULTS/probe"
+  python3 "$script" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
+    --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" --keep "$WORK/keep/$tag" \
+    --out "$RESULTS/probe/bench-ops-$tag.json" "$@" 2>&1 | tee "$RESULTS/probe/bench-ops-$tag.txt"
+  tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/$tag-raw.tgz" "$tag"
+}
+
+# The whole list as verify splits it.
+stage_vulkanlist() {
+  local t0=$SECONDS
   log "Vulkan0 of the vulkan runtime, the default selection as one run (bench-ops --together)"
-  python3 "$REPO/scripts/bench-ops.py" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
-    --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" --keep "$WORK/keep/list" \
-    --out "$RESULTS/probe/bench-ops-list.json" 2>&1 | tee "$RESULTS/probe/bench-ops-list.txt"
-  tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/list-raw.tgz" list
+  whole_list list "$REPO/scripts/bench-ops.py"
   echo "vulkanlist_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
-# The default selection on Vulkan0 of the vulkan runtime as an older tree splits it ($BASE: its builder/ and
-# scripts/, from `git archive`), raw output kept: the same machine's baseline for a change of the split. Its own
-# bench-ops.py puts $BASE first on sys.path; a python3 with an editable install of assemble would import the
-# new code instead (the install's import hook wins), so run it where assemble is not installed, as here.
+# The whole list as an older tree splits it ($BASE: its builder/ and scripts/, from `git archive`): the same
+# machine's baseline for a change of the split. Its own bench-ops.py puts $BASE first on sys.path; a python3
+# with an editable install of assemble would import the new code instead (the install's import hook wins), so
+# run it where assemble is not installed, as here.
 stage_vulkanbase() {
   : "${BASE:?BASE names an older tree: mkdir DIR; git archive REV builder scripts | tar -x -C DIR}"
-  local rt t0=$SECONDS
-  rt=$(vulkan_rt)
-  mkdir -p "$RESULTS/probe"
+  local t0=$SECONDS
   log "Vulkan0 of the vulkan runtime, split as $BASE splits it"
-  python3 "$BASE/scripts/bench-ops.py" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
-    --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" --keep "$WORK/keep/base" \
-    --out "$RESULTS/probe/bench-ops-base.json" 2>&1 | tee "$RESULTS/probe/bench-ops-base.txt"
-  tar -C "$WORK/keep" --exclude=nvidia-shader-cache -czf "$RESULTS/probe/base-raw.tgz" base
+  whole_list base "$BASE/scripts/bench-ops.py"
   echo "vulkanbase_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
 
-# verify's split of the default selection on Vulkan0 of the vulkan runtime, twice, with one NVIDIA shader disk
-# cache folder kept between the runs (verify makes a new one in each run's scratch folder): what a cache that
-# outlived a run would buy a second verify.
+# The whole list as verify splits it, twice, with one NVIDIA shader disk cache folder kept between the runs
+# (verify makes a new one in each run's scratch folder): what a cache that outlived a run would buy a second
+# verify.
 stage_vulkancache() {
-  local rt t0=$SECONDS tag
-  rt=$(vulkan_rt)
-  mkdir -p "$RESULTS/probe" "$WORK/glcache-kept"
+  local t0=$SECONDS tag
+  mkdir -p "$WORK/glcache-kept"
   for tag in cache-cold cache-warm; do
     log "Vulkan0 of the vulkan runtime, verify's split, shader cache $tag"
-    python3 "$REPO/scripts/bench-ops.py" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
-      --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" --env __GL_SHADER_DISK_CACHE=1 \
+    whole_list "$tag" "$REPO/scripts/bench-ops.py" --env __GL_SHADER_DISK_CACHE=1 \
       --env "__GL_SHADER_DISK_CACHE_PATH=$WORK/glcache-kept" --env __GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1 \
-      --env __GL_SHADER_DISK_CACHE_SIZE=4000000000 --keep "$WORK/keep/$tag" \
-      --out "$RESULTS/probe/bench-ops-$tag.json" 2>&1 | tee "$RESULTS/probe/bench-ops-$tag.txt"
-    tar -C "$WORK/keep" -czf "$RESULTS/probe/$tag-raw.tgz" "$tag"
+      --env __GL_SHADER_DISK_CACHE_SIZE=4000000000
     du -sh "$WORK/glcache-kept" | tee -a "$RESULTS/times.txt"
   done
   echo "vulkancache_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"

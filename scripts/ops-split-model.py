@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What another split of a device's cases would give, estimated from one kept run (a model, not a measurement).
 
-    python3 scripts/ops-split-model.py FOLDER [--processes 16] [--runs 2,4,8] [--start 1.6]
+    python3 scripts/ops-split-model.py FOLDER [--processes 16] [--rounds 2,4,8] [--start 1.6]
 
 FOLDER is what `bench-ops.py --together --keep` left for one device: list-0.out (the program's list) and
 shard-K.out (each case with its test_time). Each case's cost is the mean per case of its op and type fields in
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", type=Path)
     ap.add_argument("--processes", type=int, default=16)
-    ap.add_argument("--runs", default="2,4,8", help="rounds of runs (ops.RUNS_PER_PROCESS)")
+    ap.add_argument("--rounds", default="2,4,8", help="rounds of runs (ops.ROUNDS)")
     ap.add_argument("--start", type=float, default=1.6, help="seconds a process takes to its first case "
                     "(1.6 s for one on the H100, 2026-12-05)")
     args = ap.parse_args(argv)
@@ -69,12 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         weight[c.params] = weight.get(c.params, 0.0) + OP_COST_MS.get(c.op, MEAN_CASE_MS)
     strings = [c.params for c in listed]
     print(f"{len(listed)} listed cases, {sum(price.values()):.0f} process-seconds by the model")
-    for runs in (int(r) for r in args.runs.split(",")):
+    listed_strings = set(strings)
+    for rounds in (int(r) for r in args.rounds.split(",")):
         for how, cost in (("by count", None), ("by OP_COST_MS", weight)):
-            patterns = [re.compile(p) for p in range_runs(strings, args.processes, runs, cost) or []]
-            loads = [sum(price[s] for s in set(strings) if p.search(s)) for p in patterns]
+            patterns = [re.compile(p) for p in range_runs(strings, args.processes, rounds, cost) or []]
+            loads = [sum(price[s] for s in listed_strings if p.search(s)) for p in patterns]
             ends = played(loads, args.processes, args.start)
-            print(f"  {args.processes} at once, {runs} rounds ({len(loads)} runs), sized {how:14} "
+            print(f"  {args.processes} at once, {rounds} rounds ({len(loads)} runs), sized {how:14} "
                   f"last slot ends {max(ends):5.0f}s, first {min(ends):5.0f}s")
     return 0
 

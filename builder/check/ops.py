@@ -250,11 +250,15 @@ SHARDED_BACKENDS = frozenset({"vulkan"})
 # 1.6 s for one process, 3.8 s each for 16). There, with the odd-digit shares, 16 processes had finished 4,000
 # cases after 90 s and 32 had 3,953 (docs/lab/2026-12-02-ops-h200.md).
 MAX_PROCESSES = 16
-# Rounds of runs of like cases (opshares.range_runs): a sharded device's cases run as MAX_PROCESSES x this many
+# Rounds of runs of like cases (opshares.range_runs): a sharded device's cases run as MAX_PROCESSES x ROUNDS
 # processes, MAX_PROCESSES at once, the next started when one ends, each round's runs smaller than the last's.
 # On the H100 (2026-12-05), with 16 fixed shares of R runs ordered by type fields: R = 2, 4 and 8 took 68.4, 67.7
 # and 70.2 s, the cases dealt one by one 108 s; 8 processes with 2 runs each took 74.9 s, 24 with 3 took 78.0 s.
-RUNS_PER_PROCESS = 4
+ROUNDS = 4
+# Fewer rounds where the runs would hold fewer cases than this: each run is a process to start (0.4 s on lavapipe,
+# 1.6 s on the H100). On lavapipe (the dev machine, 2026-12-05) SCALE,RMS_NORM,SWIGLU (79 cases) took 3.0 s in 2
+# processes and 4.2 s as 8 runs; the default selection holds about 48 listed strings a run in 16 x 4.
+MIN_RUN_CASES = 32
 # Milliseconds a case of each default op cost on an H100's Vulkan0, 16 processes with 4 runs each (2026-12-05;
 # scripts/ops-timeline.py over docs/results/h100-2026-12-05c/runs/p16-r4-raw.tgz). The runs are sized in
 # *cost* by these (opshares.range_runs): only their ratios matter, a FLASH_ATTN_EXT case costs about eight
@@ -271,7 +275,7 @@ class Parallelism:
     """How test-backend-ops runs one device's cases: `processes` programs at once, each with `threads` workers."""
     threads: int = 1         # -j
     processes: int = 1       # at most this many at once; 1: one process with the selection's -p alone
-    runs: int = 1            # rounds of runs of like cases, each run its own process (opshares.range_runs)
+    rounds: int = 1          # rounds of runs of like cases, each run its own process (opshares.range_runs)
 
     def describe(self) -> str:
         return f"{self.processes} processes" if self.processes > 1 else f"{self.threads} worker(s)"
@@ -286,7 +290,7 @@ def parallelism(device: str) -> Parallelism:
     if backend in PARALLEL_BACKENDS:
         return Parallelism(threads=_cores())
     if backend in SHARDED_BACKENDS:
-        return Parallelism(processes=min(_cores(), MAX_PROCESSES), runs=RUNS_PER_PROCESS)
+        return Parallelism(processes=min(_cores(), MAX_PROCESSES), rounds=ROUNDS)
     return Parallelism()
 
 
@@ -367,7 +371,8 @@ def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str]
     for case in found.cases:
         if case.supported:
             cost[case.params] = cost.get(case.params, 0.0) + OP_COST_MS.get(case.op, MEAN_CASE_MS)
-    runs = range_runs(list(cost), par.processes, par.runs, cost) if cost and not found.unreadable else None
+    runs = (range_runs(list(cost), par.processes, rounds_for(len(cost), par), cost)
+            if cost and not found.unreadable else None)
     if not runs:
         if listing.returncode is None:
             why = f"the list did not come within {LIST_TIMEOUT_S:.0f}s"
@@ -384,6 +389,12 @@ def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str]
     ui.detail(f"{device}: {len(cost)} distinct supported cases listed in {time.monotonic() - begun:.1f}s, "
               f"{len(runs)} runs, {par.processes} at once")
     return [joined(params, run) for run in runs]
+
+
+def rounds_for(strings: int, par: Parallelism) -> int:
+    """The rounds of runs for this many listed strings: par.rounds, fewer where a run would hold fewer than
+    MIN_RUN_CASES of them, at least one."""
+    return max(1, min(par.rounds, strings // (max(1, par.processes) * MIN_RUN_CASES)))
 
 
 NVIDIA_CACHE = "nvidia-shader-cache"    # in the run's folder

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, MEAN_CASE_MS, OP_COST_MS, RUNS_PER_PROCESS, load_record,
+from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, MEAN_CASE_MS, OP_COST_MS, ROUNDS, Parallelism, load_record, rounds_for,
                                sql_rows)
 from builder.check.opshares import by_odd_digits, joined, range_runs
 from tests.support.common import REPO, TEST_CACHE, assemble
@@ -103,8 +103,10 @@ def test_the_program_reads_the_selection_and_its_runs_as_they_say(vulkan_runtime
     cost: dict[str, float] = {}
     for op, params in wanted:                     # as verify weighs them (every listed case, supported or not)
         cost[params] = cost.get(params, 0.0) + OP_COST_MS.get(op, MEAN_CASE_MS)
-    runs = range_runs([params for _, params in wanted], 16, RUNS_PER_PROCESS, cost)
-    assert runs is not None and len(runs) == 16 * RUNS_PER_PROCESS
+    rounds = rounds_for(len(cost), Parallelism(processes=16, rounds=ROUNDS))
+    assert rounds == ROUNDS                         # the default selection is long enough for every round
+    runs = range_runs([params for _, params in wanted], 16, rounds, cost)
+    assert runs is not None and len(runs) == 16 * ROUNDS
     patterns = [joined(DEFAULT_SELECTION.params, run) for run in runs]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         found = list(pool.map(lambda pattern: _support(vulkan_runtime, tmp_path, pattern), patterns))

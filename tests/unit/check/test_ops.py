@@ -20,10 +20,10 @@ import pytest
 
 from builder import ui
 from builder.check import ops
-from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, INFERENCE_CASES, MAX_PROCESSES, RUNS_PER_PROCESS,
+from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, INFERENCE_CASES, MAX_PROCESSES, MIN_RUN_CASES, ROUNDS,
                                CaseRule,
                                DeviceRecord, OpCase, OpsRecord, OpsRun, Parallelism, Parsed, Selection, budget_check,
-                               judge, load_record, ops_checks, parallelism, parse_op_list, parse_sql, run_device,
+                               judge, load_record, ops_checks, parallelism, parse_op_list, parse_sql, rounds_for, run_device,
                                selection_filter, worker_env, write_record)
 from builder.check import opshares
 from builder.check.opshares import shard_filter
@@ -325,12 +325,30 @@ def test_a_vulkan_device_gets_the_programs_list_cut_into_runs_each_case_run_once
     assert sorted(c.params for c in result.parsed.cases) == sorted(c.params for c in parse_sql(PASSING.read_text()).cases)
     assert _patterns(tmp_path, "support") == ["^(?=type=)"]
     runs = _patterns(tmp_path, "test")
-    assert len(runs) == 4 and all(run.startswith("^(?=type=)") for run in runs)   # 3 x 4 runs, 4 strings
+    assert len(runs) == 3 and all(run.startswith("^(?=type=)") for run in runs)   # 4 strings: one round of 3
     owned = [[p for p in _supported_params() if re.search(run, p)] for run in runs]
-    assert sorted(len(o) for o in owned) == [1, 1, 1, 1]
+    assert sorted(len(o) for o in owned) == [1, 1, 2]
 
 
-def test_runs_start_in_order_as_slots_free_never_more_at_once(tmp_path):
+def test_a_list_long_enough_runs_as_rounds_of_runs(tmp_path, monkeypatch):
+    """With runs worth their start (here one case is enough), 2 cores get 2 rounds over 4 strings of equal cost:
+    runs of 1/3, 1/3, 1/6 and 1/6 of the cost, cut at whole strings, are 3 runs (2, 1 and 1 strings), more than
+    the 2 slots; every case still runs once."""
+    monkeypatch.setattr(ops, "MIN_RUN_CASES", 1)
+    runtime = _listing_runtime(tmp_path, monkeypatch, 2)
+    result = run_device(runtime, "Vulkan0", ("SCALE",), {})
+    assert len(_patterns(tmp_path, "test")) == 3 and (len(result.ran), result.unsupported) == (4, 3)
+
+
+def test_rounds_shrink_until_each_run_is_worth_its_start():
+    par = Parallelism(processes=16, rounds=ROUNDS)
+    assert rounds_for(3077, par) == ROUNDS                       # the default selection on the H100
+    assert rounds_for(16 * MIN_RUN_CASES * 2, par) == 2
+    assert rounds_for(79, Parallelism(processes=2, rounds=ROUNDS)) == 1   # SCALE,RMS_NORM,SWIGLU
+    assert rounds_for(0, par) == 1
+
+
+def test_runs_start_as_slots_free_never_more_at_once(tmp_path):
     """Six runs, two slots: each run counts the runs alive when it starts (a file each while it lives)."""
     run = ('touch "alive.$0"; ls alive.* | wc -l > "seen.$0"; echo "ran $0"; sleep 0.3; rm "alive.$0"')
     shards = ops._run_all([["sh", "-c", run, str(k)] for k in range(6)], {"PATH": os.environ["PATH"]}, tmp_path,
@@ -350,6 +368,13 @@ def test_a_run_not_started_by_the_deadline_never_starts(tmp_path):
     assert sorted(f.name for f in tmp_path.glob("started.*")) == ["started.0"]
 
 
+def test_runs_start_in_their_order(tmp_path):
+    """The runs come largest first (opshares.run_fractions): one slot starts them in that order."""
+    shards = ops._run_all([["sh", "-c", 'echo "$0" >> order', str(k)] for k in range(4)], {"PATH": os.environ["PATH"]},
+                          tmp_path, timeout=30, slots=1)
+    assert [s.returncode for s in shards] == [0] * 4 and (tmp_path / "order").read_text().split() == ["0", "1", "2", "3"]
+
+
 def test_a_case_the_list_leaves_out_still_runs_once(tmp_path, monkeypatch):
     """Support mode drops upstream's fusion cases (run_whole_graph()), which test mode runs: a range holds
     every string, listed or not."""
@@ -359,7 +384,7 @@ def test_a_case_the_list_leaves_out_still_runs_once(tmp_path, monkeypatch):
     listing.write_text("".join(lines[:dropped] + lines[dropped + 1:]))
     runtime = _listing_runtime(tmp_path, monkeypatch, 2, listing)
     result = run_device(runtime, "Vulkan0", ("SCALE",), {})
-    assert len(_supported_params(listing)) == 3 and len(_patterns(tmp_path, "test")) == 3
+    assert len(_supported_params(listing)) == 3 and len(_patterns(tmp_path, "test")) == 2
     assert (len(result.ran), result.unsupported) == (4, 3)
     assert sorted(c.params for c in result.ran) == sorted(_supported_params())
 
@@ -472,7 +497,7 @@ def test_cli_refusals_are_one_line_exit_2(tmp_path, capsys, extra, words):
 def test_a_many_core_host_runs_at_most_max_processes_for_vulkan(monkeypatch):
     """More processes than shares that can hold cases only cost VkDevices (14 of 32 odd-digit shares are empty)."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(128)), raising=False)
-    assert parallelism("Vulkan0") == Parallelism(threads=1, processes=MAX_PROCESSES, runs=RUNS_PER_PROCESS)
+    assert parallelism("Vulkan0") == Parallelism(threads=1, processes=MAX_PROCESSES, rounds=ROUNDS)
     assert parallelism("CUDA0") == Parallelism(threads=128, processes=1)
 
 
@@ -481,7 +506,7 @@ def test_cuda_gets_threads_vulkan_processes_and_the_rest_one_of_each(monkeypatch
     its own VkDevice; CUDA's are threads of one process; anything unproven (HIP) runs one worker."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
     assert parallelism("CUDA0") == Parallelism(threads=4, processes=1)
-    assert parallelism("Vulkan0") == parallelism("Vulkan1") == Parallelism(threads=1, processes=4, runs=RUNS_PER_PROCESS)
+    assert parallelism("Vulkan0") == parallelism("Vulkan1") == Parallelism(threads=1, processes=4, rounds=ROUNDS)
     assert parallelism("ROCm0") == parallelism("Mystery0") == Parallelism(threads=1, processes=1)
     assert Parallelism(4, 1).describe() == "4 worker(s)" and Parallelism(1, 4).describe() == "4 processes"
 

@@ -43,8 +43,8 @@ def test_the_split_model_plays_every_split_from_the_kept_run(tmp_path):
     """The 4 supported cases cost 1 s each (the bf16 ones are not supported: left out). One slot plays every
     run one after another; two slots end together, whichever way the runs are sized."""
     kept = _kept(tmp_path)
-    one = _script("ops-split-model.py", kept, "--processes", 1, "--runs", 1, "--start", 0)
-    two = _script("ops-split-model.py", kept, "--processes", 2, "--runs", 1, "--start", 0)
+    one = _script("ops-split-model.py", kept, "--processes", 1, "--rounds", 1, "--start", 0)
+    two = _script("ops-split-model.py", kept, "--processes", 2, "--rounds", 1, "--start", 0)
     assert one.returncode == two.returncode == 0, one.stderr + two.stderr
     assert one.stdout.splitlines()[0] == "4 listed cases, 4 process-seconds by the model"
     assert all("(1 runs)" in ln and "last slot ends     4s, first     4s" in ln for ln in one.stdout.splitlines()[1:])
