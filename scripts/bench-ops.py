@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
                    "capped": r.timed_out,
                    "returncode": r.returncode, "error": r.error or "", "stderr_tail": r.stderr_tail[-300:]}
             rows.append(row)
-            print(f"{device:9} {op[:15]:15} -j{par.threads:<3} x{par.processes:<3} r{par.rounds:<2} {row['seconds']:7.1f}s "
+            shown = f"{len(ops)} ops" if args.together else op[:15]     # the whole list does not fit a column
+            print(f"{device:9} {shown:15} -j{par.threads:<3} x{par.processes:<3} r{par.rounds:<2} {row['seconds']:7.1f}s "
                   f"{row['cases']:6} cases "
                   f"{row['failed']:3} failed {row['unsupported']:5} unsupported"
                   + ("  CAPPED" if row["capped"] else "") + (f"  rc={r.returncode}" if r.returncode else ""),

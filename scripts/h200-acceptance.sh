@@ -63,7 +63,7 @@ stage_setup() {
   fi
   { date -u; nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv,noheader;
     nvcc --version | tail -2; ldconfig -p | grep -E 'libcuda.so.1 |libvulkan.so.1 ';
-    nproc; grep PRETTY /etc/os-release; } > "$RESULTS/host.txt" 2>&1
+    nproc; lscpu | grep -E 'Model name|MHz'; grep PRETTY /etc/os-release; } > "$RESULTS/host.txt" 2>&1
   cat "$RESULTS/host.txt"
   [ -f "$MODEL" ] || [ -n "${NO_MODEL:-}" ] || python3 -c "import sys; from builder.check.tinymodel import write_tiny_llama, ONE_B; \
 write_tiny_llama(sys.argv[1], ONE_B, dtype='f16')" "$MODEL"
