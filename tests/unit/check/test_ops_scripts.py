@@ -56,3 +56,29 @@ def test_a_slot_that_frees_first_takes_the_next_run():
     model = runpy.run_path(str(REPO / "scripts" / "ops-split-model.py"), run_name="model")
     assert model["played"]([10, 2, 3, 3], 2, 0.0) == [10, 8]          # runs 3 and 4 both go to the second slot
     assert model["played"]([1, 1], 4, 1.0) == [2, 2]                  # no more slots than runs
+
+
+def test_the_own_module_view_holds_the_program_the_device_s_module_and_the_cpu_variants_alone(tmp_path):
+    """bench-ops --own-module (an experiment): test-backend-ops loads every module beside it, so the view keeps
+    the CUDA module of a cuda-vulkan runtime away from its Vulkan processes; the program is a copy (its real
+    folder is where it looks for modules), lib/ the runtime's."""
+    view_of = runpy.run_path(str(REPO / "scripts" / "bench-ops.py"))["own_module_view"]
+    rt = tmp_path / "runtime-cuda-vulkan"
+    for d in ("bin", "lib", "tests"):
+        (rt / d).mkdir(parents=True)
+    program = rt / "tests" / "test-backend-ops"
+    program.write_bytes(b"\x7fELF judge")
+    program.chmod(0o755)
+    for name in ("cuda", "vulkan", "cpu-haswell", "cpu-x64"):
+        (rt / "bin" / f"libggml-{name}.so").write_bytes(name.encode())
+        (rt / "tests" / f"libggml-{name}.so").symlink_to(f"../bin/libggml-{name}.so")
+    view = view_of(rt, "Vulkan0", tmp_path / "views")
+    tests = view / "tests"
+    assert sorted(p.name for p in tests.iterdir()) == [
+        "libggml-cpu-haswell.so", "libggml-cpu-x64.so", "libggml-vulkan.so", "test-backend-ops"]
+    copied = tests / "test-backend-ops"
+    assert not copied.is_symlink() and copied.read_bytes() == program.read_bytes() and copied.stat().st_mode & 0o111
+    assert (tests / "libggml-vulkan.so").resolve() == (rt / "bin" / "libggml-vulkan.so").resolve()
+    assert (view / "lib").resolve() == (rt / "lib").resolve()
+    cuda = {p.name for p in (view_of(rt, "CUDA0", tmp_path / "views") / "tests").iterdir()}
+    assert "libggml-cuda.so" in cuda and "libggml-vulkan.so" not in cuda
