@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 from builder.check.ops import (DEFAULT_SELECTION, Parallelism, Selection, backend_of, parallelism,  # noqa: E402
                                parse_op_list, program, run_device)
-from builder.runtime.layout import LIB_DIR, TESTS_DIR  # noqa: E402
+from builder.runtime.layout import LIB_DIR, TESTS_DIR, module_backend  # noqa: E402
 
 
 def own_module_view(runtime: Path, device: str, folder: Path) -> Path:
@@ -45,8 +45,8 @@ def own_module_view(runtime: Path, device: str, folder: Path) -> Path:
     tests.mkdir(parents=True)
     (view / LIB_DIR).symlink_to(Path(runtime).resolve() / LIB_DIR)
     shutil.copy2(program(runtime), program(view))
-    for entry in sorted((Path(runtime) / TESTS_DIR).glob("libggml-*.so")):
-        if entry.name == f"libggml-{backend}.so" or entry.name.startswith("libggml-cpu"):
+    for entry in sorted((Path(runtime) / TESTS_DIR).iterdir()):
+        if module_backend(entry.name) in (backend, "cpu"):
             (tests / entry.name).symlink_to(entry.resolve())
     return view
 
@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     env = dict(kv.split("=", 1) for kv in args.env)
     rows = []
-    views = Path(tempfile.mkdtemp(prefix="bench-ops-views-"))
+    views = tempfile.TemporaryDirectory(prefix="bench-ops-views-")
     for device in args.device:
-        runtime = own_module_view(args.runtime, device, views) if args.own_module else args.runtime
+        runtime = own_module_view(args.runtime, device, Path(views.name)) if args.own_module else args.runtime
         chosen = parallelism(device)
         par = Parallelism(args.jobs or chosen.threads, args.processes or chosen.processes,
                           chosen.rounds if args.rounds is None else args.rounds)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                             "capped": [r["op"] for r in rows if r["device"] == device and r["capped"]]}
         print(f"{device}: {len(done)} ops finished in {finished[device]['seconds']}s; capped: "
               f"{', '.join(finished[device]['capped']) or 'none'}")
-    shutil.rmtree(views, ignore_errors=True)
+    views.cleanup()
     if args.out:
         args.out.write_text(json.dumps({"host": platform.node(), "cap_s": args.cap, "rows": rows,
                                         "finished": finished}, indent=2) + "\n")

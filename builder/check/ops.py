@@ -254,6 +254,9 @@ MAX_PROCESSES = 16
 # processes, MAX_PROCESSES at once, the next started when one ends, each round's runs smaller than the last's.
 # On the H100 (2026-12-05), with 16 fixed shares of R runs ordered by type fields: R = 2, 4 and 8 took 68.4, 67.7
 # and 70.2 s, the cases dealt one by one 108 s; 8 processes with 2 runs each took 74.9 s, 24 with 3 took 78.0 s.
+# On a faster H100 host (2026-12-05, one run each) 4 rounds took 39.5 s and 16 fixed shares of 4 runs 40.8 s: the
+# queue ended its slots within 4 s of each other (the shares within 15 s), but its 48 more starts cost 11% more
+# process-seconds.
 ROUNDS = 4
 # Fewer rounds where the runs would hold fewer cases than this: each run is a process to start (0.4 s on lavapipe,
 # 1.6 s on the H100). On lavapipe (the dev machine, 2026-12-05) SCALE,RMS_NORM,SWIGLU (79 cases) took 3.0 s in 2
@@ -534,8 +537,8 @@ def budget_check(result: OpsRun, budget: float = BUDGET_S) -> Check | None:
     if result.error or result.seconds <= budget:
         return None
     return Check(f"ops {result.device} time", WARN, f"{result.seconds:.0f}s, over the {budget:.0f}s budget per "
-                 "device", "a warning only: a CPU driver (lavapipe), a small card or NVIDIA's Vulkan driver (64-68 s on an "
-                 "H100) takes longer; --ops LIST checks only those ops (every case of each)")
+                 "device", "a warning only: a CPU driver (lavapipe), a small card or NVIDIA's Vulkan driver on slower host cores "
+                 "(40-68 s on H100 hosts) takes longer; --ops LIST checks only those ops (every case of each)")
 
 
 # --- the record ---------------------------------------------------------------------------------

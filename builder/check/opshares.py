@@ -23,7 +23,9 @@ Why a queue of shrinking runs and not one fixed share per process: on an H100's 
 processes each holding 4 runs of even cost, as OP_COST_MS weighs them, printed their last case between 29 and
 56 s (64-67 s in all with the list). A case's cost depends on the pipelines its process compiled before it, so
 no per-case weight predicts a share: weights per op, per op and type, or per string measured in five other runs
-were off by up to 2.5 times per process. docs/lab/2026-12-02-ops-h200.md has the runs.
+were off by up to 2.5 times per process. On a faster H100 host the queue's slots ended within 4 s of each other
+(30-34 s) where the fixed shares' ended within 15 s (20-35 s), but its extra starts ate the gain: 39.5 s
+against 40.8 s in all, one run each. docs/lab/2026-12-02-ops-h200.md has the runs.
 """
 
 from __future__ import annotations
