@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(finished[device]['capped']) or 'none'}")
     views.cleanup()
     if args.out:
-        args.out.write_text(json.dumps({"host": platform.node(), "cap_s": args.cap, "rows": rows,
+        args.out.write_text(json.dumps({"host": platform.node(), "cap_s": args.cap, "env": env, "rows": rows,
                                         "finished": finished}, indent=2) + "\n")
     return 0
 

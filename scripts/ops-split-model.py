@@ -2,13 +2,17 @@
 """What another split of a device's cases would give, estimated from one kept run (a model, not a measurement).
 
     python3 scripts/ops-split-model.py FOLDER [--processes 16] [--rounds 2,4,8] [--start 1.6]
+        [--price kind|string] [--op-cost OP=MS,...]
 
 FOLDER is what `bench-ops.py --together --keep` left for one device: list-0.out (the program's list) and
 shard-K.out (each case with its test_time). Each case's cost is the mean per case of its op and type fields in
-that run (charged as scripts/ops-timeline.py charges them: scripts/support/opstime.py). Each split verify can
-make (builder/check/opshares.range_runs, sized by count or by OP_COST_MS) is then played as verify plays it:
-the runs in order, each started on the first slot free, `--start` seconds before its first case. It prints
-when the last slot ends and the spread of the slots' ends.
+that run (--price kind), or what the case itself was charged there (--price string: keeps the few cases that
+took seconds each where their process compiled a pipeline, which a mean smooths away), charged as
+scripts/ops-timeline.py charges them (scripts/support/opstime.py). Each split verify can make
+(builder/check/opshares.range_runs, sized by count or by weight: OP_COST_MS, with --op-cost's values in place of
+its own) is then played as verify plays it: the runs in order, each started on the first slot free,
+`--start` seconds before its first case. It prints when the last slot ends, the spread of the slots' ends and
+the longest run.
 
 What it leaves out: a case costs more where its process compiles the pipelines it needs, so a case's mean is a
 poor guess for one run. On the H100 (2026-12-05), over five other kept runs, such means were off by up to 2.5
@@ -40,6 +44,17 @@ def kind(op: str, params: str) -> str:
     return " ".join((op, *(v for n, v in _FIELD.findall(params) if n.startswith("type"))))
 
 
+def _op_costs(text: str) -> dict[str, float]:
+    """--op-cost's OP=MS pairs."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item]
+    if any(len(pair) != 2 for pair in pairs):
+        raise SystemExit(f"--op-cost: give OP=MS pairs separated by commas, not {text!r}")
+    try:
+        return {op: float(ms) for op, ms in pairs}
+    except ValueError:
+        raise SystemExit(f"--op-cost: each weight is a number of milliseconds: {text!r}") from None
+
+
 def played(loads: list[float], slots: int, start: float) -> list[float]:
     """When each slot ends if the runs (their seconds, in order) start on the first slot free, as ops._run_all
     starts them."""
@@ -57,26 +72,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", default="2,4,8", help="rounds of runs (ops.ROUNDS)")
     ap.add_argument("--start", type=float, default=1.6, help="seconds a process takes to its first case "
                     "(1.6 s for one on the H100, 2026-12-05)")
+    ap.add_argument("--price", choices=("kind", "string"), default="kind",
+                    help="a case's cost: the mean of its op and type fields in the run, or its own charge there")
+    ap.add_argument("--op-cost", default="", metavar="OP=MS,...",
+                    help="weights to size the runs with in place of OP_COST_MS's for these ops")
     args = ap.parse_args(argv)
-    spent = charge(args.folder, lambda row: kind(row["op_name"], row.get("op_params", ""))
+    op_cost = {**OP_COST_MS, **_op_costs(args.op_cost)}
+    key = kind if args.price == "kind" else (lambda op, params: f"{op} {params}")
+    spent = charge(args.folder, lambda row: key(row["op_name"], row.get("op_params", ""))
                    if row.get("supported") == "1" else None)
     listed = [c for c in parse_sql((args.folder / "list-0.out").read_text(errors="replace"), "support").cases
               if c.supported]
     price: Counter[str] = Counter()
     weight: dict[str, float] = {}
     for c in listed:
-        price[c.params] += spent.per_case(kind(c.op, c.params))
-        weight[c.params] = weight.get(c.params, 0.0) + OP_COST_MS.get(c.op, MEAN_CASE_MS)
+        price[c.params] += spent.per_case(key(c.op, c.params))
+        weight[c.params] = weight.get(c.params, 0.0) + op_cost.get(c.op, MEAN_CASE_MS)
     strings = [c.params for c in listed]
     print(f"{len(listed)} listed cases, {sum(price.values()):.0f} process-seconds by the model")
     listed_strings = set(strings)
     for rounds in (int(r) for r in args.rounds.split(",")):
-        for how, cost in (("by count", None), ("by OP_COST_MS", weight)):
+        for how, cost in (("by count", None), ("by weight", weight)):
             patterns = [re.compile(p) for p in range_runs(strings, args.processes, rounds, cost) or []]
             loads = [sum(price[s] for s in listed_strings if p.search(s)) for p in patterns]
             ends = played(loads, args.processes, args.start)
             print(f"  {args.processes} at once, {rounds} rounds ({len(loads)} runs), sized {how:14} "
-                  f"last slot ends {max(ends):5.0f}s, first {min(ends):5.0f}s")
+                  f"last slot ends {max(ends):5.0f}s, first {min(ends):5.0f}s, longest run {max(loads):4.0f}s")
     return 0
 
 

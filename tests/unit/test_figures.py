@@ -110,3 +110,18 @@ def test_record_sums_the_runs_of_the_last_scripts_test(tmp_path):
     assert data["outcomes"] == {"passed": 2, "skipped": 1} and data["python"] == "Python 3.11.2"
     assert len(data["runs"]) == 2 and all(s >= 0 for s in data["runs"])
     assert "; its pytest runs " in out.read_text()
+
+
+def test_a_bench_ops_run_names_the_environment_it_changed_but_not_the_driver_files(tmp_path):
+    results, out = tmp_path / "results", tmp_path / "figures.md"
+    (results / "dev-2030-01-03").mkdir(parents=True)
+    row = {"device": "Vulkan0", "op": "SCALE,ADD", "cases_selected": "inference", "jobs": 1, "processes": 2,
+           "rounds": 1, "schedule": "queue", "modules": "all", "seconds": 3.1, "cases": 79, "failed": 0,
+           "unsupported": 3, "capped": False, "returncode": 0, "error": "", "stderr_tail": ""}
+    (results / "dev-2030-01-03" / "bench-ops-omp.json").write_text(json.dumps({
+        "host": "h", "cap_s": 150, "env": {"VK_DRIVER_FILES": "/usr/share/vulkan/icd.d/x.json", "OMP_THREAD_LIMIT": "1"},
+        "rows": [row], "finished": {}}))
+    assert _figures("--results", str(results), "--out", str(out)).returncode == 0
+    [line] = [ln for ln in out.read_text().splitlines() if "bench-ops.py" in ln]
+    assert "2 processes at once, 1 rounds of runs, with OMP_THREAD_LIMIT=1, the whole list" in line
+    assert "VK_DRIVER_FILES" not in line and "79 passed, 0 failed, 3.1s" in line

@@ -13,12 +13,14 @@ from tests.support.common import REPO
 CAPTURED = REPO / "tests" / "data" / "ops-output"
 
 
-def _kept(tmp_path):
-    """One process's output, case k printed k seconds after the first, and the program's list beside it."""
+def _kept(tmp_path, late=0):
+    """One process's output, case k printed k seconds after the first (from the fourth case on, the last
+    supported one, `late` seconds later still), and the program's list beside it."""
     lines, k = [], 0
     for line in (CAPTURED / "lavapipe-scale-pass.sql").read_text().splitlines(keepends=True):
         if line.startswith("INSERT"):
-            line = re.sub(r"VALUES \('[^']*'", f"VALUES ('2026-12-05T17:00:{k:02d}Z'", line, count=1)
+            second = k + (late if k >= 3 else 0)
+            line = re.sub(r"VALUES \('[^']*'", f"VALUES ('2026-12-05T17:00:{second:02d}Z'", line, count=1)
             k += 1
         lines.append(line)
     (tmp_path / "shard-0.out").write_text("".join(lines))
@@ -50,6 +52,24 @@ def test_the_split_model_plays_every_split_from_the_kept_run(tmp_path):
     assert all("(1 runs)" in ln and "last slot ends     4s, first     4s" in ln for ln in one.stdout.splitlines()[1:])
     assert all("(2 runs)" in ln and "last slot ends     2s, first     2s" in ln for ln in two.stdout.splitlines()[1:])
     assert len(two.stdout.splitlines()) == 3                          # sized by count and by OP_COST_MS
+
+
+def test_priced_by_string_a_slow_case_stays_in_its_own_run(tmp_path):
+    """The fourth supported case took 5 s, the others 1 s each. Priced by its kind's mean the 8 s spread over
+    the 4 cases (two runs of 4 s); priced by string the run holding that case takes 6 s."""
+    kept = _kept(tmp_path, late=4)
+    args = (kept, "--processes", 2, "--rounds", 1, "--start", 0)
+    by_kind, by_string = _script("ops-split-model.py", *args), _script("ops-split-model.py", *args, "--price", "string")
+    assert by_kind.returncode == by_string.returncode == 0, by_kind.stderr + by_string.stderr
+    assert "last slot ends     4s, first     4s, longest run    4s" in by_kind.stdout.splitlines()[1]
+    assert "last slot ends     6s, first     2s, longest run    6s" in by_string.stdout.splitlines()[1]
+
+
+def test_op_cost_takes_op_ms_pairs_and_refuses_anything_else(tmp_path):
+    kept = _kept(tmp_path)
+    assert _script("ops-split-model.py", kept, "--op-cost", "SCALE=10,MUL=3").returncode == 0
+    bad = _script("ops-split-model.py", kept, "--op-cost", "SCALE")
+    assert bad.returncode != 0 and "give OP=MS pairs" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_slot_that_frees_first_takes_the_next_run():
