@@ -12,7 +12,9 @@ scripts/ops-timeline.py charges them (scripts/support/opstime.py). Each split ve
 (builder/check/opshares.range_runs, sized by count or by weight: OP_COST_MS, with --op-cost's values in place of
 its own) is then played as verify plays it: the runs in order, each started on the first slot free,
 `--start` seconds before its first case. It prints when the last slot ends, the spread of the slots' ends and
-the longest run.
+the longest run. A third row per round count sizes the runs by the model's own price of each case: verify's cut
+rule as it would split with every case's cost known in advance, what no weighting of ops or strings can beat
+by much (the rule cuts ranges of the sorted strings, so a run still holds neighbours).
 
 What it leaves out: a case costs more where its process compiles the pipelines it needs, so a case's mean is a
 poor guess for one run. On the H100 (2026-12-05), over five other kept runs, such means were off by up to 2.5
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(listed)} listed cases, {sum(price.values()):.0f} process-seconds by the model")
     listed_strings = set(strings)
     for rounds in (int(r) for r in args.rounds.split(",")):
-        for how, cost in (("by count", None), ("by weight", weight)):
+        for how, cost in (("by count", None), ("by weight", weight), ("by its price", dict(price))):
             patterns = [re.compile(p) for p in range_runs(strings, args.processes, rounds, cost) or []]
             loads = [sum(price[s] for s in listed_strings if p.search(s)) for p in patterns]
             ends = played(loads, args.processes, args.start)

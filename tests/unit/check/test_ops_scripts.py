@@ -51,7 +51,7 @@ def test_the_split_model_plays_every_split_from_the_kept_run(tmp_path):
     assert one.stdout.splitlines()[0] == "4 listed cases, 4 process-seconds by the model"
     assert all("(1 runs)" in ln and "last slot ends     4s, first     4s" in ln for ln in one.stdout.splitlines()[1:])
     assert all("(2 runs)" in ln and "last slot ends     2s, first     2s" in ln for ln in two.stdout.splitlines()[1:])
-    assert len(two.stdout.splitlines()) == 3                          # sized by count and by weight
+    assert len(two.stdout.splitlines()) == 4                          # sized by count, weight and price
 
 
 def test_priced_by_string_a_slow_case_stays_in_its_own_run(tmp_path):
