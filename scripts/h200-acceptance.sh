@@ -27,6 +27,7 @@
 #   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanprobe   # Vulkan0: start-up, per op, the driver's shader cache,
 #                                                              # timelines (a carried $CARRY/runtime-vulkan.tar.xz: no build)
 #
+# REQUIRE_GPU=H200: setup stops (exit 3) before any work on a card whose name lacks it.
 # Needs: an NVIDIA driver with its Vulkan ICD, CUDA >= 12 with cuBLAS, python3 with numpy.
 # Offline hosts: put in $CARRY the pin's git tree (llama-mirror.tar: `git clone --bare --no-local
 # vendor/llama.cpp llama-mirror.git` from the llama-cpp-python sdist, tarred), the .deb files of
@@ -51,6 +52,9 @@ log() { echo "== $*" | tee -a "$RESULTS/acceptance.log"; }
 raw_bin() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['units'][0]['build_dir'] + '/bin')" "$RT/manifest.json"; }
 
 stage_setup() {
+  # REQUIRE_GPU=H200: stop before any work on another card (a device call may be given one)
+  if [ -n "${REQUIRE_GPU:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "$REQUIRE_GPU"; then
+    echo "not a $REQUIRE_GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -1)" >&2; exit 3; fi
   if [ -d "$CARRY/debs" ]; then for f in "$CARRY"/debs/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
   if [ -d "$CARRY/wheels" ]; then python3 -m pip install -q --no-deps --target "$WORK/py" "$CARRY"/wheels/*.whl; fi
   # The pin's tree comes as a bare clone of the sdist's shallow vendor/llama.cpp, tarred: a git bundle
