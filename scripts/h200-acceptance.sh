@@ -49,6 +49,8 @@ MODEL=$WORK/model-1b-f16.gguf
 mkdir -p "$WORK" "$RESULTS"
 assemble() { python3 -m builder "$@"; }
 log() { echo "== $*" | tee -a "$RESULTS/acceptance.log"; }
+# What else is using the host's CPU before a timed run (a fresh machine's first run was the slowest, 2026-12-06).
+busy() { { uptime; ps -eo pcpu,etimes,comm --sort=-pcpu | head -6; } | sed 's/^/   busy: /' | tee -a "$RESULTS/acceptance.log"; }
 raw_bin() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['units'][0]['build_dir'] + '/bin')" "$RT/manifest.json"; }
 
 stage_setup() {
@@ -69,7 +71,7 @@ stage_setup() {
   fi
   { date -u; nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv,noheader;
     nvcc --version | tail -2; ldconfig -p | grep -E 'libcuda.so.1 |libvulkan.so.1 ';
-    nproc; lscpu | grep -E 'Model name|MHz'; grep PRETTY /etc/os-release; } > "$RESULTS/host.txt" 2>&1
+    nproc; lscpu | grep -E 'Model name|MHz'; grep PRETTY /etc/os-release; uptime; } > "$RESULTS/host.txt" 2>&1
   cat "$RESULTS/host.txt"
   [ -f "$MODEL" ] || [ -n "${NO_MODEL:-}" ] || python3 -c "import sys; from builder.check.tinymodel import write_tiny_llama, ONE_B; \
 write_tiny_llama(sys.argv[1], ONE_B, dtype='f16')" "$MODEL"
@@ -259,6 +261,7 @@ stage_ops() {
   # the default op list (builder/check/ops.py) or $OPS; the record it leaves (ops-checks.json) comes back too.
   local t0=$SECONDS
   log "verify --ops on every GPU device (${OPS:-default op list})"
+  busy
   # Text, not --json: each device's end is printed when it comes, so a run stopped by the call's limit still
   # tells which device finished and in what time.
   assemble verify "$RT" --ops ${OPS:+"$OPS"} -v "${CHECKENV[@]}" 2>&1 | grep -v '^ *\$ ' | tee "$RESULTS/ops.txt" || true
@@ -423,6 +426,7 @@ stage_vulkanverify() {
   local rt t0=$SECONDS
   rt=$(vulkan_rt)
   log "verify --ops on the vulkan runtime (${OPS:-default op list})"
+  busy
   assemble verify "$rt" --ops ${OPS:+"$OPS"} -v "${CHECKENV[@]}" 2>&1 | grep -v '^ *\$ ' | tee "$RESULTS/ops-vulkan.txt" || true
   grep -E "^ *(ops|test-backend-ops|Vulkan0:)" "$RESULTS/ops-vulkan.txt" >> "$RESULTS/acceptance.log" || true
   cp "$rt/ops-checks.json" "$RESULTS/ops-checks-vulkan.json" 2>/dev/null || true
