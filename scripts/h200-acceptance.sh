@@ -50,13 +50,16 @@ mkdir -p "$WORK" "$RESULTS"
 assemble() { python3 -m builder "$@"; }
 log() { echo "== $*" | tee -a "$RESULTS/acceptance.log"; }
 # What else is using the host's CPU before a timed run (a fresh machine's first run was the slowest, 2026-12-06).
-busy() { { uptime; ps -eo pcpu,etimes,comm --sort=-pcpu | head -6; } | sed 's/^/   busy: /' | tee -a "$RESULTS/acceptance.log"; }
+# Never fatal: under pipefail, ps cut short by head would otherwise end the whole script.
+busy() { { uptime; ps -eo pcpu,etimes,comm --sort=-pcpu | head -6; } | sed 's/^/   busy: /' | tee -a "$RESULTS/acceptance.log" || true; }
 raw_bin() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['units'][0]['build_dir'] + '/bin')" "$RT/manifest.json"; }
 
 stage_setup() {
   # REQUIRE_GPU=H200: stop before any work on another card (a device call may be given one)
-  if [ -n "${REQUIRE_GPU:-}" ] && ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "$REQUIRE_GPU"; then
-    echo "not a $REQUIRE_GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 | head -1)" >&2; exit 3; fi
+  if [ -n "${REQUIRE_GPU:-}" ]; then
+    local gpu; gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>&1 || true)
+    case $gpu in *"$REQUIRE_GPU"*) ;; *) echo "not a $REQUIRE_GPU: ${gpu%%$'\n'*}" >&2; exit 3 ;; esac
+  fi
   if [ -d "$CARRY/debs" ]; then for f in "$CARRY"/debs/*.deb; do dpkg -x "$f" /; done; ldconfig; fi
   if [ -d "$CARRY/wheels" ]; then python3 -m pip install -q --no-deps --target "$WORK/py" "$CARRY"/wheels/*.whl; fi
   # The pin's tree comes as a bare clone of the sdist's shallow vendor/llama.cpp, tarred: a git bundle

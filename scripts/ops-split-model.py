@@ -13,8 +13,9 @@ scripts/ops-timeline.py charges them (scripts/support/opstime.py). Each split ve
 its own) is then played as verify plays it: the runs in order, each started on the first slot free,
 `--start` seconds before its first case. It prints when the last slot ends, the spread of the slots' ends and
 the longest run. A third row per round count sizes the runs by the model's own price of each case: verify's cut
-rule as it would split with every case's cost known in advance, what no weighting of ops or strings can beat
-by much (the rule cuts ranges of the sorted strings, so a run still holds neighbours).
+rule as it would split with every case's cost known in advance. That is a guide to what better weights could
+buy, not a bound: the rule cuts ranges of the sorted strings at the first string past each share, so a heavy
+case next to a cut can still make one run longer than a cruder weight would.
 
 What it leaves out: a case costs more where its process compiles the pipelines it needs, so a case's mean is a
 poor guess for one run. On the H100 (2026-12-05), over five other kept runs, such means were off by up to 2.5
