@@ -538,7 +538,7 @@ def budget_check(result: OpsRun, budget: float = BUDGET_S) -> Check | None:
         return None
     return Check(f"ops {result.device} time", WARN, f"{result.seconds:.0f}s, over the {budget:.0f}s budget per "
                  "device", "a warning only: a CPU driver (lavapipe), a small card or NVIDIA's Vulkan driver on slower host cores "
-                 "(40-68 s on H100 hosts) takes longer; --ops LIST checks only those ops (every case of each)")
+                 "(40-77 s on H100 hosts) takes longer; --ops LIST checks only those ops (every case of each)")
 
 
 # --- the record ---------------------------------------------------------------------------------
