@@ -408,8 +408,10 @@ def worker_env(env: dict[str, str], cwd: Path) -> dict[str, str]:
     folder (made here: the driver does not make it, and caches nothing without it) for all of a device's
     processes: each compiles every Vulkan pipeline its cases need, and the checks' environment has no HOME for
     the driver's own cache. On an H100 (2026-12-05, 16 processes, each op capped at 6 s) MUL_MAT finished 44
-    cases without it, 66 with it empty and 91 with it filled; FLASH_ATTN_EXT 12, 21, 27. Mesa's cache is left
-    alone: on lavapipe an empty one made a run slower, not faster (docs/lab/)."""
+    cases without it, 66 with it empty and 91 with it filled; FLASH_ATTN_EXT 12, 21, 27. The driver serves a
+    process only from the one cache file it takes in the folder (H100, 2026-12-06): a process finds what an
+    earlier user of that file compiled, not what the others did. Mesa's cache is left alone: on lavapipe an
+    empty one made a run slower, not faster (docs/lab/)."""
     if "__GL_SHADER_DISK_CACHE_PATH" in env:
         return dict(env)
     (cwd / NVIDIA_CACHE).mkdir(exist_ok=True)
