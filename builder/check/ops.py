@@ -410,8 +410,10 @@ def worker_env(env: dict[str, str], cwd: Path) -> dict[str, str]:
     the driver's own cache. On an H100 (2026-12-05, 16 processes, each op capped at 6 s) MUL_MAT finished 44
     cases without it, 66 with it empty and 91 with it filled; FLASH_ATTN_EXT 12, 21, 27. The driver serves a
     process only from the one cache file it takes in the folder (H100, 2026-12-06): a process finds what an
-    earlier user of that file compiled, not what the others did. Mesa's cache is left alone: on lavapipe an
-    empty one made a run slower, not faster (docs/lab/)."""
+    earlier user of that file compiled, not what the others did. That reuse is why the folder is shared: a
+    folder per process was slower (H100, 2026-12-06, the whole default list alternated three times each:
+    62.6-64.1 s against 56.1-61.6 s shared). Mesa's cache is left alone: on lavapipe an empty one made a run
+    slower, not faster (docs/lab/)."""
     if "__GL_SHADER_DISK_CACHE_PATH" in env:
         return dict(env)
     (cwd / NVIDIA_CACHE).mkdir(exist_ok=True)
