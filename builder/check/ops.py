@@ -132,10 +132,11 @@ TIMEOUT_S = 1800.0       # a hung device is a failure; NVIDIA's Vulkan driver to
 PROGRESS_EVERY_S = 30.0  # a running device's count of finished cases, on stderr: a run stopped by a limit leaves a rate
 POLL_S = 0.2
 MAX_NAMED = 3            # failing cases named in a check's line
-RECORD_FORMAT = 2         # 2: each device says which cases ran (cases)
+RECORD_FORMAT = 3         # 2: each device says which cases ran (cases); 3: and its failing cases' re-runs
 _OP_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 _INSERT = re.compile(r"INSERT INTO test_backend_ops \(([^)]*)\) VALUES \((.*)\);\s*$")
 _VALUE = re.compile(r"'([^']*)'")
+PRINTED = " printed"       # sql_rows' key for the text before an INSERT: no column of the program is named so
 _SQL_HEADER = re.compile(r"CREATE TABLE |\s+\w+ (?:TEXT|INTEGER|REAL),?$|\);$")
 _VALUES = re.compile(r"'[^']*'(?:, '[^']*')*")          # the whole VALUES list: a stray quote breaks it
 
@@ -175,14 +176,16 @@ class Parsed:
 
 def sql_rows(text: str) -> Iterator[dict[str, str] | None]:
     """Each INSERT line of `test-backend-ops --output sql` as {field: value} (every mode: test, support, ...),
-    or None for one whose values do not match its fields; other lines are skipped."""
+    or None for one whose values do not match its fields; other lines are skipped. What the program printed
+    before the INSERT on its line (a failing comparison's "[OP] ERR = ... > ...") is under PRINTED."""
     for line in text.splitlines():
         m = _INSERT.search(line)
         if not m:
             continue
         fields = [f.strip() for f in m.group(1).split(",")]
         values = _VALUE.findall(m.group(2)) if _VALUES.fullmatch(m.group(2)) else []
-        yield dict(zip(fields, values, strict=True)) if len(values) == len(fields) else None
+        yield ({**dict(zip(fields, values, strict=True)), PRINTED: line[:m.start()].strip()}
+               if len(values) == len(fields) else None)
 
 
 def parse_sql(text: str, mode: str = "test") -> Parsed:
@@ -193,8 +196,11 @@ def parse_sql(text: str, mode: str = "test") -> Parsed:
         if row is None:
             unreadable += 1
         elif row.get("test_mode") == mode and row.get("op_name"):
-            cases.append(OpCase(row["op_name"], row.get("op_params", ""), row.get("supported") == "1",
-                                row.get("passed") == "1", row.get("error_message", "")))
+            passed = row.get("passed") == "1"
+            # A failing row's own error is what was printed before it. A passing row's prefix is ignored: with -j
+            # threads another case's error can land in front of it (the printf is not under the printer's lock).
+            cases.append(OpCase(row["op_name"], row.get("op_params", ""), row.get("supported") == "1", passed,
+                                (not passed and row.get(PRINTED)) or row.get("error_message", "")))
     return Parsed(tuple(cases), unreadable)
 
 
@@ -209,6 +215,9 @@ class OpsRun:
     error: str | None = None         # could not start, or timed out
     timed_out: bool = False          # stopped at the timeout (the cases counted are those it finished)
     stderr_tail: str = ""            # "shard K/S: ..." where it ran as S processes: K hung or failed first
+    # every process that exited non-zero exited 1 having reported a failing case, and printed no other failure:
+    # its exit is those cases' (test-backend-ops exits 1 when a case fails), nothing else went wrong
+    only_case_failures: bool = False
 
     @property
     def ran(self) -> tuple[OpCase, ...]:
@@ -351,7 +360,10 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
     if hung:
         return OpsRun(device, ops, seconds, merged, error=f"timed out after {timeout:.0f}s", stderr_tail=tail,
                       timed_out=True)
-    return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail)
+    only_cases = all(s.returncode == 1 and any(c.supported and not c.passed for c in p.cases)
+                     and "FAIL" not in _stray(s.stdout) for s, p in zip(shards, parsed, strict=True) if s.returncode)
+    return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail,
+                  only_case_failures=only_cases)
 
 
 LIST_TIMEOUT_S = 120.0   # the program's list of a device's cases (support mode computes nothing: seconds)
@@ -498,14 +510,90 @@ def _tail(text: str, n: int = 3) -> str:
 
 # --- the check ----------------------------------------------------------------------------------
 
+# --- a failing case run again ------------------------------------------------------------------
+
+# Each case draws new random inputs (test-backend-ops seeds from std::random_device) and is compared with the
+# CPU backend against an error bound, and a few bounds are tight enough that a right kernel exceeds them now
+# and then: on the H200 (2026-12-06) CUDA0 failed MUL_MAT(type_a=q5_1,...,m=16,n=1,k=32) in one of three runs
+# of the default list, upstream's q5_1 MUL_MAT bound on NVIDIA (llama.cpp issue 11972). A wrong kernel fails
+# every time. So each failing case runs again RECHECK_RUNS times, alone, and fails the device only when it
+# fails again in at least half of them: a case that fails one run in ten passes this test 99.5% of the time,
+# and one that fails every run never does.
+RECHECK_RUNS = 8
+# More failing cases than this are no chance: the device fails without re-runs. 4: lavapipe's planted SCALE
+# fault fails 4 cases, so CI runs the re-runs of a real fault (tests/integration/check/test_verify_ops.py).
+MAX_RECHECKED = 4
+RECHECK_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """A failing case run again `runs` times, each run alone in its own process with new random inputs."""
+    case: OpCase
+    runs: int
+    failures: int           # re-runs that failed, crashed, hung or did not report the case
+    printed: str = ""       # a failing re-run's error as the program printed it, where the first run gave none
+
+    @property
+    def reproduces(self) -> bool:
+        return 2 * self.failures >= self.runs
+
+    def describe(self) -> str:
+        said = self.case.error if self.case.error.startswith("[") else self.printed
+        return (f"{self.case.label} failed {1 + self.failures} of {1 + self.runs} runs"
+                + (f" ({said})" if said else ""))
+
+
+def recheck(runtime: Path, result: OpsRun, env: dict[str, str], timeout: float = RECHECK_TIMEOUT_S,
+            runs: int = RECHECK_RUNS) -> tuple[Recheck, ...]:
+    """Each failing case of `result` run `runs` more times, each in its own process (-p: that case's string, and
+    nothing else), as many at once as the device takes processes; none where the run did not finish or more
+    than MAX_RECHECKED cases failed."""
+    failing = list(dict.fromkeys(result.failed))
+    if result.error or not failing or len(failing) > MAX_RECHECKED:
+        return ()
+    ui.info(f"test-backend-ops on {result.device}: {len(failing)} failing case(s), each run {runs} more times")
+    argvs = [[str(program(runtime)), "test", "-b", result.device, "-o", case.op, "-p",
+              f"^{ecma_literal(case.params)}$", "-j", "1", "--output", "sql"] for case in failing for _ in range(runs)]
+    with scratch("ops-recheck-") as cwd:
+        shards = _run_all(argvs, worker_env(env, cwd), cwd, timeout,
+                          slots=parallelism(result.device).processes, stem="recheck")
+    found = []
+    for i, case in enumerate(failing):
+        mine = shards[i * runs:(i + 1) * runs]
+        outcomes = [[c for c in parse_sql(s.stdout).cases if (c.op, c.params) == (case.op, case.params)]
+                    for s in mine]
+        passed = [s.returncode is not None and len(o) == 1 and o[0].supported and o[0].passed
+                  for s, o in zip(mine, outcomes, strict=True)]
+        printed = next((c.error for o in outcomes for c in o if c.error.startswith("[")), "")
+        found.append(Recheck(case, runs, passed.count(False), printed))
+    return tuple(found)
+
+
+def flaky_check(result: OpsRun, rechecks: tuple[Recheck, ...]) -> Check | None:
+    """A warning naming the failing cases that did not fail again in most of their re-runs (judge passed them)."""
+    flaky = [r for r in rechecks if not r.reproduces]
+    if not flaky or any(r.reproduces for r in rechecks):
+        return None
+    return Check(f"ops {result.device} flaky", WARN, "; ".join(r.describe() for r in flaky),
+                 "each run draws new random inputs: a case that fails in fewer than half of its runs exceeds a "
+                 "tight error bound now and then (a right kernel fails every run when wrong); verify --ops again "
+                 "to see it")
+
+
 def check_name(device: str) -> str:
     return f"ops {device}"
 
 
-def judge(result: OpsRun) -> Check:
-    """PASS with the counts and time, or FAIL naming what went wrong: the first failing cases, a crash
-    or a timeout (with the end of stderr), names that matched nothing, output that could not be read."""
+def judge(result: OpsRun, rechecks: tuple[Recheck, ...] = ()) -> Check:
+    """PASS with the counts and time, or FAIL naming what went wrong: the first failing cases (with their
+    re-runs), a crash or a timeout (with the end of stderr), names that matched nothing, output that could not
+    be read. Failing cases that each failed again in fewer than half of their re-runs (recheck) pass, and
+    flaky_check names them."""
     name, ran, failed = check_name(result.device), result.ran, result.failed
+    checked = {(r.case.op, r.case.params): r for r in rechecks}
+    if failed and all((c.op, c.params) in checked and not checked[c.op, c.params].reproduces for c in failed):
+        failed = ()
     counts = (f"{len(ran)} op cases passed ({result.unsupported} not supported by {result.device}) in "
               f"{result.seconds:.1f}s")
     if result.error:
@@ -513,12 +601,13 @@ def judge(result: OpsRun) -> Check:
                      + (f": {result.stderr_tail}" if result.stderr_tail else ""),
                      "run tests/test-backend-ops test -b DEVICE -o OPS by hand to see where it stops")
     if failed:
-        named = ", ".join(c.label for c in failed[:MAX_NAMED])
+        named = ", ".join(checked[c.op, c.params].describe() if (c.op, c.params) in checked else c.label
+                          for c in failed[:MAX_NAMED])
         more = f" +{len(failed) - MAX_NAMED} more" if len(failed) > MAX_NAMED else ""
         return Check(name, FAIL, f"{len(failed)} of {len(ran)} op cases differ from the CPU backend: {named}{more}",
                      "this device computes wrong numbers for these ops: check the driver and the arch the "
                      "module was built for")
-    if result.returncode != 0:
+    if result.returncode != 0 and not (result.failed and not failed and result.only_case_failures):
         return Check(name, FAIL, f"test-backend-ops exited {result.returncode} after {len(ran)} passing cases"
                      + (f": {result.stderr_tail}" if result.stderr_tail else ""),
                      "a case failed before it had a result (e.g. an allocation), or it crashed: run it by hand")
@@ -542,7 +631,7 @@ def budget_check(result: OpsRun, budget: float = BUDGET_S) -> Check | None:
         return None
     return Check(f"ops {result.device} time", WARN, f"{result.seconds:.0f}s, over the {budget:.0f}s budget per "
                  "device", "a warning only: a CPU driver (lavapipe), a small card or NVIDIA's Vulkan driver on slower host cores "
-                 "(40-77 s on H100 hosts) takes longer; --ops LIST checks only those ops (every case of each)")
+                 "(40-77 s on H100 hosts, 51-69 s on the H200) takes longer; --ops LIST checks only those ops (every case of each)")
 
 
 # --- the record ---------------------------------------------------------------------------------
@@ -557,6 +646,7 @@ class DeviceRecord:
     failed: int
     unsupported: int
     first_failures: tuple[str, ...]
+    rechecked: tuple[str, ...]  # each failing case's re-runs (Recheck.describe): "MUL_MAT(...) failed 1 of 9 runs"
     ops: tuple[str, ...]
     cases: str                  # inference: the cases inference runs (INFERENCE_CASES); all: every case of `ops`
     seconds: float
@@ -585,14 +675,15 @@ class DeviceRecord:
             raise _invalid(where, f"result {data['result']!r} is neither pass nor fail")
         if not isinstance(data["seconds"], (int, float)) or isinstance(data["seconds"], bool):
             raise _invalid(where, "seconds is not a number")
-        for key in ("first_failures", "ops"):
+        for key in ("first_failures", "rechecked", "ops"):
             if not isinstance(data[key], list) or not all(isinstance(x, str) for x in data[key]):
                 raise _invalid(where, f"{key} is not a list of strings")
         try:
             datetime.fromisoformat(data["time"])
         except ValueError:
             raise _invalid(where, f"time {data['time']!r} is not an ISO 8601 time") from None
-        return cls(**{**data, "first_failures": tuple(data["first_failures"]), "ops": tuple(data["ops"]),
+        return cls(**{**data, "first_failures": tuple(data["first_failures"]), "rechecked": tuple(data["rechecked"]),
+                      "ops": tuple(data["ops"]),
                       "seconds": float(data["seconds"])})
 
 
@@ -639,10 +730,12 @@ def load_record(runtime: Path) -> OpsRecord | None:
     return OpsRecord.from_json(text, str(path))
 
 
-def record_entry(result: OpsRun, check: Check, description: str, driver: str, cases: str) -> DeviceRecord:
+def record_entry(result: OpsRun, check: Check, description: str, driver: str, cases: str,
+                 rechecks: tuple[Recheck, ...] = ()) -> DeviceRecord:
     failed = result.failed
     return DeviceRecord(result.device, description, PASS if check.status == PASS else FAIL, len(result.ran) - len(failed),
-                        len(failed), result.unsupported, tuple(c.label for c in failed[:MAX_NAMED]), result.ops,
+                        len(failed), result.unsupported, tuple(c.label for c in failed[:MAX_NAMED]),
+                        tuple(r.describe() for r in rechecks), result.ops,
                         cases, round(result.seconds, 2), driver, socket.gethostname(),
                         datetime.now(UTC).isoformat(timespec="seconds"), __version__)
 
@@ -701,13 +794,14 @@ def ops_checks(runtime: Path, devices: list[str], descriptions: dict[str, str], 
         par = parallelism(device)
         ui.info(f"test-backend-ops on {device}: {len(selection.ops)} ops ({selection.cases} cases), {par.describe()}")
         result = run_device(runtime, device, selection.ops, env, parallel=par, params=selection.params)
-        check = judge(result)
+        rechecks = recheck(runtime, result, env)
+        check = judge(result, rechecks)
         ui.info(f"test-backend-ops on {device}: {check.status.upper()} in {result.seconds:.1f}s")
         checks.append(check)
-        if slow := budget_check(result):
-            checks.append(slow)
+        checks.extend(c for c in (flaky_check(result, rechecks), budget_check(result)) if c)
         description = descriptions.get(device, "")
-        entries.append(record_entry(result, check, description, driver_of(device, description), selection.cases))
+        entries.append(record_entry(result, check, description, driver_of(device, description), selection.cases,
+                                    rechecks))
     checks.append(write_record(runtime, entries))
     return checks
 

@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, MEAN_CASE_MS, OP_COST_MS, ROUNDS, Parallelism, load_record, rounds_for,
+from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, MAX_RECHECKED, MEAN_CASE_MS, OP_COST_MS, RECHECK_RUNS,
+                               ROUNDS, Parallelism, load_record, rounds_for,
                                sql_rows)
 from builder.check.opshares import by_odd_digits, joined, range_runs
 from tests.support.common import REPO, TEST_CACHE, assemble
@@ -157,3 +158,8 @@ def test_planted_shader_fault_fails_naming_the_op(faulty_runtime, tmp_path):
     entry = load_record(runtime).devices[0]
     assert (entry.result, entry.device) == ("fail", "Vulkan0")
     assert entry.failed > 0 and entry.first_failures and all(f.startswith("SCALE(") for f in entry.first_failures)
+    # a real fault fails every re-run: each failing case ran RECHECK_RUNS more times, alone, and failed again
+    assert 0 < entry.failed <= MAX_RECHECKED and len(entry.rechecked) == entry.failed
+    runs = RECHECK_RUNS + 1
+    assert all(f" failed {runs} of {runs} runs ([SCALE] ERR = " in r for r in entry.rechecked), entry.rechecked
+    assert f"failed {runs} of {runs} runs" in line and "ops Vulkan0 flaky" not in proc.stderr
