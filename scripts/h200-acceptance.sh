@@ -24,6 +24,7 @@
 #                                                              # folder kept between two runs (cold, then warm)
 #   NO_MODEL=1 NO_SMOKE=1 scripts/h200-acceptance.sh setup build ops vulkanview vulkanomp  # Vulkan0 of cuda-vulkan:
 #                                                              # only its own module loaded; one OpenMP thread (A/B)
+#   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkankept   # Vulkan0: one shader cache folder vs verify's kept slots
 #   NO_MODEL=1 scripts/h200-acceptance.sh setup vulkanprobe   # Vulkan0: start-up, per op, the driver's shader cache,
 #                                                              # timelines (a carried $CARRY/runtime-vulkan.tar.xz: no build)
 #
@@ -423,6 +424,26 @@ alternate() {
 }
 stage_vulkanview() { alternate view "" "--own-module"; }
 stage_vulkanomp() { alternate omp "" "--env OMP_THREAD_LIMIT=1"; }
+
+# Vulkan0 of the vulkan runtime: one NVIDIA shader cache folder shared by all of a run's processes (as verify
+# ran it to 2026-12-06: --env names a fresh folder) against verify's folder per slot kept in the tool's cache
+# ($ASSEMBLE_CACHE/nvidia-shader-cache/Vulkan0), emptied before its first run: A S S A S.
+stage_vulkankept() {
+  local t0=$SECONDS tag
+  rm -rf "$ASSEMBLE_CACHE/nvidia-shader-cache"
+  for tag in shared-1 slots-1 slots-2 shared-2 slots-3; do
+    log "Vulkan0 of the vulkan runtime: $tag"
+    if [[ $tag == shared-* ]]; then
+      mkdir -p "$WORK/glcache-$tag"
+      whole_list "kept-$tag" "$REPO/scripts/bench-ops.py" --env __GL_SHADER_DISK_CACHE=1 \
+        --env "__GL_SHADER_DISK_CACHE_PATH=$WORK/glcache-$tag" --env __GL_SHADER_DISK_CACHE_SKIP_CLEANUP=1
+    else
+      whole_list "kept-$tag" "$REPO/scripts/bench-ops.py"
+      du -sk "$ASSEMBLE_CACHE/nvidia-shader-cache" | tee -a "$RESULTS/times.txt"
+    fi
+  done
+  echo "vulkankept_seconds=$((SECONDS - t0))" | tee -a "$RESULTS/times.txt"
+}
 
 # verify --ops (-v: how the cases were split) on Vulkan0 of the vulkan runtime.
 stage_vulkanverify() {

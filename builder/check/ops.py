@@ -43,7 +43,7 @@ from builder.check.report import FAIL, PASS, SKIP, WARN, Check
 from builder.config.recipe import DEVICE_PREFIX
 from builder.errors import AssembleError
 from builder.locks import write_atomic
-from builder.paths import scratch
+from builder.paths import cache_dir, scratch
 from builder.proc import command_line
 from builder.runtime.layout import BACKEND_OPS, OPS_RECORD, TESTS_DIR
 
@@ -132,7 +132,7 @@ TIMEOUT_S = 1800.0       # a hung device is a failure; NVIDIA's Vulkan driver to
 PROGRESS_EVERY_S = 30.0  # a running device's count of finished cases, on stderr: a run stopped by a limit leaves a rate
 POLL_S = 0.2
 MAX_NAMED = 3            # failing cases named in a check's line
-RECORD_FORMAT = 3         # 2: each device says which cases ran (cases); 3: and its failing cases' re-runs
+RECORD_FORMAT = 3         # 2: each device says which cases ran (cases); 3: its failing cases' re-runs, its cache
 _OP_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 _INSERT = re.compile(r"INSERT INTO test_backend_ops \(([^)]*)\) VALUES \((.*)\);\s*$")
 _VALUE = re.compile(r"'([^']*)'")
@@ -218,6 +218,7 @@ class OpsRun:
     # every process that exited non-zero exited 1 having reported a failing case, and printed no other failure:
     # its exit is those cases' (test-backend-ops exits 1 when a case fails), nothing else went wrong
     only_case_failures: bool = False
+    shader_cache: str = ""           # a Vulkan device's NVIDIA shader cache before the run: KEPT, EMPTY, THEIRS
 
     @property
     def ran(self) -> tuple[OpCase, ...]:
@@ -337,12 +338,13 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
     start = time.monotonic()
     with (contextlib.nullcontext(keep) if keep else scratch("ops-")) as cwd:
         try:
-            wenv = worker_env(env, cwd)
-            patterns = _split(runtime, device, ops, wenv, cwd, params, par, timeout)
+            cache = shader_cache(device, env, cwd)
+            patterns = _split(runtime, device, ops, cache.env(env, 0), cwd, params, par, timeout)
             argvs = [[str(program(runtime)), "test", "-b", device, "-o", ",".join(ops),
                       *(("-p", pattern) if pattern else ()), "-j", str(par.threads), "--output", "sql"]
                      for pattern in patterns]
-            shards = _run_all(argvs, wenv, cwd, max(0.0, timeout - (time.monotonic() - start)),
+            shards = _run_all(argvs, lambda slot: cache.env(env, slot), cwd,
+                              max(0.0, timeout - (time.monotonic() - start)),
                               slots=par.processes, progress=lambda t: ui.info(f"test-backend-ops on {device}: "
                                                          f"{_finished(cwd, len(argvs))} cases finished after {t:.0f}s"))
         except OSError as exc:
@@ -359,11 +361,11 @@ def run_device(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, 
         tail = f"shard {told}/{len(shards)}: {tail}"
     if hung:
         return OpsRun(device, ops, seconds, merged, error=f"timed out after {timeout:.0f}s", stderr_tail=tail,
-                      timed_out=True)
+                      timed_out=True, shader_cache=cache.state)
     only_cases = all(s.returncode == 1 and any(c.supported and not c.passed for c in p.cases)
                      and "FAIL" not in _stray(s.stdout) for s, p in zip(shards, parsed, strict=True) if s.returncode)
     return OpsRun(device, ops, seconds, merged, shards[told].returncode, stderr_tail=tail,
-                  only_case_failures=only_cases)
+                  only_case_failures=only_cases, shader_cache=cache.state)
 
 
 LIST_TIMEOUT_S = 120.0   # the program's list of a device's cases (support mode computes nothing: seconds)
@@ -380,7 +382,7 @@ def _split(runtime: Path, device: str, ops: tuple[str, ...], env: dict[str, str]
     argv = [str(program(runtime)), "support", "-b", device, "-o", ",".join(ops), *(("-p", params) if params else ()),
             "--output", "sql"]
     begun = time.monotonic()
-    [listing] = _run_all([argv], env, cwd, min(timeout, LIST_TIMEOUT_S), stem="list")
+    [listing] = _run_all([argv], lambda _: env, cwd, min(timeout, LIST_TIMEOUT_S), stem="list")
     found = parse_sql(listing.stdout, mode="support") if listing.returncode == 0 else Parsed(())
     cost: dict[str, float] = {}          # each supported string, weighed by its cases' ops
     for case in found.cases:
@@ -412,35 +414,62 @@ def rounds_for(strings: int, par: Parallelism) -> int:
     return max(1, min(par.rounds, strings // (max(1, par.processes) * MIN_RUN_CASES)))
 
 
-NVIDIA_CACHE = "nvidia-shader-cache"    # in the run's folder
+NVIDIA_CACHE = "nvidia-shader-cache"    # a Vulkan device's: in the tool's cache; another's: in the run's folder
+KEPT, EMPTY, THEIRS = "kept", "empty", "the checks' own"      # ShaderCache.state
 
 
-def worker_env(env: dict[str, str], cwd: Path) -> dict[str, str]:
-    """The checks' environment plus, unless it names its own, one NVIDIA shader disk cache folder in the run's
-    folder (made here: the driver does not make it, and caches nothing without it) for all of a device's
-    processes: each compiles every Vulkan pipeline its cases need, and the checks' environment has no HOME for
-    the driver's own cache. On an H100 (2026-12-05, 16 processes, each op capped at 6 s) MUL_MAT finished 44
-    cases without it, 66 with it empty and 91 with it filled; FLASH_ATTN_EXT 12, 21, 27. The driver serves a
-    process only from the one cache file it takes in the folder (H100, 2026-12-06): a process finds what an
-    earlier user of that file compiled, not what the others did. That reuse is why the folder is shared: a
-    folder per process was slower (H100, 2026-12-06, the whole default list alternated three times each:
-    62.6-64.1 s against 56.1-61.6 s shared). Mesa's cache is left alone: on lavapipe an empty one made a run
-    slower, not faster (docs/lab/)."""
+@dataclass(frozen=True)
+class ShaderCache:
+    """Where a device's processes keep NVIDIA's compiled Vulkan pipelines (__GL_SHADER_DISK_CACHE_PATH): each
+    Vulkan process compiles every pipeline its cases need, on the host's CPU, and the checks' environment has no
+    HOME for the driver's own folder. The driver serves a process only from the one cache file it takes in a
+    folder (H100, 2026-12-06): a process finds what an earlier user of that file compiled, not what the others
+    did. So each slot (one process at a time, opshares' queue) has its own folder: the next process of a slot
+    finds what the slot's earlier processes compiled, as in one shared folder, and a later verify finds them
+    again: on an H100 (2026-12-06, A S S A S) the whole default list took 71.6 and 74.2 s with one shared
+    folder, 76.0 s with the slots' folders empty (797 process-seconds against 808 and 799) and 58.0 and 56.0 s
+    with them kept. A folder per process was slower (H100, 2026-12-06, three alternated runs each: 62.6-64.1 s against
+    56.1-61.6 s for one shared folder), as nothing is reused. On an H100 (2026-12-05, 16 processes, each op
+    capped at 6 s) MUL_MAT finished 44 cases without a cache, 66 with it empty and 91 with it filled. Mesa
+    ignores these variables: on lavapipe its own cache, left alone, made a run slower, not faster (docs/lab/)."""
+    root: Path | None        # None: the checks' environment names a folder (every process gets it)
+    state: str               # KEPT: pipelines from an earlier verify were there; EMPTY; THEIRS
+
+    def env(self, env: dict[str, str], slot: int) -> dict[str, str]:
+        if self.root is None:
+            return dict(env)
+        folder = self.root / f"slot-{slot}"
+        folder.mkdir(parents=True, exist_ok=True)
+        return {"__GL_SHADER_DISK_CACHE": "1", "__GL_SHADER_DISK_CACHE_PATH": str(folder),
+                "__GL_SHADER_DISK_CACHE_SKIP_CLEANUP": "1", **env}
+
+
+def shader_cache(device: str, env: dict[str, str], cwd: Path) -> ShaderCache:
+    """A Vulkan device's folders in the tool's cache, kept between verifies (per device name); another
+    device's (CUDA, HIP: no Vulkan pipelines of its own) in the run's folder, as is a Vulkan device's where
+    the tool's cache cannot be made."""
     if "__GL_SHADER_DISK_CACHE_PATH" in env:
-        return dict(env)
-    (cwd / NVIDIA_CACHE).mkdir(exist_ok=True)
-    return {"__GL_SHADER_DISK_CACHE": "1", "__GL_SHADER_DISK_CACHE_PATH": str(cwd / NVIDIA_CACHE),
-            "__GL_SHADER_DISK_CACHE_SKIP_CLEANUP": "1", **env}
+        return ShaderCache(None, THEIRS)
+    root = cwd / NVIDIA_CACHE
+    if backend_of(device) == "vulkan":
+        with contextlib.suppress(AssembleError, OSError):
+            kept = cache_dir() / NVIDIA_CACHE / device
+            kept.mkdir(parents=True, exist_ok=True)
+            root = kept
+    had = any(f.is_file() for f in root.rglob("*")) if root.is_dir() else False
+    return ShaderCache(root, KEPT if had else EMPTY)
 
 
-def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: float, slots: int | None = None,
-             progress: Callable[[float], None] | None = None, stem: str = "shard") -> list[_Shard]:
+def _run_all(argvs: list[list[str]], env_of: Callable[[int], dict[str, str]], cwd: Path, timeout: float,
+             slots: int | None = None, progress: Callable[[float], None] | None = None,
+             stem: str = "shard") -> list[_Shard]:
     """Run the commands from cwd, at most `slots` at once (None: all), in order, the next started as soon as one
-    ends, each in its own process group with its output in its own files there (never a pipe, which a full one
+    ends in the slot it freed (a command started in slot s runs with env_of(s)), each in its own process group with its output in its own files there (never a pipe, which a full one
     would block), until one deadline, calling `progress` with the seconds so far every PROGRESS_EVERY_S. A group
     still running at the deadline is killed, as is every started one when another cannot start (OSError) or the
     wait is interrupted; a command not started by the deadline never starts (returncode None, no output)."""
     procs: dict[int, subprocess.Popen[bytes]] = {}
+    slot_of: dict[int, int] = {}
     waiting = list(range(len(argvs)))
     start = said = time.monotonic()
     deadline = start + timeout
@@ -449,7 +478,9 @@ def _run_all(argvs: list[list[str]], env: dict[str, str], cwd: Path, timeout: fl
             running = [p for p in procs.values() if p.poll() is None]
             while waiting and len(running) < (slots or len(argvs)) and time.monotonic() < deadline:
                 k = waiting.pop(0)
-                procs[k] = _start(argvs[k], env, cwd, k, stem)
+                busy = {slot_of[j] for j, p in procs.items() if p.poll() is None}
+                slot_of[k] = min(set(range(len(busy) + 1)) - busy)
+                procs[k] = _start(argvs[k], env_of(slot_of[k]), cwd, k, stem)
                 running.append(procs[k])
             now = time.monotonic()
             if not running or now >= deadline:
@@ -556,7 +587,8 @@ def recheck(runtime: Path, result: OpsRun, env: dict[str, str], timeout: float =
     argvs = [[str(program(runtime)), "test", "-b", result.device, "-o", case.op, "-p",
               f"^{ecma_literal(case.params)}$", "-j", "1", "--output", "sql"] for case in failing for _ in range(runs)]
     with scratch("ops-recheck-") as cwd:
-        shards = _run_all(argvs, worker_env(env, cwd), cwd, timeout,
+        cache = shader_cache(result.device, env, cwd)
+        shards = _run_all(argvs, lambda slot: cache.env(env, slot), cwd, timeout,
                           slots=parallelism(result.device).processes, stem="recheck")
     found = []
     for i, case in enumerate(failing):
@@ -595,7 +627,8 @@ def judge(result: OpsRun, rechecks: tuple[Recheck, ...] = ()) -> Check:
     if failed and all((c.op, c.params) in checked and not checked[c.op, c.params].reproduces for c in failed):
         failed = ()
     counts = (f"{len(ran)} op cases passed ({result.unsupported} not supported by {result.device}) in "
-              f"{result.seconds:.1f}s")
+              f"{result.seconds:.1f}s" + (" (NVIDIA's shader cache kept from an earlier verify: not a first run's time)"
+                                          if result.shader_cache == KEPT else ""))
     if result.error:
         return Check(name, FAIL, f"test-backend-ops {result.error} after {len(ran)} cases"
                      + (f": {result.stderr_tail}" if result.stderr_tail else ""),
@@ -650,6 +683,7 @@ class DeviceRecord:
     ops: tuple[str, ...]
     cases: str                  # inference: the cases inference runs (INFERENCE_CASES); all: every case of `ops`
     seconds: float
+    shader_cache: str           # a Vulkan device's NVIDIA shader cache before the run (ShaderCache.state), else ""
     driver: str                 # the host's driver for this device: "NVIDIA 580.82.07 (CUDA 13.0)", ...
     host: str
     time: str                   # UTC, ISO 8601
@@ -659,7 +693,7 @@ class DeviceRecord:
     def from_dict(cls, data: Any, where: str) -> DeviceRecord:
         if not isinstance(data, dict):
             raise _invalid(where, "a device entry is not an object")
-        strings = ("device", "description", "result", "cases", "driver", "host", "time", "assemble")
+        strings = ("device", "description", "result", "cases", "shader_cache", "driver", "host", "time", "assemble")
         counts = ("passed", "failed", "unsupported")
         if set(data) != set(cls.__dataclass_fields__):
             raise _invalid(where, f"a device entry's keys are {sorted(data)}")
@@ -671,6 +705,8 @@ class DeviceRecord:
                 raise _invalid(where, f"{key} is not a count")
         if data["cases"] not in CASE_SETS:
             raise _invalid(where, f"cases {data['cases']!r} is not one of {', '.join(CASE_SETS)}")
+        if data["shader_cache"] not in ("", KEPT, EMPTY, THEIRS):
+            raise _invalid(where, f"shader_cache {data['shader_cache']!r} is not one of {KEPT}, {EMPTY}, {THEIRS}")
         if data["result"] not in (PASS, FAIL):
             raise _invalid(where, f"result {data['result']!r} is neither pass nor fail")
         if not isinstance(data["seconds"], (int, float)) or isinstance(data["seconds"], bool):
@@ -736,7 +772,7 @@ def record_entry(result: OpsRun, check: Check, description: str, driver: str, ca
     return DeviceRecord(result.device, description, PASS if check.status == PASS else FAIL, len(result.ran) - len(failed),
                         len(failed), result.unsupported, tuple(c.label for c in failed[:MAX_NAMED]),
                         tuple(r.describe() for r in rechecks), result.ops,
-                        cases, round(result.seconds, 2), driver, socket.gethostname(),
+                        cases, round(result.seconds, 2), result.shader_cache, driver, socket.gethostname(),
                         datetime.now(UTC).isoformat(timespec="seconds"), __version__)
 
 

@@ -24,7 +24,7 @@ from builder.check.ops import (DEFAULT_OPS, DEFAULT_SELECTION, INFERENCE_CASES, 
                                CaseRule,
                                DeviceRecord, OpCase, OpsRecord, OpsRun, Parallelism, Parsed, Selection, budget_check,
                                judge, load_record, ops_checks, parallelism, parse_op_list, parse_sql, rounds_for, run_device,
-                               selection_filter, worker_env, write_record)
+                               selection_filter, shader_cache, write_record)
 from builder.check import opshares
 from builder.check.opshares import shard_filter
 from builder.check.report import FAIL, PASS, SKIP, WARN
@@ -431,10 +431,14 @@ def test_rounds_shrink_until_each_run_is_worth_its_start():
     assert rounds_for(0, par) == 1
 
 
+def _path_only(slot: int) -> dict[str, str]:
+    return {"PATH": os.environ["PATH"]}
+
+
 def test_runs_start_as_slots_free_never_more_at_once(tmp_path):
     """Six runs, two slots: each run counts the runs alive when it starts (a file each while it lives)."""
     run = ('touch "alive.$0"; ls alive.* | wc -l > "seen.$0"; echo "ran $0"; sleep 0.3; rm "alive.$0"')
-    shards = ops._run_all([["sh", "-c", run, str(k)] for k in range(6)], {"PATH": os.environ["PATH"]}, tmp_path,
+    shards = ops._run_all([["sh", "-c", run, str(k)] for k in range(6)], _path_only, tmp_path,
                           timeout=30, slots=2)
     assert [(s.returncode, s.stdout) for s in shards] == [(0, f"ran {k}\n") for k in range(6)]
     seen = [int((tmp_path / f"seen.{k}").read_text()) for k in range(6)]
@@ -444,7 +448,7 @@ def test_runs_start_as_slots_free_never_more_at_once(tmp_path):
 def test_a_run_not_started_by_the_deadline_never_starts(tmp_path):
     run = 'touch "started.$0"; echo "ran $0"; exec sleep 30'
     start = time.monotonic()
-    shards = ops._run_all([["sh", "-c", run, str(k)] for k in range(3)], {"PATH": os.environ["PATH"]}, tmp_path,
+    shards = ops._run_all([["sh", "-c", run, str(k)] for k in range(3)], _path_only, tmp_path,
                           timeout=1, slots=1)
     assert time.monotonic() - start < 15
     assert [(s.returncode, s.stdout) for s in shards] == [(None, "ran 0\n"), (None, ""), (None, "")]
@@ -453,7 +457,7 @@ def test_a_run_not_started_by_the_deadline_never_starts(tmp_path):
 
 def test_runs_start_in_their_order(tmp_path):
     """The runs come largest first (opshares.run_fractions): one slot starts them in that order."""
-    shards = ops._run_all([["sh", "-c", 'echo "$0" >> order', str(k)] for k in range(4)], {"PATH": os.environ["PATH"]},
+    shards = ops._run_all([["sh", "-c", 'echo "$0" >> order', str(k)] for k in range(4)], _path_only,
                           tmp_path, timeout=30, slots=1)
     assert [s.returncode for s in shards] == [0] * 4 and (tmp_path / "order").read_text().split() == ["0", "1", "2", "3"]
 
@@ -502,7 +506,8 @@ def test_no_gpu_device_is_not_run(tmp_path):
 
 def _entry(device: str = "Vulkan0", result: str = PASS, **kw) -> DeviceRecord:
     base = dict(device=device, description="llvmpipe (LLVM 15.0.6, 256 bits)", result=result, passed=4, failed=0,
-                unsupported=3, first_failures=(), rechecked=(), ops=("SCALE",), cases="all", seconds=1.25, driver="Vulkan: LLVM 15.0.6, 256 bits",
+                unsupported=3, first_failures=(), rechecked=(), ops=("SCALE",), cases="all", seconds=1.25, shader_cache="",
+                driver="Vulkan: LLVM 15.0.6, 256 bits",
                 host="ci", time="2026-12-02T01:05:47+00:00", assemble="0.1.0")
     return DeviceRecord(**{**base, **kw})
 
@@ -667,13 +672,37 @@ def test_each_share_gets_the_selection_in_its_own_pattern(tmp_path, monkeypatch)
     assert argv[argv.index("-p") + 1] == "^(?=type=)"
 
 
-def test_the_shares_share_one_nvidia_shader_cache_unless_the_checks_name_one(tmp_path):
-    """The folder is made: NVIDIA's driver does not make it (the H100's runs of 2026-12-05 left none)."""
-    (tmp_path / "a").mkdir()                                       # the run's folder: scratch or --keep
-    env = worker_env({"GGML_VK_VISIBLE_DEVICES": "0"}, tmp_path / "a")
-    assert env["__GL_SHADER_DISK_CACHE_PATH"] == str(tmp_path / "a" / "nvidia-shader-cache")
-    assert (tmp_path / "a" / "nvidia-shader-cache").is_dir()
+def test_a_vulkan_device_keeps_one_nvidia_shader_cache_folder_per_slot_in_the_tools_cache(tmp_path, monkeypatch):
+    """Made here: NVIDIA's driver does not make the folder (the H100's runs of 2026-12-05 left none)."""
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    run = tmp_path / "run"                                          # the run's folder: scratch or --keep
+    run.mkdir()
+    cache = shader_cache("Vulkan0", {"GGML_VK_VISIBLE_DEVICES": "0"}, run)
+    assert cache.state == ops.EMPTY and cache.root == tmp_path / "cache" / "nvidia-shader-cache" / "Vulkan0"
+    env = cache.env({"GGML_VK_VISIBLE_DEVICES": "0"}, 3)
+    assert env["__GL_SHADER_DISK_CACHE_PATH"] == str(cache.root / "slot-3") and (cache.root / "slot-3").is_dir()
     assert env["GGML_VK_VISIBLE_DEVICES"] == "0" and "OMP_THREAD_LIMIT" not in env
-    assert worker_env({"__GL_SHADER_DISK_CACHE": "0"}, tmp_path)["__GL_SHADER_DISK_CACHE"] == "0"
+    (cache.root / "slot-3" / "GLCache").write_bytes(b"pipelines")      # what the driver leaves
+    assert shader_cache("Vulkan0", {}, run).state == ops.KEPT           # the next verify finds it
+    assert shader_cache("Vulkan1", {}, run).state == ops.EMPTY          # another device has its own
+    cuda = shader_cache("CUDA0", {}, run)                               # no Vulkan pipelines: the run's folder
+    assert cuda.root == run / "nvidia-shader-cache" and cuda.state == ops.EMPTY
+    assert cache.env({"__GL_SHADER_DISK_CACHE": "0"}, 0)["__GL_SHADER_DISK_CACHE"] == "0"
     theirs = {"__GL_SHADER_DISK_CACHE_PATH": "/srv/cache"}
-    assert worker_env(theirs, tmp_path / "b") == theirs and not (tmp_path / "b").exists()
+    mine = shader_cache("Vulkan0", theirs, run)
+    assert (mine.root, mine.state) == (None, ops.THEIRS) and mine.env(theirs, 5) == theirs
+
+
+def test_each_run_gets_the_lowest_free_slot(tmp_path):
+    """A slot is one process at a time: the runs of one slot share a cache folder, as NVIDIA's driver serves a
+    process from the one cache file it takes."""
+    seen: list[int] = []
+
+    def env_of(slot: int) -> dict[str, str]:
+        seen.append(slot)
+        return {"PATH": os.environ["PATH"]}
+
+    hold = ["sh", "-c", "until [ -e last ]; do sleep 0.05; done"]      # holds slot 0 until the last run starts
+    runs = [hold, ["true"], ["true"], ["true"], ["touch", "last"]]       # the others pass through slot 1
+    shards = ops._run_all(runs, env_of, tmp_path, timeout=30, slots=2)
+    assert [s.returncode for s in shards] == [0] * 5 and seen == [0, 1, 1, 1, 1]

@@ -100,7 +100,7 @@ def test_the_ops_record_written_on_the_host_is_no_release_file(release):
     the same name anywhere else is still a file the release has not."""
     from builder.check.ops import DeviceRecord, write_record
     result, rt = release
-    entry = DeviceRecord("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "pass", 94, 0, 0, (), (), ("SCALE",), "all", 7.6,
+    entry = DeviceRecord("Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "pass", 94, 0, 0, (), (), ("SCALE",), "all", 7.6, "",
                          "Vulkan: LLVM 15.0.6, 256 bits", "ci", "2026-12-02T01:05:47+00:00", "0.1.0")
     assert write_record(rt, [entry]).status == PASS
     proc = _verify(rt, result)
