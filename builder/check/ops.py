@@ -428,8 +428,8 @@ class ShaderCache:
     finds what the slot's earlier processes compiled, as in one shared folder, and a later verify finds them
     again: on an H100 (2026-12-06, A S S A S) the whole default list took 71.6 and 74.2 s with one shared
     folder, 76.0 s with the slots' folders empty (797 process-seconds against 808 and 799) and 58.0 and 56.0 s
-    with them kept. A folder per process was slower (H100, 2026-12-06, three alternated runs each: 62.6-64.1 s against
-    56.1-61.6 s for one shared folder), as nothing is reused. On an H100 (2026-12-05, 16 processes, each op
+    with them kept. A folder per process was slower (H100, 2026-12-06, three alternated runs each: 62.6-64.1 s
+    against 56.1-61.6 s for one shared folder), as nothing is reused. On an H100 (2026-12-05, 16 processes, each op
     capped at 6 s) MUL_MAT finished 44 cases without a cache, 66 with it empty and 91 with it filled. Mesa
     ignores these variables: on lavapipe its own cache, left alone, made a run slower, not faster (docs/lab/)."""
     root: Path | None        # None: the checks' environment names a folder (every process gets it)
@@ -464,10 +464,11 @@ def _run_all(argvs: list[list[str]], env_of: Callable[[int], dict[str, str]], cw
              slots: int | None = None, progress: Callable[[float], None] | None = None,
              stem: str = "shard") -> list[_Shard]:
     """Run the commands from cwd, at most `slots` at once (None: all), in order, the next started as soon as one
-    ends in the slot it freed (a command started in slot s runs with env_of(s)), each in its own process group with its output in its own files there (never a pipe, which a full one
-    would block), until one deadline, calling `progress` with the seconds so far every PROGRESS_EVERY_S. A group
-    still running at the deadline is killed, as is every started one when another cannot start (OSError) or the
-    wait is interrupted; a command not started by the deadline never starts (returncode None, no output)."""
+    ends, in the lowest free slot (a command started in slot s runs with env_of(s)), each in its own process
+    group with its output in its own files there (never a pipe, which a full one would block), until one
+    deadline, calling `progress` with the seconds so far every PROGRESS_EVERY_S. A group still running at the
+    deadline is killed, as is every started one when another cannot start (OSError) or the wait is interrupted;
+    a command not started by the deadline never starts (returncode None, no output)."""
     procs: dict[int, subprocess.Popen[bytes]] = {}
     slot_of: dict[int, int] = {}
     waiting = list(range(len(argvs)))
@@ -663,8 +664,9 @@ def budget_check(result: OpsRun, budget: float = BUDGET_S) -> Check | None:
     if result.error or result.seconds <= budget:
         return None
     return Check(f"ops {result.device} time", WARN, f"{result.seconds:.0f}s, over the {budget:.0f}s budget per "
-                 "device", "a warning only: a CPU driver (lavapipe), a small card or NVIDIA's Vulkan driver on slower host cores "
-                 "(40-77 s on H100 hosts, 51-69 s on the H200) takes longer; --ops LIST checks only those ops (every case of each)")
+                 "device", "a warning only: a CPU driver (lavapipe), a small card or NVIDIA's Vulkan driver on slower "
+                 "host cores (40-77 s on H100 hosts, 51-69 s on the H200) takes longer; --ops LIST checks only those "
+                 "ops (every case of each)")
 
 
 # --- the record ---------------------------------------------------------------------------------
