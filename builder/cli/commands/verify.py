@@ -35,7 +35,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", nargs="?", const="", default=None, metavar="LIST",
                    help="run the runtime's tests/test-backend-ops on every GPU device against the CPU backend: "
                         "every case of these ops (comma-separated); alone: the cases a text model's inference runs "
-                        "of the default op list; the last result per device is kept in ops-checks.json")
+                        "of the default op list; a failing case runs again, alone, and fails the device only when it "
+                        "fails again in half of its re-runs; the last result per device is kept in ops-checks.json")
     p.add_argument("--model", metavar="FILE", help="GGUF model for --smoke (default: a tiny random one)")
     p.add_argument("--check-env", action="append", default=[], metavar="NAME=VALUE",
                    help="variable added to the otherwise empty environment of the checks; repeatable")
