@@ -540,8 +540,6 @@ def _tail(text: str, n: int = 3) -> str:
     return " | ".join(lines[-n:])
 
 
-# --- the check ----------------------------------------------------------------------------------
-
 # --- a failing case run again ------------------------------------------------------------------
 
 # Each case draws new random inputs (test-backend-ops seeds from std::random_device) and is compared with the
@@ -571,9 +569,14 @@ class Recheck:
         return 2 * self.failures >= self.runs
 
     def describe(self) -> str:
-        said = self.case.error if self.case.error.startswith("[") else self.printed
+        said = self.case.error if _printed(self.case.error) else self.printed
         return (f"{self.case.label} failed {1 + self.failures} of {1 + self.runs} runs"
                 + (f" ({said})" if said else ""))
+
+
+def _printed(error: str) -> bool:
+    """An OpCase error the program printed ("[MUL_MAT] ERR = ... > ..."), not its generic "test failed"."""
+    return error.startswith("[")
 
 
 def recheck(runtime: Path, result: OpsRun, env: dict[str, str], timeout: float = RECHECK_TIMEOUT_S,
@@ -598,7 +601,7 @@ def recheck(runtime: Path, result: OpsRun, env: dict[str, str], timeout: float =
                     for s in mine]
         passed = [s.returncode is not None and len(o) == 1 and o[0].supported and o[0].passed
                   for s, o in zip(mine, outcomes, strict=True)]
-        printed = next((c.error for o in outcomes for c in o if c.error.startswith("[")), "")
+        printed = next((c.error for o in outcomes for c in o if _printed(c.error)), "")
         found.append(Recheck(case, runs, passed.count(False), printed))
     return tuple(found)
 
@@ -613,6 +616,8 @@ def flaky_check(result: OpsRun, rechecks: tuple[Recheck, ...]) -> Check | None:
                  "tight error bound now and then (a right kernel fails every run when wrong); verify --ops again "
                  "to see it")
 
+
+# --- the check ----------------------------------------------------------------------------------
 
 def check_name(device: str) -> str:
     return f"ops {device}"
