@@ -23,6 +23,8 @@ from tests.support.common import REPO, SHA, TEST_CACHE, assemble  # noqa: F401  
 from tests.support.tiers import compiles, downloads
 
 tiers.configure(Path(__file__).parent)
+TEST_GIT_IDENTITY = {"GIT_AUTHOR_NAME": "assemble tests", "GIT_AUTHOR_EMAIL": "tests@assemble.invalid",
+                     "GIT_COMMITTER_NAME": "assemble tests", "GIT_COMMITTER_EMAIL": "tests@assemble.invalid"}
 BUDGET_MIN = 45.0        # the whole suite, cold, on the 2-core CI machine (.ci/run); the env var overrides it
 _STARTED = pytest.StashKey[float]()
 _OVER = pytest.StashKey[str]()
@@ -65,7 +67,12 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_configure(config):
     """Compile the checkout's modules to bytecode once, before the workers start: hundreds of tests run
     the CLI in a new Python, and where PYTHONDONTWRITEBYTECODE is set (this environment sets it) each one
-    compiled ~150 modules from source again (0.35 s of CPU each). Python reads the .pyc files even then."""
+    compiled ~150 modules from source again (0.35 s of CPU each). Python reads the .pyc files even then.
+
+    Every test that commits or tags (git commit, git tag -a) gets the suite's own identity, in this
+    process and every process it starts: a machine with an empty HOME has none ("Please tell me who
+    you are"), and a developer's own identity must not end up in a test's history either."""
+    os.environ.update(TEST_GIT_IDENTITY)
     if not hasattr(config, "workerinput"):
         for folder in ("builder", "scripts", "tests"):
             compileall.compile_dir(REPO / folder, quiet=2, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP)

@@ -270,11 +270,14 @@ def cpu_variant_check(runtime: Path, env: dict[str, str], flags: frozenset[str] 
         # The loader says nothing about a variant it skipped: load the best one alone to hear why.
         why_not = why_not_loaded(runtime, runtime / "bin" / _file(best.name), env)
     verdict = judge(shipped, seen, flags, None if levels else _cpu_unit_defines(runtime), why_not)
-    return _compiled_as_named(runtime, seen.module, verdict) if verdict.status == PASS else verdict
+    return _compiled_as_named(runtime, seen.module, verdict) if verdict.status in (PASS, FAIL) else verdict
 
 
 def _compiled_as_named(runtime: Path, module: str | None, verdict: Check) -> Check:
-    """A pass only if the module loaded holds its level's code: the best name over x64 code loses speed too."""
+    """A pass only if the module loaded holds its level's code: the best name over x64 code loses speed too.
+    A failure is told by the same fact when it holds: modules whose code is not what their names say score
+    alike, and which of them ggml keeps is the order it read the folder in, so "this CPU runs another" or
+    "this CPU lacks what it needs" would name a symptom of that order rather than the cause."""
     level = cpulevels.level(cpulevels.variant_of(module) or "") if module else None
     if level is None or module is None:
         return verdict

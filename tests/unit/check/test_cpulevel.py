@@ -91,3 +91,19 @@ def test_no_named_levels_no_check(modules, tmp_path):
 # --- ggml's own modules (slow: the cpu build, Debian's packages) --------------------------
 
 
+
+
+def test_a_failed_variant_verdict_names_the_code_the_loaded_module_holds(modules, tmp_path):
+    """Modules holding x64 code under better names all score as x64; the one ggml keeps is the folder's
+    order, so "this CPU lacks what it needs" or "runs another" would name the symptom: the code is the cause."""
+    from builder.check.cpuvariant import NAME as VARIANT, _compiled_as_named
+    from builder.check.report import Check
+    rt = runtime_with(tmp_path, {"libggml-cpu-x64.so": modules["x64"], "libggml-cpu-zen4.so": modules["x64"],
+                                 "libggml-cpu-haswell.so": modules["haswell"]})
+    symptom = Check(VARIANT, FAIL, "libggml-cpu-zen4.so loads, but this CPU lacks avx512f that it needs")
+    told = _compiled_as_named(rt, "libggml-cpu-zen4.so", symptom)
+    assert told.status == FAIL and told.reason.startswith(
+        "libggml-cpu-zen4.so loads, but it was compiled with nothing beyond SSE2 (the x64 level), not zen4's")
+    # a module whose code is what its name says keeps the verdict it had
+    other = Check(VARIANT, FAIL, "libggml-cpu-haswell.so loads, but this CPU runs libggml-cpu-zen4.so")
+    assert _compiled_as_named(rt, "libggml-cpu-haswell.so", other) is other
