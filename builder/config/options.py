@@ -202,7 +202,10 @@ def resolve(recipe: Recipe, cli: CliOptions = CliOptions(), env: Mapping[str, st
     remote = _first((cli.remote_cache, "--remote-cache"), (env.get(remotecache.ENV) or None, remotecache.ENV),
                     (None, "default"))
     if remote.value:                                  # read once, here: a bad URL is one line before anything runs
-        remote = Setting(remotecache.parse(str(remote.value), remote.origin), remote.origin)
+        cache = remotecache.parse(str(remote.value), remote.origin)
+        if remotecache.read_only(env.get(remotecache.READ_ONLY_ENV, ""), remotecache.READ_ONLY_ENV):
+            cache = dataclasses.replace(cache, read_only=True)
+        remote = Setting(cache, remote.origin)
     return BuildConfig(
         recipe=recipe, units=units, targets=cli.targets or recipe.targets,
         jobs=_first((cli.jobs, "--jobs"), (_int_env(env, JOBS_ENV), JOBS_ENV), (os.cpu_count() or 2, "default")),

@@ -23,7 +23,11 @@ from builder.paths import builtin_data, data_dir
 
 SHA_RE = re.compile(r"[0-9a-f]{40}")
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# A recipe (or patch) name: it becomes a folder (runtime-NAME), an archive stem and a workflow job id,
+# so it is short as well as plain (a 1,020-character name once made a YAML key no reader takes).
+NAME_MAX = 64
+NAME_RE = re.compile(rf"[a-z0-9][a-z0-9._-]{{0,{NAME_MAX - 1}}}")
+NAME_FORM = f"use lower-case letters, digits, '-', '_' and '.', at most {NAME_MAX} characters"
 # The grammar of every other string a recipe can set, checked at load (always with fullmatch: `$`
 # lets a trailing newline through), so nothing downstream ever sees one it would have to escape.
 CMAKE_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -315,9 +319,10 @@ def parse_recipe(path: Path, text: str | None = None) -> Recipe:
             raise c.fail(need, f"missing required key '{need}'", f"add {need} to the recipe")
     name = data["name"]
     if not NAME_RE.fullmatch(name):
-        raise c.fail("name", f"invalid recipe name {name!r}", "use lower-case letters, digits, '-', '_' and '.'")
-    aliases = tuple(c.grammar(a, "aliases", NAME_RE, "a recipe name", "use lower-case letters, digits, '-', '_' "
-                              "and '.'") for a in c.strings(data.get("aliases", []), "aliases"))
+        shown = name if len(name) <= NAME_MAX + 16 else name[:NAME_MAX] + f"... ({len(name)} characters)"
+        raise c.fail("name", f"invalid recipe name {shown!r}", NAME_FORM)
+    aliases = tuple(c.grammar(a, "aliases", NAME_RE, "a recipe name", NAME_FORM)
+                    for a in c.strings(data.get("aliases", []), "aliases"))
     backends = _backend_list(c, data["backends"], "backends")
     if "cpu" not in backends:
         backends = backends + ("cpu",)  # ggml always needs its CPU backend beside the GPU ones

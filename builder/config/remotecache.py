@@ -46,6 +46,12 @@ from builder.errors import AssembleError
 T = TypeVar("T")
 
 ENV = "ASSEMBLE_REMOTE_CACHE"        # the environment's way to set it (--remote-cache wins)
+# Read the shared cache and never write it (a release built on a tag: whoever can write the cache can
+# put objects into what the tag ships, so only trusted default-branch builds write). ccache is told
+# with its remote storage's `read-only` attribute; sccache is refused, having no read-only mode for
+# every backend it takes here.
+READ_ONLY_ENV = "ASSEMBLE_REMOTE_CACHE_READ_ONLY"
+READ_ONLY_VALUES = {"true": True, "1": True, "false": False, "0": False, "": False}
 SCHEMES = {"ccache": ("redis", "redis+unix", "http"), "sccache": ("redis", "redis+unix", "s3", "gs", "gha")}
 KNOWN = tuple(sorted({s for schemes in SCHEMES.values() for s in schemes}))
 REDIS = ("redis", "redis+unix")
@@ -117,9 +123,10 @@ class RemoteCache:
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     given: str = field(default="", repr=False, compare=False)     # as written: shown only redacted
+    read_only: bool = False                           # read hits, store nothing (READ_ONLY_ENV)
 
     def __str__(self) -> str:
-        return redacted(self.given or self.scheme + ":")
+        return redacted(self.given or self.scheme + ":") + (" (read-only)" if self.read_only else "")
 
     def hostport(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -270,6 +277,18 @@ def check(cache: RemoteCache, launcher: str, where: str) -> None:
         raise AssembleError(f"{launcher} cannot use {str(cache)!r} as a remote cache", where=where,
                             fix=f"{launcher} takes {', '.join(s + ':' for s in SCHEMES[launcher])} URLs"
                                 + ("; or use --launcher sccache" if launcher == "ccache" else ""))
+    if cache.read_only and launcher != "ccache":
+        raise AssembleError(f"the remote cache is read-only and {launcher} is not told so here: the build "
+                            "would write the shared cache", where=where,
+                            fix="use --launcher ccache (>= 4.4), or drop the remote cache for this build")
+
+
+def read_only(value: str, where: str) -> bool:
+    """READ_ONLY_ENV's value: true/1 or false/0 (empty: false); anything else is one line."""
+    if value.strip().lower() not in READ_ONLY_VALUES:
+        raise AssembleError(f"{value!r} is not true or false", where=where,
+                            fix=f"set {READ_ONLY_ENV} to true (read the shared cache only) or false")
+    return READ_ONLY_VALUES[value.strip().lower()]
 
 
 def ccache_url(cache: RemoteCache) -> str:
@@ -280,14 +299,16 @@ def ccache_url(cache: RemoteCache) -> str:
     if cache.password is not None:
         user = cache.user if cache.user is not None else (DEFAULT_USER if ":" in cache.password else None)
         creds = (f"{q(user)}:" if user is not None else "") + f"{q(cache.password)}@"
+    # ccache's attributes follow the URL after '|' (the URL's own '|' is percent-encoded above)
+    attrs = "|read-only" if cache.read_only else ""
     if cache.scheme == "redis":
-        return f"redis://{creds}{cache.hostport()}" + (f"/{cache.db}" if cache.db else "")
+        return f"redis://{creds}{cache.hostport()}" + (f"/{cache.db}" if cache.db else "") + attrs
     if cache.scheme == "redis+unix":
         db = f"?db={cache.db}" if cache.db else ""
         path = quote(cache.path, safe="/")
-        return f"redis+unix://{creds}localhost{path}{db}" if creds else f"redis+unix:{path}{db}"
+        return (f"redis+unix://{creds}localhost{path}{db}" if creds else f"redis+unix:{path}{db}") + attrs
     if cache.scheme == "http":
-        return f"http://{creds}{cache.hostport()}{quote(cache.path, safe='/')}"
+        return f"http://{creds}{cache.hostport()}{quote(cache.path, safe='/')}" + attrs
     raise ValueError(f"ccache cannot use {cache.scheme}: (remotecache.check refuses it first)")
 
 

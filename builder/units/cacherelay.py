@@ -93,6 +93,7 @@ class Relay:
     """
 
     def __init__(self, cache: RemoteCache):
+        self.cache = cache
         self.endpoint = Endpoint.of(cache)
         self.folder: Path | None = None
         self.failures = 0                     # connections the cache did not take
@@ -108,7 +109,8 @@ class Relay:
     @property
     def container_cache(self) -> RemoteCache:
         """The cache as the container sees it: the socket, no password (the relay logs in)."""
-        return RemoteCache("redis+unix", path=str(self.socket_path), given=f"redis+unix:{self.socket_path}")
+        return RemoteCache("redis+unix", path=str(self.socket_path), given=f"redis+unix:{self.socket_path}",
+                           read_only=self.cache.read_only)   # a tag build reads through the relay, writes nothing
 
     def probe(self) -> str | None:
         """None when the cache takes a logged-in connection now; else why not (one line)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -30,9 +31,11 @@ SDIST = "llama-cpp-python-0.3.36.tar.gz"
 
 @contextmanager
 def redis_server(data: Path, password: str | None = None, users: dict[str, str] | None = None,
-                 unix_socket: Path | None = None) -> Iterator[str]:
+                 unix_socket: Path | None = None,
+                 acl: dict[str, tuple[str, tuple[str, ...]]] | None = None) -> Iterator[str]:
     """redis-server on 127.0.0.1 at a free port, nothing persisted; its URL (without the password,
     if one is required) while it runs. users: ACL users (name -> password) allowed everything;
+    acl: users allowed only what their rules say (name -> (password, rules such as "~*", "+get"));
     unix_socket: also listen there (mode 0700)."""
     server = shutil.which("redis-server")
     assert server, "redis-server is missing: scripts/ci-setup.sh installs it"
@@ -44,6 +47,8 @@ def redis_server(data: Path, password: str | None = None, users: dict[str, str] 
                              "--dir", str(data), *(("--requirepass", password) if password else ()),
                              *(a for name, pw in (users or {}).items()
                                for a in ("--user", name, "on", f">{pw}", "~*", "&*", "+@all")),
+                             *(a for name, (pw, rules) in (acl or {}).items()
+                               for a in ("--user", name, "on", f">{pw}", *rules)),
                              *(("--unixsocket", str(unix_socket), "--unixsocketperm", "700") if unix_socket else ())],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -95,6 +100,39 @@ def machine(root: Path, name: str, recipe: str = "cpu", extra: str = "") -> Mach
     checkout.mkdir(parents=True)
     (checkout / f"{recipe}.toml").write_text((REPO / "recipes" / f"{recipe}.toml").read_text() + extra)
     return Machine(home, checkout / f"{recipe}.toml", checkout)
+
+
+_WRITES = ("set", "setex", "psetex", "setnx", "mset", "msetnx", "getset", "append", "hset", "hmset", "rpush",
+           "lpush", "sadd", "zadd", "expire", "pexpire", "del", "unlink", "rename")
+_READS = ("get", "mget", "exists", "hget", "hgetall", "getex", "strlen", "getrange")
+
+
+def redis_counts(url: str) -> dict[str, int]:
+    """The server's own counts (INFO commandstats, DBSIZE): commands that change the store ("writes"),
+    those that read it ("reads"), and its number of keys. url: redis://[PASSWORD@]127.0.0.1:PORT."""
+    rest = url.removeprefix("redis://")
+    password, _, hostport = rest.rpartition("@")
+    host, _, port = hostport.partition(":")
+    with socket.create_connection((host, int(port.split("/")[0])), timeout=10) as c:
+        def command(*words: str) -> bytes:
+            """One reply: a status or integer line, or a bulk string ($N, then N bytes)."""
+            c.sendall(f"*{len(words)}\r\n".encode() + b"".join(f"${len(w)}\r\n{w}\r\n".encode() for w in words))
+            data = b""
+            while b"\r\n" not in data:
+                data += c.recv(65536)
+            head, _, body = data.partition(b"\r\n")
+            if not head.startswith(b"$"):
+                return head
+            while len(body) < int(head[1:]) + 2:
+                body += c.recv(65536)
+            return body[:int(head[1:])]
+        if password:
+            assert command("AUTH", password).startswith(b"+OK")
+        stats = command("INFO", "commandstats").decode()
+        keys = int(command("DBSIZE").decode().strip().lstrip(":"))
+    calls = {m[0]: int(m[1]) for m in re.findall(r"cmdstat_([a-z]+):calls=(\d+)", stats)}
+    return {"writes": sum(calls.get(n, 0) for n in _WRITES), "reads": sum(calls.get(n, 0) for n in _READS),
+            "keys": keys}
 
 
 def run_cli(*args: str, cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:

@@ -17,8 +17,8 @@ import shutil
 import sysconfig
 
 
-from builder.config.remotecache import redacted
-from scripts.support.remotecache import build_on, machine, redis_server
+from builder.config.remotecache import READ_ONLY_ENV, redacted
+from scripts.support.remotecache import build_on, machine, redis_counts, redis_server
 
 
 # One CPU level and the smallest executable that still compiles all of libllama's unity sources (the files
@@ -52,10 +52,20 @@ def test_machine_b_takes_its_objects_from_the_cache_machine_a_filled(tmp_path):
         assert stats_a["misses"] > 0.9 * stats_a["compiles"], stats_a          # A really compiled
         shutil.rmtree(a.home)                                                  # nothing local survives A
         warm, stats_b, _ = build_on(b, url, *TARGET)
+        # Machine C is a tag build: another CPU level (so its CPU module's compiles miss) with the cache
+        # read-only: it takes A's objects and stores nothing, where A's misses were stored.
+        before = redis_counts(url)
+        c = machine(tmp_path, "c", extra='\n[cpu]\nvariants = "sse42"\n')
+        _, stats_c, log_c = build_on(c, url, *TARGET, env={READ_ONLY_ENV: "true"})
+        after = redis_counts(url)
     print(f"\nmachine A (cold): {cold:.0f} s, {stats_a}\nmachine B (remote): {warm:.0f} s, {stats_b}")
     assert stats_b["compiles"] == stats_a["compiles"]
     assert stats_b["remote_hits"] >= 0.95 * stats_b["compiles"], stats_b
     assert stats_b["hit_rate"] >= 0.95, stats_b
+    assert "(read-only)" in log_c and stats_c["remote"] == redacted(url) + " (read-only)", (stats_c, log_c[-2000:])
+    assert stats_c["misses"] > 0 and stats_c["remote_hits"] > 0.5 * stats_c["compiles"], stats_c
+    assert before["writes"] > 0 and after["reads"] > before["reads"], (before, after)     # A wrote, C read
+    assert after["writes"] == before["writes"] and after["keys"] == before["keys"], (before, after)
 
 
 def test_sccache_machine_b_hits_through_its_own_server(tmp_path):

@@ -48,9 +48,10 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    help="also check that the CUDA module has SASS or usable PTX for this compute capability "
                         "(e.g. 89 for an RTX 4090, 75 for a T4); repeatable or comma-separated")
     p.add_argument("--provenance", metavar="FILE", help="also check manifest.json and every file against the "
-                   "release's <stem>.intoto.json (a runtime unpacked from a release archive)")
+                   "release's <stem>.intoto.json (a runtime unpacked from a release archive), and each of its claims "
+                   "(commit, recipe, backends, glibc promise, units, ...) against manifest.json")
     p.add_argument("--sha256sums", metavar="FILE", help="with --provenance: the release's SHA256SUMS must list that "
-                   "provenance file and its archive with the same digests, and the files beside it must match")
+                   "provenance file, its archive and its SBOM with the same digests, and the files beside it must match")
     p.set_defaults(func=run)
 
 

@@ -323,3 +323,25 @@ def test_a_cmake_that_writes_unity_sources_with_absolute_paths_is_named(version,
     build_flow._check_remote_cache(config, [plan], {unit.name: host}, adopted=set())
     err = capsys.readouterr().err
     assert ("unity sources" in err and f"cmake {version} (/usr/bin/cmake)" in err) == warned, err
+
+
+def test_a_read_only_cache_is_told_to_ccache_as_its_read_only_attribute_and_refused_to_sccache():
+    """A tag build reads the shared cache and writes nothing: ASSEMBLE_REMOTE_CACHE_READ_ONLY=true (or 1)
+    becomes ccache's `|read-only` (after the URL, whose own '|' is encoded); sccache is refused in that
+    mode; anything but true/false/1/0/empty is one line."""
+    recipe = load_recipe("cpu")
+    for value, expect in (("true", True), ("1", True), ("false", False), ("0", False), ("", False), (" TRUE ", True)):
+        cfg = resolve(recipe, CliOptions(remote_cache="redis://pw@cache:6379/2"), env={rc.READ_ONLY_ENV: value})
+        cache = cfg.remote_cache.value
+        assert cache.read_only is expect, value
+        assert rc.ccache_url(cache) == "redis://pw@cache:6379/2" + ("|read-only" if expect else "")
+    cache = dataclasses.replace(rc.parse("redis+unix:/run/a|b.sock", "t"), read_only=True)
+    assert rc.ccache_url(cache) == "redis+unix:/run/a%7Cb.sock|read-only"
+    assert str(cache).endswith(" (read-only)")
+    rc.check(cache, "ccache", "t")
+    with pytest.raises(AssembleError, match="read-only and sccache is not told so"):
+        rc.check(dataclasses.replace(rc.parse("redis://pw@cache", "t"), read_only=True), "sccache", "t")
+    with pytest.raises(AssembleError, match="'yes' is not true or false"):
+        resolve(recipe, CliOptions(remote_cache="redis://pw@cache"), env={rc.READ_ONLY_ENV: "yes"})
+    # no cache, no reading of the flag: a build without a remote cache is untouched by it
+    assert resolve(recipe, CliOptions(), env={rc.READ_ONLY_ENV: "yes"}).remote_cache.value is None

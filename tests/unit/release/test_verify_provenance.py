@@ -4,13 +4,17 @@ what the release stated.
 A real archive written by `package`, unpacked with tar; the runtime's ELF files compiled here
 (tests.support.glibcfloor), so the untouched runtime passes every static check. The attack: a file
 edited and manifest.json updated to match (verify's file checks pass), caught and named by the
-provenance. Refusals are one line, exit 2.
+provenance; and the other way round, a claim of the provenance edited and SHA256SUMS updated to
+match (so `sha256sum -c` passes), caught and named against manifest.json (`release provenance`).
+Refusals are one line, exit 2.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from builder.check.report import FAIL, PASS
-from builder.release import package
-from tests.support.common import assemble, one_error_line
+from builder.release import attested, package
+from tests.support.common import SHA, assemble, one_error_line
 from tests.support.glibcfloor import glibc_runtime, plant
 
 
@@ -63,6 +67,7 @@ def test_the_untouched_release_passes(release):
     c = _checks(proc)
     assert c["release manifest"]["status"] == PASS and c["release files"]["status"] == PASS
     assert c["release SHA256SUMS"]["status"] == PASS and "3 file(s) beside it match" in c["release SHA256SUMS"]["reason"]
+    assert c["release provenance"]["status"] == PASS, c["release provenance"]
     # the same check as sha256sum -c, and the provenance carries what it checks
     assert subprocess.run(["sha256sum", "-c", package.SUMS], cwd=result.sums.parent, capture_output=True).returncode == 0
     subjects = {s["name"] for s in json.loads(result.provenance.read_text())["subject"]}
@@ -93,6 +98,9 @@ def test_an_added_file_and_an_edited_manifest_alone(release):
     c = _checks(_verify(rt, result))
     assert c["release manifest"]["status"] == FAIL
     assert c["release files"]["status"] == FAIL and "lib/libextra.so: not in the release" in c["release files"]["reason"]
+    # the claims against the edited manifest: what was edited in it, named
+    assert c["release provenance"]["status"] == FAIL
+    assert c["release provenance"]["reason"] == "claims glibc.floor=2.35, manifest.json says 2.17"
 
 
 def test_the_ops_record_written_on_the_host_is_no_release_file(release):
@@ -184,3 +192,161 @@ def test_a_provenance_whose_files_disagree_with_its_own_manifest_fails(release, 
     c = _checks(proc)
     assert proc.returncode == 1 and c["release manifest"]["status"] == PASS
     assert c["release files"]["status"] == FAIL and "not a statement assemble package wrote" in c["release files"]["reason"]
+
+
+# --- the claims: a provenance edited, SHA256SUMS updated to match -------------------------------
+
+def _forge(result, edit) -> dict:
+    """The issue's attack: the released provenance edited (`edit(doc)`), written as package writes it,
+    and its SHA256SUMS line updated to match, so `sha256sum -c SHA256SUMS` still passes."""
+    doc = json.loads(result.provenance.read_text())
+    edit(doc)
+    raw = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+    result.provenance.write_bytes(raw)
+    sums = attested.load_sums(result.sums)
+    sums[result.provenance.name] = hashlib.sha256(raw).hexdigest()
+    result.sums.write_text("".join(f"{h}  {n}\n" for n, h in sorted(sums.items())))
+    assert subprocess.run(["sha256sum", "-c", package.SUMS], cwd=result.sums.parent, capture_output=True).returncode == 0
+    return doc
+
+
+def _ext(doc) -> dict:
+    return doc["predicate"]["buildDefinition"]["externalParameters"]
+
+
+def test_an_edited_claimed_commit_with_sha256sums_updated_fails(release):
+    """The issue, exactly: the claimed llama.cpp commit edited, SHA256SUMS updated; the manifest, the
+    files and SHA256SUMS all still agree with the provenance's digests, the claim does not."""
+    result, rt = release
+    forged = "f" * 40
+    _forge(result, lambda d: _ext(d)["source"].update(sha=forged))
+    proc = _verify(rt, result)
+    assert proc.returncode == 1, proc.stdout
+    c = _checks(proc)
+    assert [c[n]["status"] for n in ("release manifest", "release files", "release SHA256SUMS")] == [PASS] * 3
+    assert c["release provenance"]["status"] == FAIL
+    assert c["release provenance"]["reason"] == f"claims source.sha={forged}, manifest.json says {SHA}"
+    # as printed: one row naming the field, and its hint
+    proc = assemble("verify", str(rt), "--static", "--provenance", str(result.provenance), "--sha256sums", str(result.sums))
+    assert proc.returncode == 1
+    assert re.search(rf"^  release provenance +FAIL  claims source\.sha={forged}, manifest\.json says {SHA}$", proc.stderr,
+                     re.M), proc.stderr
+    assert "hint: the provenance is not the one package wrote for this runtime" in proc.stderr
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda d: _ext(d).update(recipe="cuda"), "claims recipe=cuda, manifest.json says cpu"),
+    (lambda d: _ext(d)["backends"].append("cuda"), 'claims backends=["cpu", "cuda"], manifest.json says ["cpu"]'),
+    (lambda d: _ext(d)["glibc"].update(floor="2.17"), "claims glibc.floor=2.17, manifest.json says 2.35"),
+    (lambda d: _ext(d)["glibc"].update(stated_by="build host"), "claims glibc.stated_by=build host, manifest.json says recipe"),
+    (lambda d: _ext(d)["source"].update(build="b9999"), "claims source.build=b9999, manifest.json says none"),
+], ids=["recipe", "backends", "glibc-floor", "glibc-stated-by", "build"])
+def test_each_edited_claim_is_named(release, edit, reason):
+    result, rt = release
+    _forge(result, edit)
+    proc = _verify(rt, result)
+    c = _checks(proc)
+    assert proc.returncode == 1 and c["release SHA256SUMS"]["status"] == PASS
+    assert c["release provenance"]["status"] == FAIL and c["release provenance"]["reason"] == reason
+
+
+def test_a_dropped_or_added_subject_is_named(release):
+    result, rt = release
+    _forge(result, lambda d: d["subject"].remove({"name": "runtime-cpu/bin/libggml-cpu.so",
+                                                   "digest": {"sha256": _sha(rt / "bin/libggml-cpu.so")}}))
+    c = _checks(_verify(rt, result))
+    assert c["release files"]["status"] == FAIL and c["release files"]["reason"] == (
+        "runtime-cpu/bin/libggml-cpu.so: manifest.json lists it, the provenance does not name it: not a statement "
+        "assemble package wrote")
+    _forge(result, lambda d: d["subject"].append({"name": "runtime-cpu/lib/libevil.so", "digest": {"sha256": "0" * 64}}))
+    proc = _verify(rt, result)
+    c = _checks(proc)
+    assert proc.returncode == 1 and c["release SHA256SUMS"]["status"] == PASS
+    assert "runtime-cpu/lib/libevil.so: named by the provenance, not a file manifest.json lists" in c["release files"]["reason"]
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_an_edited_sbom_digest_fails_against_sha256sums(release):
+    """The SBOM's digest is the one claim manifest.json cannot determine: SHA256SUMS' line for it must agree."""
+    result, rt = release
+    _forge(result, lambda d: d["predicate"]["runDetails"]["byproducts"][0]["digest"].update(sha256="0" * 64))
+    c = _checks(_verify(rt, result))
+    assert c["release provenance"]["status"] == PASS
+    assert c["release SHA256SUMS"]["status"] == FAIL
+    assert f"{result.sbom.name}: SHA256SUMS says {_sha(result.sbom)[:16]}..., the provenance says 0000" in \
+        c["release SHA256SUMS"]["reason"]
+
+
+# Every other claim, checked in-process (no subprocess per case): the row verify prints for it.
+def _unit(d):
+    return d["predicate"]["buildDefinition"]["internalParameters"]["units"][0]
+
+
+@pytest.mark.parametrize("edit, reason", [
+    (lambda d: _ext(d).update(recipe_file="/tmp/evil.toml"), "claims recipe_file=/tmp/evil.toml, manifest.json says "),
+    (lambda d: _ext(d)["gpu_targets"].update(cuda=["89"]), 'claims gpu_targets.cuda=["89"], manifest.json says []'),
+    (lambda d: _ext(d).pop("glibc"), "claims no glibc, manifest.json says {"),
+    (lambda d: _ext(d).update(inputs=[{"given": "x.zip", "kind": "zip"}]),
+     'claims inputs=[{"given": "x.zip", "kind": "zip"}], manifest.json says none'),
+    (lambda d: _unit(d).update(container="evil:latest"), "claims units[0].container=evil:latest, manifest.json says "),
+    (lambda d: _unit(d)["configure"].append("-DEVIL=ON"), "claims units[0].configure=["),
+    (lambda d: _unit(d).update(environment={"LD_PRELOAD": "x"}),
+     'claims units[0].environment={"LD_PRELOAD": "x"}, manifest.json says none'),
+    (lambda d: _unit(d).update(name="other"), "claims units[0].name=other, manifest.json says "),
+    (lambda d: d["predicate"]["buildDefinition"]["resolvedDependencies"][0]["digest"].update(gitCommit="f" * 40),
+     f"claims resolvedDependencies[0].digest.gitCommit={'f' * 40}, manifest.json says {SHA}"),
+    (lambda d: _ext(d).update(cuda_arch="89"), "claims cuda_arch=89, manifest.json says none"),   # an unknown field
+    (lambda d: d["predicate"]["runDetails"]["metadata"].update(invocationId="x"),
+     "claims metadata.invocationId=x, manifest.json says none"),
+    (lambda d: d["predicate"]["runDetails"]["builder"].update(id="urn:other:1.0"),
+     "claims builder.id=urn:other:1.0, manifest.json says urn:assemble:<version>"),
+    (lambda d: d["subject"][0].update(name="runtime-cpu-evil.tar.gz"),
+     "claims archive=runtime-cpu-evil.tar.gz, manifest.json says runtime-cpu-0c1e57098bba-linux-"),
+    (lambda d: d["subject"][3].update(annotations={"x": "y"}), "claims subject[3] (runtime-cpu/"),
+    (lambda d: d["predicate"]["runDetails"]["byproducts"][0].update(name="evil.cdx.json"),
+     "claims byproducts[0].name=evil.cdx.json, manifest.json says runtime-cpu-"),
+    (lambda d: d.update(extra=True), "claims extra=true, manifest.json says none"),
+    (lambda d: _ext(d)["glibc"].update(needed="2.17"), "claims glibc.needed=2.17, manifest.json says 2.34"),
+    (lambda d: _ext(d)["glibc"].update(needed_by="lib/x.so"),
+     "claims glibc.needed_by=lib/x.so, manifest.json says bin/llama-server"),
+    (lambda d: _unit(d).update(backends=["cpu", "cuda"]), 'claims units[0].backends=["cpu", "cuda"], manifest.json says'),
+    (lambda d: _unit(d)["build"].append("--target evil"), "claims units[0].build=["),
+    (lambda d: [s.update(name=s["name"].replace("runtime-cpu/", "runtime-gpu/")) for s in d["subject"]],
+     "claims folder=runtime-gpu, manifest.json says runtime-cpu"),
+], ids=["recipe_file", "gpu_targets", "glibc-dropped", "inputs", "container", "configure", "environment", "unit-name",
+        "gitCommit", "unknown-field", "metadata", "builder", "archive-name", "subject-keys", "sbom-name", "top-level",
+        "glibc-needed", "glibc-needed-by", "unit-backends", "unit-build", "folder"])
+def test_every_claim_is_checked_against_the_manifest(release, edit, reason):
+    result, rt = release
+    _forge(result, edit)
+    checks = {c.name: c for c in attested.provenance_checks(rt, attested.load_provenance(result.provenance))}
+    assert checks["release manifest"].status == PASS
+    assert checks["release provenance"].status == FAIL and checks["release provenance"].reason.startswith(reason), \
+        checks["release provenance"].reason
+
+
+def test_the_packaging_tools_version_is_informational(release):
+    """builder.id names the assemble that ran package, which manifest.json does not record: the tool is
+    checked, its version is not."""
+    result, rt = release
+    _forge(result, lambda d: d["predicate"]["runDetails"]["builder"].update(id="urn:assemble:99.0.0"))
+    proc = _verify(rt, result)
+    assert proc.returncode == 0 and _checks(proc)["release provenance"]["status"] == PASS, proc.stdout
+
+
+def test_a_gpu_runtimes_claims_agree_with_its_manifest(tmp_path):
+    """Build number, CUDA toolkit in the archive's name, an sdist source and a patch as dependencies: the
+    statement derived again from manifest.json is the released one (the packaged folder is what the
+    archive unpacks to), and an edited build number is named."""
+    from tests.support.runtimes import make_runtime
+    rt = make_runtime(tmp_path / "a", name="cuda-vulkan", build="b7416", cuda="12.8")
+    result = package.package(rt, tmp_path / "dist")
+    assert "-b7416-cuda12.8-" in result.archive.name
+    checks = {c.name: c for c in attested.provenance_checks(rt, attested.load_provenance(result.provenance))}
+    assert all(c.status == PASS for c in checks.values()), checks
+    _forge(result, lambda d: _ext(d)["source"].update(build="b7417"))
+    checks = {c.name: c for c in attested.provenance_checks(rt, attested.load_provenance(result.provenance))}
+    assert checks["release provenance"].reason == "claims source.build=b7417, manifest.json says b7416"
