@@ -9,19 +9,65 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
+from builder.deploy.credentials import SECRETS, credential_path
 from builder.deploy.model import ModelInfo
 from builder.errors import AssembleError
 
 KEY_RE = re.compile(r"[A-Z_][A-Z0-9_]*")
-_UNSAFE = re.compile(r"['\\\x00-\x1f\x7f]")
+_UNSAFE = re.compile(r"['\\\x00-\x1f\x7f\ud800-\udfff]")   # \ud800-\udfff: a byte that is not UTF-8
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_CTX = 4096
 GPU_BACKENDS = ("cuda", "vulkan", "hip")
 
-# Keys an option owns: the switch waits on and gates the port, and refuses a missing model, so
-# neither may be changed behind its back by --env.
-OWNED = {"LLAMA_ARG_MODEL": "--model", "LLAMA_ARG_PORT": "--port"}
+
+@dataclass(frozen=True)
+class Refused:
+    """A variable --env may not set (a glob of names), why, and what to do instead."""
+    names: str
+    why: str
+    fix: str
+
+
+# The one table of what --env refuses. The env file is read by systemd for the server and sourced by bash
+# when the serve script runs by hand, and the serve script is bash: a variable that makes the dynamic loader,
+# bash or ggml load or run code from outside the release would run it as the service user in every start.
+# (No PYTHON* here: nothing in a release runs Python.) Keys an option owns and keys that would carry a secret
+# are here too, so every refusal of --env is one row with its reason.
+_LOADER = "use the runtime's own libraries (bundled with $ORIGIN RPATHs); rebuild or repair it instead"
+ENV_POLICY = (
+    Refused("LLAMA_ARG_MODEL", "is set by --model (the switch refuses a missing model and gates the one named)",
+            "use --model instead"),
+    Refused("LLAMA_ARG_PORT", "is set by --port (the switch waits for that port and gates it)", "use --port instead"),
+    Refused("LLAMA_API_KEY", "would write the key into the env file and release.json, which every user can read",
+            "use --secret api-key=FILE (systemd hands the file to the server as a credential)"),
+    Refused("LLAMA_ARG_API_KEY", "would write the key into the env file and release.json, which every user can "
+            "read", "use --secret api-key=FILE (systemd hands the file to the server as a credential)"),
+    Refused("LLAMA_ARG_API_KEY_FILE", "is set by --secret api-key=FILE (the unit's credential, which the gate "
+            "authenticates with)", "use --secret api-key=FILE instead"),
+    Refused("LD_*", "is read by the dynamic loader (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT load other code into "
+            "llama-server)", _LOADER),
+    Refused("GLIBC_TUNABLES", "is parsed by the dynamic loader before llama-server runs", _LOADER),
+    Refused("GCONV_PATH", "makes glibc load iconv modules from the folder it names", _LOADER),
+    Refused("GGML_BACKEND_PATH", "makes ggml load the backend module it names, from outside the release",
+            "deploy a runtime that carries the backend (assemble build or repair)"),
+    Refused("PATH", "decides which programs the serve script runs (systemd gives the unit its own)",
+            "leave PATH to systemd"),
+    Refused("BASH_ENV", "names a file bash runs before the serve script", "put nothing in front of the serve script"),
+    Refused("ENV", "names a file a POSIX shell runs at start", "put nothing in front of the serve script"),
+    Refused("BASH_FUNC_*", "defines bash functions that replace the serve script's commands",
+            "put nothing in front of the serve script"),
+    Refused("SHELLOPTS", "changes how bash runs the serve script", "put nothing in front of the serve script"),
+    Refused("BASHOPTS", "changes how bash runs the serve script", "put nothing in front of the serve script"),
+    Refused("IFS", "changes how bash splits the serve script's words", "put nothing in front of the serve script"),
+)
+
+
+def refused(key: str) -> Refused | None:
+    """The rule of ENV_POLICY that refuses `key`, if one does."""
+    return next((r for r in ENV_POLICY if fnmatchcase(key, r.names)), None)
+
 
 # The guards a serving host needs, by the backend that needs them, with the reason (one table).
 GUARDS = {
@@ -64,9 +110,8 @@ def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
         if not sep or not KEY_RE.fullmatch(key):
             raise AssembleError(f"--env {item!r} is not KEY=VALUE with an upper-case variable name", where="--env",
                                 fix="write e.g. --env LLAMA_ARG_CTX_SIZE=8192")
-        if key in OWNED:
-            raise AssembleError(f"--env {key} is set by {OWNED[key]} (the switch refuses, waits and gates on it)",
-                                where="--env", fix=f"use {OWNED[key]} instead")
+        if rule := refused(key):
+            raise AssembleError(f"--env {key} is refused: it {rule.why}", where="--env", fix=rule.fix)
         check_value(key, value, "--env")
         out[key] = value
     return tuple(out.items())
@@ -75,13 +120,15 @@ def parse_env(items: list[str]) -> tuple[tuple[str, str], ...]:
 def check_value(key: str, value: str, where: str) -> None:
     if bad := _UNSAFE.search(value):
         raise AssembleError(f"{key}'s value holds {bad.group()!r}, which systemd and bash would read differently",
-                            where=where, fix="use a value without quotes, backslashes or control characters "
-                                             "(for a path: rename it)")
+                            where=where, fix="use a value without quotes, backslashes, control characters or bytes "
+                                             "that are not UTF-8 (for a path: rename it)")
 
 
 def render_env(model: ModelInfo, model_path: str, port: int, backends: tuple[str, ...],
-               extra: tuple[tuple[str, str], ...] = ()) -> EnvFile:
-    """The env file for this model, port and runtime; `model_path` is the model as the host sees it."""
+               extra: tuple[tuple[str, str], ...] = (), secrets: tuple[tuple[str, str], ...] = (),
+               unit: str = "") -> EnvFile:
+    """The env file for this model, port and runtime; `model_path` is the model as the host sees it;
+    `secrets`: (NAME, FILE as the host sees it) of each --secret, passed to `unit` as its credentials."""
     check_value("LLAMA_ARG_MODEL", model_path, "--model")
     ctx = min(DEFAULT_CTX, model.n_ctx_train) if model.n_ctx_train else DEFAULT_CTX
     lines = [
@@ -101,6 +148,10 @@ def render_env(model: ModelInfo, model_path: str, port: int, backends: tuple[str
                              f"leaves the rest on the CPU{_layers(model)}"))
     for backend in backends:
         lines += [EnvLine(k, v, why) for k, v, why in GUARDS.get(backend, ())]
+    for name, source in secrets:          # the file's path only (in the comment: another file is another release)
+        kind = SECRETS[name]
+        lines.append(EnvLine(kind.env, credential_path(unit, name), f"{kind.why}; systemd copies {source} there at "
+                             f"each start (LoadCredential={name}:...), readable by the unit's user alone"))
     for key, value in extra:
         default = next((ln for ln in lines if ln.key == key), None)
         why = "set by --env" + (f" (default {default.value!r}: {default.why})" if default else "")

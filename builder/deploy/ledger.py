@@ -70,6 +70,11 @@ def owns(tree: HostTree, ledger: locks.Ledger, path: Path) -> bool:
     return bool(digests) and _digest(path, mine[0].kind) in digests
 
 
+def holds(path: Path, text: str) -> bool:
+    """The file at `path` holds exactly `text` (what write_file would write there is already there)."""
+    return _digest(path, FILE) == hashlib.sha256(text.encode()).hexdigest()
+
+
 def owns_current(tree: HostTree, ledger: locks.Ledger) -> bool:
     release_id = tree.current_id()
     return tree.current.is_symlink() and release_id is not None and owns(tree, ledger, tree.release(release_id))
@@ -189,12 +194,25 @@ def tidy(tree: HostTree, ledger: locks.Ledger) -> locks.Ledger:
         elif entry.ino is None and path.is_dir() and not path.is_symlink():
             with contextlib.suppress(OSError):     # a name recorded before its mkdir: removed only while empty
                 path.rmdir()
-    kept = tuple(e for e in ledger.entries
-                 if e.kind != PARTIAL and _digest(tree.root / e.path.lstrip("/"), e.kind) == e.sha256)
+    kept = tuple(e for e in ledger.entries if e.kind != PARTIAL and _still_recorded(tree, ledger, e))
     if kept != ledger.entries:
         ledger = dataclasses.replace(ledger, entries=kept)
         save(tree, ledger)
     return ledger
+
+
+def _still_recorded(tree: HostTree, ledger: locks.Ledger, entry: locks.Entry) -> bool:
+    """Whether tidy keeps an entry: while its path holds what it records; or while the path holds something
+    no entry of it records (someone edited deploy's file: refused as foreign, but remembered, so a revert of
+    the edit makes it deploy's again and no refusal ever forgets it). Dropped: the entries of a path that is
+    gone, and the other half of a change a kill left in flight (the path holds what its other entry records)."""
+    path = tree.root / entry.path.lstrip("/")
+    now = _digest(path, entry.kind)
+    if now == entry.sha256:
+        return True
+    if now is None:
+        return False
+    return not any(e.path == entry.path and e.kind == entry.kind and e.sha256 == now for e in ledger.entries)
 
 
 def fsync_dir(folder: Path) -> None:

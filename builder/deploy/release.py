@@ -6,9 +6,11 @@ file's sha256: two builds of one recipe and commit with other options differ the
 first 8 hex of its configuration (env file + serve script), so the same runtime served with another
 model or port is another release and the one in service is never edited in place.
 
-The runtime is copied, never hard-linked (a hard link would let a rebuild of the source folder change
-the bytes in service), each file fsync'd, then the copy is checked against the manifest's hashes (what
-serves is exactly what was verified, even if the source changed after verify), then renamed into place.
+The runtime is copied, never hard-linked to its source (a hard link would let a rebuild of the source
+folder change the bytes in service), each file fsync'd, then the copy is checked against the manifest's
+hashes (what serves is exactly what was verified, even if the source changed after verify), then renamed
+into place. A file another release of the same tree already holds, byte for byte, is a hard link to it
+instead of a copy (builder.deploy.shared): the tree stores each distinct file once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from builder import __version__
 from builder.check.report import FAIL
 from builder.deploy import ledger as owned
 from builder.deploy.layout import ENV, PARTIAL_TAG, RECORD, RUNTIME, SERVE, HostTree
+from builder.deploy.shared import donors, linker
 from builder.errors import AssembleError, BuildFailed
 from builder.locks import Ledger
 from builder.runtime.manifest import NAME as MANIFEST, Manifest, ManifestInvalid, check_files
@@ -86,12 +89,21 @@ class ReleasePlan:
 
 
 def plan_release(runtime: RuntimeInfo, env: str, serve: str, model_path: str, model_size: int, port: int,
-                 env_values: dict[str, str]) -> ReleasePlan:
-    config = hashlib.sha256(f"{env}\0{serve}".encode()).hexdigest()[:8]
-    release_id = f"{runtime.identity}.{config}"
+                 env_values: dict[str, str], secrets: dict[str, str] | None = None) -> ReleasePlan:
+    release_id = f"{runtime.identity}.{config_digest(env, serve)}"
+    # The env file and serve script are hashed like the runtime's files: an edit by hand (another context
+    # size, more slots) makes the release something its ID does not say, and intact() refuses it.
+    files = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in ((ENV, env), (SERVE, serve))}
     record = {"release": release_id, "runtime": runtime.as_dict(), "model": {"path": model_path, "size": model_size},
-              "port": port, "env": env_values, "created_by": f"assemble {__version__}"}
+              "port": port, "env": env_values, "files": files, "created_by": f"assemble {__version__}"}
+    if secrets:
+        record["secrets"] = secrets          # NAME -> the file's path (the unit's LoadCredential=), never its bytes
     return ReleasePlan(release_id, runtime, env, serve, record)
+
+
+def config_digest(env: str, serve: str) -> str:
+    """The configuration part of a release ID: 8 hex of the env file and serve script together."""
+    return hashlib.sha256(f"{env}\0{serve}".encode()).hexdigest()[:8]
 
 
 def intact(folder: Path, release_id: str) -> str | None:
@@ -101,13 +113,32 @@ def intact(folder: Path, release_id: str) -> str | None:
         if record.get("release") != release_id:
             return f"{RECORD} names release {record.get('release')!r}"
         problems = check_files(folder / RUNTIME, Manifest.load(folder / RUNTIME))
+        return f"{RUNTIME}/{problems[0]}" if problems else _config_changed(folder, record)
     except (OSError, ValueError, ManifestInvalid) as exc:
         return f"unreadable ({getattr(exc, 'what', None) or exc})"
-    if problems:
-        return f"{RUNTIME}/{problems[0]}"
+
+
+def _config_changed(folder: Path, record: dict[str, Any]) -> str | None:
+    """Why the env file or serve script is not what the release was made with (None: both are). A release
+    made before release.json held their hashes is checked against the configuration part of its ID."""
+    texts = {}
     for name in (ENV, SERVE):
-        if not (folder / name).is_file():
+        path = folder / name
+        if path.is_symlink() or not path.is_file():
             return f"{name} is missing"
+        texts[name] = path.read_bytes()
+    files = record.get("files")
+    if isinstance(files, dict):
+        for name, data in texts.items():
+            if hashlib.sha256(data).hexdigest() != files.get(name):
+                return f"{name} was changed after deploy wrote it (its sha256 is not the one in {RECORD})"
+        return None
+    try:
+        config = config_digest(texts[ENV].decode(), texts[SERVE].decode())
+    except UnicodeDecodeError:
+        config = None
+    if not str(record.get("release", "")).endswith(f".{config}"):
+        return f"{ENV} or {SERVE} was changed after deploy wrote it (the release ID's configuration part differs)"
     return None
 
 
@@ -125,8 +156,15 @@ def stage(tree: HostTree, ledger: Ledger, plan: ReleasePlan) -> tuple[Path, Ledg
     ledger = owned.intend_partial(tree, ledger, partial)  # before its mkdir: a kill right after leaves it cleanable
     partial.mkdir()
     ledger = owned.start_partial(tree, ledger, partial)   # before anything is copied: a kill leaves it cleanable
-    shutil.copytree(plan.runtime.path, partial / RUNTIME, symlinks=True, copy_function=_copy_synced)
+    linked: list[str] = []
+    manifest = Manifest.load(plan.runtime.path)
+    shutil.copytree(plan.runtime.path, partial / RUNTIME, symlinks=True,
+                    copy_function=linker(plan.runtime.path, manifest, donors(tree, ledger), _copy_synced, linked))
     problems = check_files(partial / RUNTIME, Manifest.load(partial / RUNTIME))
+    if problems and linked:     # a shared file that is not what its release's manifest says: copy it all
+        shutil.rmtree(partial / RUNTIME)
+        shutil.copytree(plan.runtime.path, partial / RUNTIME, symlinks=True, copy_function=_copy_synced)
+        problems = check_files(partial / RUNTIME, Manifest.load(partial / RUNTIME))
     if problems:
         raise BuildFailed(f"the runtime changed while it was copied ({problems[0]}); nothing was switched",
                           where=str(plan.runtime.path), fix="deploy again once nothing writes to the runtime")

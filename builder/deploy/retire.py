@@ -1,5 +1,7 @@
 """--retire NAME [--keep N]: the only delete deploy ever does, of releases it moved to trash/ itself
-(recorded in its ledger, proved by their release.json), beyond the newest N."""
+(recorded in its ledger, proved by their release.json), beyond the newest N. A release's runtime files
+are hard links shared with every release holding the same bytes (builder.deploy.shared): a delete frees
+only the files no other release holds."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from builder.deploy.defaults import DEFAULT_KEEP
 from builder.deploy.layout import HostTree
 from builder.deploy.service import Recorder
 from builder.errors import AssembleError
-
 
 
 def retire(name: str, keep: int = DEFAULT_KEEP, root: Path = Path("/")) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -4,9 +4,10 @@ Order (a SIGKILL at any instant leaves exactly one `current`: the old release or
 refuse everything refusable before touching anything; copy the release beside the one in service;
 optional preflight of the new release on a free port; wait for the port (naming its holder; nothing
 changed yet); write the unit; record the switch; stop the unit; wait for the port again; flip `current`
-(a symlink renamed over it); restart; gate. Passed: the previous release moves to trash/. Failed: flip
+(a symlink renamed over it); restart; gate (a restart systemd refuses fails it, and so does the new
+release's first crash: builder.deploy.watch). Passed: the previous release moves to trash/. Failed: flip
 back, restore the previous release's unit, restart, gate it the same way; the failed release moves to
-trash/ID.TS.failed; exit 1 naming the step. Nothing is ever deleted here.
+trash/ID.TS.failed; exit 1 naming the step and quoting the unit's journal. Nothing is ever deleted here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import secrets
 import subprocess
@@ -26,15 +28,19 @@ from typing import Any
 from builder import locks, ui
 from builder.deploy import ledger as owned
 from builder.deploy import ports
+from builder.deploy.credentials import SECRETS, first_key, parse_secrets
 from builder.deploy.defaults import DEFAULT_PORT, DEFAULT_PREFLIGHT, GATE_TIMEOUT, PORT_TIMEOUT, PREFLIGHTS
 from builder.deploy.envfile import DEFAULT_HOST, parse_env, render_env
 from builder.deploy.gate import GateResult, devices_from_log, gate
+from builder.deploy.inroot import in_image, inside
 from builder.deploy.layout import ENV, FAILED_SUFFIX, RECORD, RUNTIME, SERVE, UNUSED_SUFFIX, HostTree
 from builder.deploy.model import read_model
 from builder.deploy.release import ReleasePlan, checked_runtime, intact, plan_release, stage
 from builder.deploy.serve import render_serve
-from builder.deploy.service import Recorder, ServiceManager
+from builder.deploy.service import LogLine, Recorder, ServiceManager
 from builder.deploy.unit import UnitSpec, render_sysusers, render_unit
+from builder.deploy.unitquote import UnitValueError
+from builder.deploy.watch import UnitWatch, said, server_text
 from builder.errors import FAILED, AssembleError
 
 
@@ -42,6 +48,15 @@ from builder.errors import FAILED, AssembleError
 class Timeouts:
     gate: float = GATE_TIMEOUT
     port: float = PORT_TIMEOUT
+
+    def __post_init__(self) -> None:
+        # A gate of 0 s fails every release, and the rollback it triggers stops what serves: refused up front.
+        if not (math.isfinite(self.gate) and self.gate > 0):
+            raise AssembleError(f"--gate-timeout {self.gate:g} is not a positive number of seconds", where="--gate-timeout",
+                                fix=f"give the seconds a release has to pass its gate, e.g. --gate-timeout {GATE_TIMEOUT:.0f}")
+        if not (math.isfinite(self.port) and self.port >= 0):
+            raise AssembleError(f"--port-timeout {self.port:g} is not a number of seconds", where="--port-timeout",
+                                fix=f"give 0 or more seconds, e.g. --port-timeout {PORT_TIMEOUT:.0f}")
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ class DeployRequest:
     dry_run: bool = False
     preflight: str = DEFAULT_PREFLIGHT
     timeouts: Timeouts = Timeouts()
+    secrets: tuple[str, ...] = ()        # --secret NAME=FILE
 
 
 @dataclass(frozen=True)
@@ -63,14 +79,20 @@ class Serving:
     port: int
     host: str                       # where the gate connects (a wildcard listen address -> loopback)
     model_names: tuple[str, ...]    # what /v1/models may call the model: its host path, file name, alias
-    api_key: str | None
+    api_key: str | None             # read from the --secret api-key file (deploy runs as root), never stored
 
     @classmethod
-    def of(cls, env: dict[str, str]) -> Serving:
+    def of(cls, env: dict[str, str], key_file: str | None = None) -> Serving:
         listen = env.get("LLAMA_ARG_HOST") or DEFAULT_HOST
         model = env.get("LLAMA_ARG_MODEL", "")
         return cls(int(env["LLAMA_ARG_PORT"]), {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(listen, listen),
-                   tuple(filter(None, (model, Path(model).name, env.get("LLAMA_ARG_ALIAS")))), env.get("LLAMA_API_KEY"))
+                   tuple(filter(None, (model, Path(model).name, env.get("LLAMA_ARG_ALIAS")))),
+                   first_key(Path(key_file)) if key_file else None)
+
+    @classmethod
+    def of_record(cls, record: dict[str, Any]) -> Serving:
+        """How the release a live host's release.json describes is reached."""
+        return cls.of(record["env"], dict(record.get("secrets") or {}).get("api-key"))
 
 
 @dataclass(frozen=True)
@@ -84,6 +106,7 @@ class Outcome:
     commands: tuple[str, ...] = ()       # --root, --dry-run: what a live deploy runs
     texts: tuple[tuple[str, str], ...] = ()   # --dry-run: each file's full text
     reused: bool = False
+    unchanged: bool = False              # the release asked for already served: nothing written, nothing restarted
 
     def as_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -112,10 +135,26 @@ def check_root(root: str | None) -> Path:
     if not path.is_dir():
         raise AssembleError("--root is not an existing folder", where=str(root),
                             fix="give the image's or chroot's root folder (it must hold etc/)")
-    if not (path / "etc").is_dir():
+    if not inside(path, "etc").is_dir():
         raise AssembleError("--root holds no etc/: it is not a system's root folder", where=str(path),
                             fix="give the image's or chroot's root folder")
     return path
+
+
+def _model_in_image(root: Path, given_root: str, given: str) -> Path:
+    """--model under --root: as the image holds it; a model outside the image that does not exist at all
+    is refused as missing (the plainer of the two reasons)."""
+    try:
+        return in_image(root, given_root, given, "the model")
+    except AssembleError:
+        read_model(given)
+        raise
+
+
+def _secret_in_image(root: Path, given_root: str, item: str) -> str:
+    """--secret NAME=FILE under --root: FILE as the image holds it (parse_secrets refuses a malformed item)."""
+    name, sep, given = item.partition("=")
+    return f"{name}={in_image(root, given_root, given, f'the {name} file')}" if sep and given else item
 
 
 def check_port(port: int) -> int:
@@ -133,24 +172,30 @@ def make_plan(req: DeployRequest) -> Plan:
     if req.preflight not in PREFLIGHTS:
         raise AssembleError(f"--preflight {req.preflight!r} is not one of {', '.join(PREFLIGHTS)}", where="--preflight",
                             fix="write --preflight tiny (default), model or none")
-    model = read_model(req.model)
-    if root != Path("/") and not model.path.is_relative_to(root):
-        raise AssembleError("the model is outside --root: the image would not hold it", where=str(model.path),
-                            fix=f"put the model inside {root} (the env file names it as the image sees it)")
+    model = read_model(req.model if req.root is None else _model_in_image(root, req.root, req.model))
+    secrets = parse_secrets(list(req.secrets) if req.root is None else [_secret_in_image(root, req.root, s)
+                                                                         for s in req.secrets])
     host_model = str(tree.host_path(model.path))
+    host_secrets = tuple((name, str(tree.host_path(p))) for name, p in secrets)
     runtime = checked_runtime(req.runtime)
-    env = render_env(model, host_model, port, runtime.backends, extra)
+    env = render_env(model, host_model, port, runtime.backends, extra, host_secrets, tree.unit_name)
     release = plan_release(runtime, env.render(), render_serve(runtime.backends), host_model, model.size, port,
-                           env.as_dict())
+                           env.as_dict(), dict(host_secrets))
     unit, sysusers = unit_texts(tree, release.record)
-    return Plan(tree, release, unit, sysusers, Serving.of(env.as_dict()))
+    key = dict(secrets).get("api-key")
+    return Plan(tree, release, unit, sysusers, Serving.of(env.as_dict(), str(key) if key else None))
 
 
 def unit_texts(tree: HostTree, record: dict[str, Any]) -> tuple[str, str]:
     """The unit and sysusers file a release needs, from its own record (backends: devices; model: paths)."""
     spec = UnitSpec(name=tree.name, user=tree.user, base=tree.host_path(tree.base),
-                    backends=tuple(record["runtime"]["backends"]), model=Path(record["model"]["path"]))
-    return render_unit(spec), render_sysusers(spec)
+                    backends=tuple(record["runtime"]["backends"]), model=Path(record["model"]["path"]),
+                    credentials=tuple(dict(record.get("secrets") or {}).items()))
+    try:
+        return render_unit(spec), render_sysusers(spec)
+    except UnitValueError as exc:
+        raise AssembleError(f"the unit cannot name this path: {exc}", where=str(spec.model),
+                            fix="rename the model's file or folder") from None
 
 
 def release_record(folder: Path) -> dict[str, Any]:
@@ -186,6 +231,17 @@ class _Run:
         rid = self.tree.current_id()
         return rid if rid is not None and owned.owns_current(self.tree, self.ledger) else None
 
+    def serving_as_planned(self, plan: Plan) -> bool:
+        """The release in service is exactly the plan's (every file by its hash), its unit and sysusers file
+        hold the plan's text and the unit runs: a redeploy of it then changes and restarts nothing."""
+        tree = self.tree
+        if intact(tree.release(plan.release.release_id), plan.release.release_id) is not None:
+            return False
+        if not all(owned.holds(path, text) for path, text in ((tree.unit, plan.unit), (tree.sysusers, plan.sysusers))):
+            return False
+        state = self.service.state(tree.unit_name)
+        return state.active == "active" and state.sub == "running" and state.main_pid is not None
+
     def flip(self, release_id: str) -> None:
         """`current` -> releases/ID in one rename: a symlink made beside it, renamed over it."""
         tmp = self.tree.base / f".current.tmp-{secrets.token_hex(4)}"
@@ -212,32 +268,40 @@ class _Run:
         self.service.daemon_reload()
 
     def start_and_gate(self, serving: Serving, timeout: float) -> GateResult:
-        unit = self.tree.unit_name
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
-        self.service.enable(unit)
-        self.service.restart(unit)
-        result = gate(serving.host, serving.port, serving.model_names, timeout, api_key=serving.api_key,
-                      proc=_UnitProcess(self.service, unit))
-        return dataclasses.replace(result, devices=devices_from_log(self.service.journal(unit, since)))
+        """Restart the unit on what `current` points at and gate it. A restart systemd refuses (the unit
+        cannot even start: a path it cannot mount) is a failed gate too, at its own step; either way the
+        failure quotes the unit's journal since this restart."""
+        unit, since, start = self.tree.unit_name, time.time(), time.monotonic()
+        try:
+            self.service.enable(unit)
+            self.service.restart(unit)
+        except AssembleError as exc:
+            if exc.code != FAILED:          # no systemctl here at all: not a gate's verdict
+                raise
+            result = GateResult(False, "restart", exc.what, time.monotonic() - start)
+        else:
+            result = gate(serving.host, serving.port, serving.model_names, timeout, api_key=serving.api_key,
+                          proc=UnitWatch(self.service, unit))
+        log = self._journal(unit, since, wait=not result.passed and result.step != "restart")
+        if not result.passed:
+            result = dataclasses.replace(result, detail=f"{result.detail}; {said(log)}")
+        return dataclasses.replace(result, devices=devices_from_log(server_text(log)))
+
+    def _journal(self, unit: str, since: float, wait: bool) -> tuple[LogLine, ...]:
+        """The unit's journal since `since`; after a server failed, read again for up to a second while it
+        holds nothing the server printed (journald may file a dead server's last lines after systemd's own)."""
+        log = self.service.journal(unit, since)
+        for _ in range(5 if wait else 0):
+            if any(line.from_server for line in log):
+                break
+            time.sleep(0.2)
+            log = self.service.journal(unit, since)
+        return log
 
     def record_gate(self, release_id: str, result: GateResult, what: str) -> None:
         body = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "release": release_id, "what": what,
                 "result": result.as_dict()}
         locks.write_atomic(self.tree.gate_record, json.dumps(body, indent=2) + "\n")
-
-
-class _UnitProcess:
-    """The unit seen as a process by the gate's wait: it has ended once systemd gave up on it."""
-
-    def __init__(self, service: ServiceManager, unit: str):
-        self.service, self.unit = service, unit
-        self.returncode: str | None = None
-
-    def poll(self) -> str | None:
-        state = self.service.state(self.unit)
-        if state.active == "failed":
-            self.returncode = f"(the unit failed: {state.sub})"
-        return self.returncode
 
 
 @contextlib.contextmanager
@@ -273,6 +337,8 @@ def deploy(req: DeployRequest, service: ServiceManager) -> Outcome:
     with locked(tree, service) as run:
         owned.refuse_foreign(tree, run.ledger, targets)
         previous = run.previous()
+        if previous == rid and tree.root == Path("/") and run.serving_as_planned(plan):
+            return Outcome(req.name, rid, previous, reused=True, unchanged=True)
         run.clear_unused(keep=rid)
         folder, run.ledger, reused = stage(tree, run.ledger, plan.release)
         files = (str(folder), str(tree.unit), str(tree.sysusers), str(tree.current))
@@ -333,18 +399,15 @@ def _roll_back(run: _Run, rid: str, serving: Serving, previous: str | None, fail
         # Nothing to go back to: the unit must not keep starting a release that failed its gate (nor start it
         # at boot), and `current` must not point at it. The link is deploy's own; the release goes to trash.
         service.disable(unit)
-        trashed = None
-        if previous is None:
-            tree.current.unlink(missing_ok=True)
-            owned.fsync_dir(tree.base)
-            trashed = run.to_trash(rid, failed=True)
+        tree.current.unlink(missing_ok=True)
+        owned.fsync_dir(tree.base)
+        trashed = run.to_trash(rid, failed=True)
         tree.switch_record.unlink(missing_ok=True)
-        raise AssembleError(f"{failed.line()}; nothing else was in service: {unit} is stopped and disabled"
-                            + (f", the release is in trash/{trashed}" if trashed else ""), where=unit, code=FAILED,
-                            fix=fix)
+        raise AssembleError(f"{failed.line()}; nothing else was in service: {unit} is stopped and disabled, the "
+                            f"release is in trash/{trashed}", where=unit, code=FAILED, fix=fix)
     run.flip(previous)
     run.write_unit(previous)
-    back_serving = Serving.of(release_record(tree.release(previous))["env"])
+    back_serving = Serving.of_record(release_record(tree.release(previous)))
     back = run.start_and_gate(back_serving, timeouts.gate)
     run.record_gate(previous, back, "back to the previous release")
     trashed = run.to_trash(rid, failed=True)
@@ -363,14 +426,18 @@ def preflight(folder: Path, kind: str, timeout: float) -> GateResult:
     from builder.paths import scratch
     from builder.proc import dies_with_us, stop
 
-    env = dict(release_record(folder)["env"])
+    record = release_record(folder)
+    env = dict(record["env"])
+    key_file = dict(record.get("secrets") or {}).get("api-key")   # the operator's file itself: this runs as root
     with scratch("deploy-preflight-") as tmp:
         port = free_port()
         env.update({"LLAMA_ARG_PORT": str(port), "LLAMA_ARG_HOST": "127.0.0.1", "PATH": "/usr/bin:/bin"})
         if kind == "tiny":
             env["LLAMA_ARG_MODEL"] = str(write_tiny_llama(tmp / "tiny.gguf"))
             env.pop("LLAMA_ARG_ALIAS", None)
-        serving = Serving.of(env)
+        if key_file:
+            env[SECRETS["api-key"].env] = key_file
+        serving = Serving.of(env, key_file)
         log = tmp / "server.log"
         with open(log, "w") as out:
             proc = subprocess.Popen([str(folder / SERVE)], env=env, cwd=tmp, stdout=out, stderr=subprocess.STDOUT,
@@ -424,6 +491,6 @@ def rollback(name: str, service: ServiceManager, timeouts: Timeouts = Timeouts()
             run.ledger = owned.move(tree, run.ledger, src, tree.release(rid))
         elif not owned.owns(tree, run.ledger, tree.release(rid)):
             raise owned.foreign(tree.release(rid))
-        serving = Serving.of(release_record(tree.release(rid))["env"])
+        serving = Serving.of_record(release_record(tree.release(rid)))
         result, trashed = _switch(run, rid, serving, previous, timeouts, what="--rollback")
         return Outcome(name, rid, previous, gate=result, trashed=trashed)

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.deploy.unitquote import exec_path, path_item, verbatim
+
 # Backends a manifest may name; the GPU ones need device nodes.
 CPU = "cpu"
 GPU_BACKENDS = ("cuda", "vulkan", "hip")
@@ -52,6 +54,7 @@ class UnitSpec:
     base: Path                   # host path of /opt/assemble/NAME
     backends: tuple[str, ...]    # from the runtime's manifest: "cpu", "cuda", "vulkan", "hip"
     model: Path                  # host path of the model
+    credentials: tuple[tuple[str, str], ...] = ()   # --secret: (NAME, host path of FILE), as LoadCredential=
 
 
 def unit_name(name: str) -> str:
@@ -103,8 +106,8 @@ def render_unit(spec: UnitSpec) -> str:
         "Type=exec",
         f"User={spec.user}",
         f"Group={spec.user}",
-        f"EnvironmentFile={current}/env",
-        f"ExecStart={current}/serve",
+        f"EnvironmentFile={verbatim(f'{current}/env')}",
+        f"ExecStart={exec_path(f'{current}/serve')}",
         "WorkingDirectory=/",
         "Restart=on-failure",
         "RestartSec=2",
@@ -140,15 +143,17 @@ def render_unit(spec: UnitSpec) -> str:
         "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX",
         "DevicePolicy=closed",
     ]
+    # systemd copies each secret at start into a folder only the unit's user reads (the env file names it)
+    lines += [f"LoadCredential={name}:{verbatim(path)}" for name, path in spec.credentials]
     hidden = _hidden(spec.model)
     if hidden == "ProtectHome":
         # The model lives under a home folder: the homes stay hidden, the model file alone is shown.
-        lines += ["ProtectHome=tmpfs", f"BindReadOnlyPaths={spec.model}"]
+        lines += ["ProtectHome=tmpfs", f"BindReadOnlyPaths={path_item(str(spec.model))}"]
     else:
         lines += ["ProtectHome=yes"]
     if hidden == "PrivateTmp":
         # The model lives under /tmp: the private /tmp shows the model file alone.
-        lines += [f"BindReadOnlyPaths={spec.model}"]
+        lines += [f"BindReadOnlyPaths={path_item(str(spec.model))}"]
     if not gpu:
         lines += ["PrivateDevices=yes", "PrivateUsers=yes", "ProcSubset=pid", "MemoryDenyWriteExecute=yes"]
         return "\n".join(lines + ["", "[Install]", "WantedBy=multi-user.target", ""])

@@ -15,10 +15,12 @@ import random
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from builder.check.tinymodel import write_tiny_llama
 from tests.support.common import SHA, TEST_CACHE, assemble
@@ -43,6 +45,11 @@ def systemd_guest(tmp_path_factory, cpu_runtime):
     models.mkdir(mode=0o755)
     vocab = TEST_CACHE / "cache" / "sources" / SHA / "models" / "ggml-vocab-llama-spm.gguf"
     write_tiny_llama(models / "tiny.gguf", vocab_from=vocab).chmod(0o644)
+    # the same model with its tensor data cut short: the header (all deploy reads) is whole
+    cut = models / "truncated.gguf"
+    data = (models / "tiny.gguf").read_bytes()
+    cut.write_bytes(data[:len(data) - 4096])
+    cut.chmod(0o644)
     guest = boot(share)
     try:
         yield guest
@@ -55,7 +62,8 @@ def systemd_guest(tmp_path_factory, cpu_runtime):
 def paths(systemd_guest):
     g = systemd_guest
     return {"a": str(g.at(g.share / "rt" / "runtime-cpu")), "b": str(g.at(g.share / "rt" / "runtime-cpu2")),
-            "model": str(g.at(g.share / "models" / "tiny.gguf"))}
+            "model": str(g.at(g.share / "models" / "tiny.gguf")),
+            "truncated": str(g.at(g.share / "models" / "truncated.gguf"))}
 
 
 # --- what the guest says -------------------------------------------------------------------------
@@ -379,3 +387,186 @@ def test_sigkill_at_random_points_leaves_one_current_that_serves(systemd_guest, 
     runtime = paths["a"] if "cpu2" in current(g, name) else paths["b"]
     ok(deploy(g, runtime, *args))
     assert complete(g, port) == 6
+
+
+# --- when a switch fails (issue 48) ----------------------------------------------------------------------
+
+class Probe(threading.Thread):
+    """GET /health on the guest's loopback (the guest shares the host's network) ten times a second, each
+    answer kept with its wall-clock time, as an operator's monitor would see the service."""
+
+    def __init__(self, port: int):
+        super().__init__(daemon=True)
+        self.url, self.done = f"http://127.0.0.1:{port}/health", threading.Event()
+        self.samples: list[tuple[float, bool]] = []
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            t = time.time()
+            try:
+                ok = requests.get(self.url, timeout=0.5).status_code == 200
+            except requests.RequestException:
+                ok = False
+            self.samples.append((t, ok))
+            self.done.wait(max(0.0, 0.1 - (time.time() - t)))
+
+    def __enter__(self) -> Probe:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.join(5)
+
+    def outage(self) -> tuple[float, float, int]:
+        """(first failed answer, first good answer after it, failed answers): the one outage seen."""
+        down = next(t for t, ok in self.samples if not ok)
+        up = next(t for t, ok in self.samples if ok and t > down)
+        assert all(ok for t, ok in self.samples if t > up), "the service went down again"
+        return down, up, sum(1 for t, ok in self.samples if not ok)
+
+
+def first_failure(g: Guest, name: str, since: float) -> float:
+    """When systemd saw the new release's main process fail (its journal line's own time)."""
+    out = g.run("journalctl", "-u", f"assemble-{name}.service", "-o", "json", f"--since=@{since:.6f}",
+                "--output-fields=MESSAGE", check=True).stdout
+    for line in out.splitlines():
+        entry = json.loads(line)
+        if "Main process exited" in str(entry.get("MESSAGE")) and "status=15/TERM" not in str(entry.get("MESSAGE")):
+            return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
+    raise AssertionError(f"no failure of assemble-{name}.service in its journal:\n{out[-3000:]}")
+
+
+def failed_switch(g: Guest, paths: dict, name: str, port: int, *args: str, during=None) -> dict:
+    """Deploy `args` over a serving release on `port` under a 10 Hz /health probe; the deploy must fail and
+    roll back. `during(launcher)` runs while the deploy does. What was measured, for the asserts and the guide."""
+    old = first(g, paths, name, port)
+    with Probe(port) as probe:
+        time.sleep(0.5)
+        start = time.time()
+        launcher = subprocess.Popen(g.assemble_cmd("deploy", paths["b"], "--name", name, *args), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        if during is not None:
+            during(launcher)
+        out, err = launcher.communicate(timeout=600)
+        took = time.time() - start
+        time.sleep(1.0)
+    proc = subprocess.CompletedProcess(launcher.args, launcher.returncode, out, err)
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stderr
+    assert "rolled back: the previous release serves again" in proc.stderr, proc.stderr
+    assert current(g, name) == old and complete(g, port) == 6
+    trash = g.run("ls", f"/opt/assemble/{name}/trash", check=True).stdout.split()
+    assert len(trash) == 1 and trash[0].endswith(".failed") and "cpu2" in trash[0], trash
+    down, up, failed = probe.outage()
+    failure = first_failure(g, name, start)
+    measured = {"deploy_s": round(took, 1), "outage_s": round(up - down, 1), "failed_probes": failed,
+                "failure_to_serving_s": round(up - failure, 1), "error": proc.stderr.strip()}
+    print(f"\n{name}: {json.dumps(measured)}")
+    assert up - failure <= 5.0, measured            # the previous release serves within 5 s of the failure
+    return measured
+
+
+def test_a_truncated_model_is_out_at_its_first_crash(systemd_guest, paths):
+    """The new release's model has its tensor data cut short: its header is whole (deploy's own check and the
+    tiny preflight pass it), the server dies loading it. The gate fails at that first exit, not after its
+    300 s timeout, quoting the server's own line, and the old release serves again."""
+    g = systemd_guest
+    m = failed_switch(g, paths, "cut", 8131, "--model", paths["truncated"], "--port", "8131")
+    assert "gate failed at health: llama-server exited with status 1" in m["error"], m["error"]
+    assert "the server said: " in m["error"] and "data is not within the file bounds" in m["error"], m["error"]
+    assert m["deploy_s"] < 60, m
+
+
+def test_a_privileged_port_is_out_at_its_first_crash(systemd_guest, paths):
+    """The new release serves on port 80, which the unprivileged service user (no capabilities) cannot bind."""
+    g = systemd_guest
+    m = failed_switch(g, paths, "priv", 8132, "--model", paths["model"], "--port", "80")
+    assert "couldn't bind HTTP server socket" in m["error"] and "port: 80" in m["error"], m["error"]
+
+
+def test_a_restart_systemd_refuses_rolls_back(systemd_guest, paths):
+    """The new release's model lies under /home, which the unit hides and shows the model alone by
+    BindReadOnlyPaths=; the file is renamed away while the preflight runs, so systemd cannot set up the
+    mount and `systemctl restart` itself fails: a failed gate at `restart`, quoting systemd, rolled back."""
+    g = systemd_guest
+    g.run("mkdir", "-p", "/home/op/models", check=True)
+    g.run("cp", paths["model"], "/home/op/models/m.gguf", check=True)
+
+    def move_model_away(launcher: subprocess.Popen) -> None:
+        deadline = time.monotonic() + 120
+        while not strays(g):                         # the preflight's server: the model was read, nothing stopped yet
+            assert launcher.poll() is None and time.monotonic() < deadline, "no preflight seen"
+            time.sleep(0.05)
+        g.run("mv", "/home/op/models/m.gguf", "/home/op/models/gone.gguf", check=True)
+
+    m = failed_switch(g, paths, "bind", 8133, "--model", "/home/op/models/m.gguf", "--port", "8133",
+                      during=move_model_away)
+    assert "gate failed at restart: `systemctl restart assemble-bind.service` failed" in m["error"], m["error"]
+    assert "systemd said: " in m["error"] and "m.gguf" in m["error"], m["error"]
+
+
+def test_model_paths_with_a_space_a_percent_a_colon_and_unicode_serve(systemd_guest, paths):
+    """The model under /home (shown to the server by BindReadOnlyPaths=) in a folder and file named with a
+    space, `%n` (a systemd specifier), a `:` (BindReadOnlyPaths='s separator) and non-ASCII letters: systemd
+    reads the path back exactly, the unit starts and serves."""
+    g = systemd_guest
+    odd = "/home/op/my models %n/modèle: ü 1.gguf"
+    g.run("mkdir", "-p", str(Path(odd).parent), check=True)
+    g.run("cp", paths["model"], odd, check=True)
+    ok(deploy(g, paths["a"], "--name", "odd", "--model", odd, "--port", "8134", "--gate-timeout", str(GATE_TIMEOUT)))
+    assert complete(g, 8134) == 6
+    shown = g.systemctl("show", "assemble-odd.service", "-p", "BindReadOnlyPaths", check=True).stdout.strip()
+    assert shown == f"BindReadOnlyPaths={odd}:{odd}:rbind", shown
+
+
+def test_a_redeploy_of_the_serving_release_restarts_nothing(systemd_guest, paths):
+    g = systemd_guest
+    old = first(g, paths, "same", 8135)
+    before, entries = unit_show(g, "same"), tree_entries(g, "same")
+    with Probe(8135) as probe:
+        proc = ok(deploy(g, paths["a"], "--name", "same", "--model", paths["model"], "--port", "8135",
+                         "--gate-timeout", str(GATE_TIMEOUT)))
+    assert "nothing restarted" in proc.stderr and proc.stdout.strip() == old
+    assert unit_show(g, "same") == before and current(g, "same") == old
+    assert all(ok for _, ok in probe.samples) and len(probe.samples) > 5
+    # every file as it was; the lock file holds the last locker's pid (written beside it and renamed, so its
+    # folder's time moves with it)
+    def files(e: dict[str, str]) -> dict[str, str]:
+        return {p: v for p, v in e.items() if not p.endswith("/.lock") and p not in ("/opt/assemble/same",
+                                                                                  "/opt/assemble/same/state")}
+    assert files(tree_entries(g, "same")) == files(entries)
+
+
+def test_loader_variables_are_refused(systemd_guest, paths):
+    g = systemd_guest
+    proc = deploy(g, paths["a"], "--name", "loader", "--model", paths["model"], "--env", "LD_PRELOAD=/tmp/x.so")
+    no_traceback(proc)
+    assert proc.returncode == 2 and "LD_PRELOAD is refused: it is read by the dynamic loader" in proc.stderr
+    assert g.run("test", "-e", "/opt/assemble/loader").returncode != 0
+
+
+def test_a_secret_reaches_the_server_as_a_credential_and_nowhere_else(systemd_guest, paths):
+    """--secret api-key=FILE: the server answers 401 without the key and serves with it, the gate passed with it,
+    and no file deploy wrote, no file another user (nobody) can read there, and no journal line holds it."""
+    g = systemd_guest
+    key = "sk-guest-7f3a9c0e5d1b42"
+    g.run("sh", "-c", f"umask 077 && mkdir -p /etc/assemble && echo {key} > /etc/assemble/sec.key", check=True)
+    ok(deploy(g, paths["a"], "--name", "sec", "--model", paths["model"], "--port", "8136", "--secret",
+              "api-key=/etc/assemble/sec.key", "--gate-timeout", str(GATE_TIMEOUT)))
+    ask = ("import json,sys,urllib.request as u,urllib.error as e\n"
+           "h={'Content-Type':'application/json'}\n"
+           "if len(sys.argv)>1: h['Authorization']='Bearer '+sys.argv[1]\n"
+           "r=u.Request('http://127.0.0.1:8136/completion',data=b'{\"prompt\":\"Hi\",\"n_predict\":3}',headers=h)\n"
+           "try: print(u.urlopen(r,timeout=30).status)\n"
+           "except e.HTTPError as x: print(x.code)\n")
+    assert g.run("python3", "-c", ask, check=True).stdout.strip() == "401"
+    assert g.run("python3", "-c", ask, key, check=True).stdout.strip() == "200"
+    assert status(g, "sec")["last_gate"]["result"]["passed"] is True
+    places = ("/opt/assemble/sec", "/etc/systemd/system", "/etc/sysusers.d")
+    assert g.run("grep", "-rlF", key, *places).returncode == 1                 # no file there holds it
+    nobody = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+    assert g.run(*nobody, "cat", "/run/credentials/assemble-sec.service/api-key").returncode != 0
+    journal = g.run("journalctl", "--no-pager", "-o", "cat").stdout
+    assert key not in journal and f"api_keys: ****{key[-4:]}" in journal     # llama-server shows its last 4
+    assert key not in ok(deploy(g, "--status", "sec", "--json")).stdout

@@ -18,6 +18,7 @@ EPILOG = """examples:
   assemble deploy runtime-cpu --name chat --model /srv/models/qwen3-8b-q4.gguf --port 8080
   assemble deploy runtime-cuda-vulkan --name chat --model /srv/models/m.gguf --env LLAMA_ARG_CTX_SIZE=16384
   assemble deploy runtime-cpu --name chat --model /srv/models/m.gguf --dry-run
+  assemble deploy runtime-cpu --name chat --model /srv/models/m.gguf --secret api-key=/etc/assemble/chat.key
   assemble deploy runtime-cpu --name chat --model /img/srv/models/m.gguf --root /img
   assemble deploy --status chat --json
   assemble deploy --rollback chat
@@ -45,6 +46,9 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, metavar="N", help=f"the port it serves (default {DEFAULT_PORT})")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="a setting for the env file (e.g. LLAMA_ARG_CTX_SIZE=16384); repeatable")
+    p.add_argument("--secret", action="append", default=[], metavar="NAME=FILE",
+                   help="a secret for the server, handed to it by systemd as a credential (LoadCredential=), never "
+                        "written by deploy: api-key=FILE (llama-server's keys, one a line; the gate sends the first)")
     p.add_argument("--root", metavar="DIR", help="write the tree into this image or chroot root; start nothing")
     p.add_argument("--dry-run", action="store_true", help="print every file and command; write and run nothing")
     p.add_argument("--preflight", choices=PREFLIGHTS, default=DEFAULT_PREFLIGHT,
@@ -57,7 +61,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     what = p.add_mutually_exclusive_group()
     what.add_argument("--status", metavar="NAME", help="what is in service under NAME, the unit's state, the last gate")
     what.add_argument("--rollback", metavar="NAME", help="put the newest good release in trash/ back into service")
-    what.add_argument("--retire", metavar="NAME", help="delete trash/ releases beyond the newest --keep")
+    what.add_argument("--retire", metavar="NAME", help="delete trash/ releases beyond the newest --keep (frees "
+                      "their runtime files no other release shares: identical files are stored once)")
     p.add_argument("--keep", type=int, default=None, metavar="N",
                    help=f"with --retire: how many trash/ releases to keep (default {DEFAULT_KEEP})")
     p.set_defaults(func=run)
@@ -66,7 +71,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
 def _refuse_extra(args: argparse.Namespace, command: str, allowed: set[str]) -> None:
     """An option that means nothing for this form is refused, never ignored."""
     given = {"runtime": args.runtime, "--name": args.name, "--model": args.model, "--root": args.root,
-             "--env": args.env or None, "--keep": args.keep, "--dry-run": args.dry_run or None}
+             "--env": args.env or None, "--secret": args.secret or None, "--keep": args.keep,
+             "--dry-run": args.dry_run or None}
     extra = [k for k, v in given.items() if v is not None and k not in allowed]
     if extra:
         raise AssembleError(f"{command} takes no {extra[0]}", where=extra[0], fix="see `assemble deploy --help`")
@@ -103,13 +109,14 @@ def run(args: argparse.Namespace) -> int:
                 print(f"deleted trash/{name}")
             ui.info(f"{len(deleted)} deleted, {len(kept)} kept in trash/")
         return 0
-    _refuse_extra(args, "deploy", {"runtime", "--name", "--model", "--root", "--env", "--dry-run"})
+    _refuse_extra(args, "deploy", {"runtime", "--name", "--model", "--root", "--env", "--secret", "--dry-run"})
     for flag, value in (("RUNTIME", args.runtime), ("--name", args.name), ("--model", args.model)):
         if not value:
             raise AssembleError(f"deploy needs {flag}", where=flag, fix="write `assemble deploy RUNTIME --name NAME "
                                 "--model FILE` (or --status/--rollback/--retire NAME)")
     req = DeployRequest(runtime=args.runtime, name=args.name, model=args.model, port=args.port, env=tuple(args.env),
-                        root=args.root, dry_run=args.dry_run, preflight=args.preflight, timeouts=timeouts)
+                        root=args.root, dry_run=args.dry_run, preflight=args.preflight, timeouts=timeouts,
+                        secrets=tuple(args.secret))
     return _report(deploy(req, Systemctl()), args.json, dry_run=args.dry_run)
 
 
@@ -127,6 +134,8 @@ def _report(out: Outcome, as_json: bool, dry_run: bool = False) -> int:
         for command in out.commands:
             print(f"# would run: {command}")
         return 0
+    if out.unchanged:
+        ui.info("already in service and running: nothing written, nothing restarted")
     if out.gate is not None:
         ui.info(out.gate.line())
     for name in out.trashed:

@@ -21,7 +21,7 @@ from builder.check.tinymodel import write_tiny_llama
 from builder.deploy import ledger as owned
 from builder.deploy.layout import RUNTIME, SERVE, HostTree
 from builder.deploy.release import stage
-from builder.deploy.service import UnitState
+from builder.deploy.service import LogLine, UnitState
 from builder.deploy.switch import (DeployRequest, Serving, Timeouts, _Run, _switch, deploy, make_plan, preflight,
                                    rollback)
 from builder.errors import AssembleError
@@ -30,10 +30,13 @@ from builder.proc import stop
 
 @dataclass
 class Supervisor:
-    """Runs `current/serve` of one tree as systemd would run ExecStart=: a plain child, no environment but
-    PATH (the script reads its env file), its output in a log; stop/restart really end the process."""
+    """Runs `current/serve` of one tree as systemd would run ExecStart= with EnvironmentFile=: a plain child
+    whose environment is PATH and the release's env file, its output in a log; stop/restart really end the
+    process. The env file names the model as the image sees it (/tiny.gguf): `model` is where that file is
+    here, as a chroot would map it (the release's files stay exactly as deploy wrote them)."""
     tree: HostTree
     log: Path
+    model: Path
     proc: subprocess.Popen | None = None
     calls: list[str] = field(default_factory=list)
 
@@ -52,8 +55,9 @@ class Supervisor:
         self.stop(unit)
         self.calls.append("start")
         with open(self.log, "a") as out:
-            self.proc = subprocess.Popen([str(self.tree.current / SERVE)], env={"PATH": "/usr/bin:/bin"}, cwd="/",
-                                         stdout=out, stderr=subprocess.STDOUT)
+            env = {"PATH": "/usr/bin:/bin", **_env_file(self.tree.current / "env"), "LLAMA_ARG_MODEL": str(self.model)}
+            self.proc = subprocess.Popen([str(self.tree.current / SERVE)], env=env, cwd="/", stdout=out,
+                                         stderr=subprocess.STDOUT)
 
     def state(self, unit):
         if self.proc is None:
@@ -63,7 +67,13 @@ class Supervisor:
         return UnitState("active", "running", self.proc.pid)
 
     def journal(self, unit, since):
-        return self.log.read_text(errors="replace")
+        return tuple(LogLine(line, True) for line in self.log.read_text(errors="replace").splitlines())
+
+
+def _env_file(path: Path) -> dict[str, str]:
+    """KEY='value' lines, as systemd's EnvironmentFile= reads the env file deploy writes."""
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if line and not line.startswith("#"))
+    return {k: v[1:-1] for k, v in pairs}
 
 
 @pytest.fixture
@@ -77,10 +87,7 @@ def served(cpu_runtime, tmp_path):
     shutil.copytree(cpu_runtime, rt, symlinks=True)
     first = deploy(DeployRequest(str(rt), "chat", str(model), port=port, root=str(root)), None)
     tree = HostTree(root, "chat")
-    sup = Supervisor(tree, tmp_path / "journal.log")
-    # the env names the model as the host would see it (/tiny.gguf): point the release at the real file
-    env = tree.release(first.release) / "env"
-    env.write_text(env.read_text().replace("LLAMA_ARG_MODEL='/tiny.gguf'", f"LLAMA_ARG_MODEL='{model}'"))
+    sup = Supervisor(tree, tmp_path / "journal.log", model)
     sup.restart("u")
     yield tree, rt, model, port, sup, first.release
     sup.stop("u")
@@ -90,8 +97,6 @@ def _stage(tree: HostTree, rt: Path, model: Path, port: int, **kw):
     plan = make_plan(DeployRequest(str(rt), "chat", str(model), port=port, root=str(tree.root), **kw))
     run = _Run(tree, None)
     folder, run.ledger, _ = stage(tree, run.ledger, plan.release)
-    env = folder / "env"
-    env.write_text(env.read_text().replace("LLAMA_ARG_MODEL='/tiny.gguf'", f"LLAMA_ARG_MODEL='{model}'"))
     return run, plan, folder
 
 

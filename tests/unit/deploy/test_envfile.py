@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from builder.check.tinymodel import write_tiny_llama
-from builder.deploy.envfile import parse_env, render_env
+from builder.deploy.envfile import ENV_POLICY, parse_env, refused, render_env
 from builder.deploy.layout import HostTree, check_name
 from builder.deploy.model import read_model
 from builder.errors import AssembleError
@@ -42,6 +42,31 @@ def test_bad_env_items_are_refused(item, words):
     with pytest.raises(AssembleError) as e:
         parse_env([item])
     assert words in e.value.what and e.value.where == "--env"
+
+
+# One name each rule of the policy table must refuse, and what its reason must say.
+POLICY_CASES = {"LLAMA_ARG_MODEL": "--model", "LLAMA_ARG_PORT": "--port", "LD_PRELOAD": "dynamic loader",
+                "LD_LIBRARY_PATH": "dynamic loader", "LD_AUDIT": "dynamic loader", "GLIBC_TUNABLES": "dynamic loader",
+                "GCONV_PATH": "iconv", "GGML_BACKEND_PATH": "backend module", "PATH": "programs",
+                "BASH_ENV": "bash runs", "ENV": "shell runs", "BASH_FUNC_X": "bash functions",
+                "SHELLOPTS": "bash", "BASHOPTS": "bash", "IFS": "splits", "LLAMA_API_KEY": "every user can read",
+                "LLAMA_ARG_API_KEY": "every user can read", "LLAMA_ARG_API_KEY_FILE": "--secret"}
+
+
+@pytest.mark.parametrize("key", list(POLICY_CASES))
+def test_the_env_policy_refuses_with_its_reason(key):
+    with pytest.raises(AssembleError) as e:
+        parse_env([f"{key}=/opt/x"])
+    line = e.value.line()
+    assert f"--env {key} is refused: it " in line and POLICY_CASES[key] in line and "fix: " in line
+    assert "\n" not in line and e.value.code == 2
+
+
+def test_the_policy_is_one_table_every_rule_used_and_ordinary_settings_pass():
+    assert {refused(k) for k in POLICY_CASES} == set(ENV_POLICY)       # each rule is met by a case above
+    for ok in ("LLAMA_ARG_CTX_SIZE", "LLAMA_ARG_N_PARALLEL", "GGML_CUDA_NO_PINNED", "HIP_VISIBLE_DEVICES",
+               "XPATH", "MY_LD_FLAG", "ENVIRONMENT", "LLAMA_ARG_ALIAS"):
+        assert refused(ok) is None and parse_env([f"{ok}=1"]) == ((ok, "1"),)
 
 
 def test_model_refusals(tmp_path):

@@ -45,6 +45,22 @@ def test_a_written_file_is_ours_until_someone_changes_it(tree):
     assert tree.unit.read_text().endswith("# edited by hand\n")    # never replaced
 
 
+def test_no_refusal_forgets_an_edited_file(tree):
+    """A run's tidy settles what a kill left in flight, but keeps the entry of a file someone edited: the file
+    is refused as foreign while edited, and deploy's again once the edit is undone (a refused --rollback once
+    dropped it for good)."""
+    ledger = owned.write_file(tree, owned.load(tree), tree.unit, "[Unit]\n")
+    tree.unit.write_text("[Unit]\n# edited by hand\n")
+    ledger = owned.tidy(tree, ledger)
+    assert [e.path for e in owned.load(tree).entries] == ["/etc/systemd/system/assemble-chat.service"]
+    with pytest.raises(AssembleError):
+        owned.refuse_foreign(tree, ledger, [tree.unit])
+    tree.unit.write_text("[Unit]\n")
+    assert owned.owns(tree, owned.tidy(tree, ledger), tree.unit)
+    tree.unit.unlink()                                             # gone: nothing left to own
+    assert owned.tidy(tree, ledger).entries == ()
+
+
 def test_a_file_that_was_there_before_is_foreign(tree):
     tree.sysusers.parent.mkdir(parents=True)
     tree.sysusers.write_text("u someone-else\n")

@@ -100,6 +100,36 @@ def test_a_second_release_moves_the_first_to_trash(image):
     assert list((base / "trash").iterdir()) == []
 
 
+def test_a_hand_edited_release_is_never_reused_nor_rolled_back_to(image):
+    """env and serve are hashed in release.json: an edit (another context size) is refused by name, as a deploy
+    of the same release and as a --rollback target; neither refusal changes a byte or forgets a ledger entry."""
+    from builder.deploy.service import Recorder
+    from builder.deploy.switch import rollback
+    from builder.errors import AssembleError
+
+    def snap():                                       # the lock file holds the last locker's pid
+        return {k: v for k, v in snapshot(root).items() if not k.endswith("/.lock")}
+
+    root, rt, model = image
+    first = deploy(root, rt, model, "--port", "9000").stdout.strip()
+    base = root / "opt/assemble/chat"
+    record = json.loads((base / "releases" / first / "release.json").read_text())
+    assert set(record["files"]) == {"env", "serve"}
+    env = base / "releases" / first / "env"
+    env.write_text(env.read_text().replace("LLAMA_ARG_CTX_SIZE=", "LLAMA_ARG_CTX_SIZE='64'\n#"))
+    before = snap()
+    one_error_line(deploy(root, rt, model, "--port", "9000"), 2, ["env was changed after deploy wrote it", first])
+    assert snap() == before
+    env.write_text(env.read_text().replace("LLAMA_ARG_CTX_SIZE='64'\n#", "LLAMA_ARG_CTX_SIZE="))   # undone
+    deploy(root, rt, model, "--port", "9001")                                    # first -> trash
+    (serve := next((base / "trash").iterdir()) / "serve").write_text(serve.read_text() + "# edited\n")
+    before = snap()
+    with pytest.raises(AssembleError) as e:
+        rollback("chat", Recorder(), root=root)
+    assert "damaged (serve was changed after deploy wrote it" in e.value.what
+    assert snap() == before
+
+
 def test_dry_run_prints_everything_and_writes_nothing(image):
     root, rt, model = image
     before = snapshot(root)
@@ -190,6 +220,11 @@ def test_a_runtime_failing_verify_static_is_refused(image):
     (["deploy", "--status", "a", "--rollback", "a"], ["not allowed with argument"]),
     (["deploy", "--status", "nothing-here"], ["nothing is deployed under the name nothing-here"]),
     (["deploy", "--root", "/", "--status", "x"], ["--root is the running system's own root"]),
+    (["deploy", "rt", "--name", "chat", "--model", "m", "--gate-timeout", "0"],
+     ["--gate-timeout 0 is not a positive number of seconds"]),
+    (["deploy", "rt", "--name", "chat", "--model", "m", "--gate-timeout", "-5"], ["--gate-timeout -5 is not a positive"]),
+    (["deploy", "--rollback", "chat", "--gate-timeout", "nan"], ["--gate-timeout nan is not a positive"]),
+    (["deploy", "rt", "--name", "chat", "--model", "m", "--port-timeout", "-1"], ["--port-timeout -1 is not"]),
 ])
 def test_argument_combinations(argv, words):
     one_error_line(assemble(*argv), 2, words)
