@@ -23,12 +23,21 @@ from typing import Any, Protocol
 from builder.check.integrity import modules_in_bin
 from builder.errors import AssembleError
 from builder.paths import scratch
+from builder.runtime.elf import expand_dirs, read_elf
+from builder.runtime.layout import BIN_DIR, LIB_DIR
+from builder.runtime.place import patchelf_tool
 from builder.proc import run, stop
 
 RUN_TIMEOUT = 120
 
 # Probe one backend module in a clean process: load it as ggml would (RTLD_NOW),
-# initialise its registry and list its devices through libggml-base's C API.
+# initialise its registry and list its devices through libggml-base's C API. ggml dlopen()s a
+# module by its full path, so ld.so looks for the module's own dependencies in its DT_RPATH and
+# then in the executable's: llama-server's (lib/). The probe's interpreter is therefore a copy of
+# this Python given llama-server's DT_RPATH (probe_interpreter): a bare `python -c` would search
+# the interpreter's paths instead and miss a dependency carried in lib/ (Debian's BLAS module and
+# its libblas.so.3), and the host's LD_LIBRARY_PATH is never read (the run's environment is the
+# check's own).
 _PROBE = r"""
 import ctypes, json, sys
 runtime, module = sys.argv[1], sys.argv[2]
@@ -77,10 +86,60 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = RUN_T
     return run(argv, env=env, cwd=cwd, timeout=timeout)
 
 
+def server_search_dirs(runtime: Path) -> tuple[Path, ...]:
+    """The folders llama-server's DT_RPATH names, expanded: where ld.so looks for a dlopen()ed module's
+    dependencies after the module's own DT_RPATH. A server that cannot be read counts as linked the way
+    build and repair link it ($ORIGIN/../lib); one with DT_RUNPATH lends its modules nothing."""
+    server = runtime / BIN_DIR / "llama-server"
+    try:
+        info = read_elf(server)
+    except AssembleError:
+        info = None
+    if info is None:
+        return (runtime.resolve() / LIB_DIR,)
+    return expand_dirs(info.search_rpath, info)
+
+
+def probe_interpreter(runtime: Path, folder: Path) -> tuple[str, dict[str, str]]:
+    """(a Python to run the probe with, the variables it needs): a copy of this interpreter in `folder`
+    whose DT_RPATH is llama-server's (then its own), so the modules it loads find their dependencies
+    as in the server. Python finds its standard library through PYTHONHOME, the copy being elsewhere.
+    This Python as it is when no copy can be made (then a dependency only lib/ holds is not found)."""
+    dirs = list(server_search_dirs(runtime))
+    real = Path(sys.executable).resolve()
+    try:
+        own = read_elf(real)
+    except AssembleError:
+        own = None
+    if own is None or not dirs:
+        return sys.executable, {}
+    dirs += [d for d in expand_dirs((*own.rpath, *own.runpath), own) if d not in dirs]
+    if any(":" in str(d) or "$" in str(d) for d in dirs) or ":" in sys.base_prefix + sys.base_exec_prefix:
+        return sys.executable, {}         # an RPATH or PYTHONHOME cannot say such a path
+    copy = folder / real.name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(real, copy)
+        os.chmod(copy, 0o700)
+        done = run([patchelf_tool(), "--force-rpath", "--set-rpath", ":".join(map(str, dirs)), str(copy)],
+                   timeout=RUN_TIMEOUT)
+    except (OSError, AssembleError, subprocess.TimeoutExpired):
+        return sys.executable, {}
+    if done.returncode != 0:
+        return sys.executable, {}
+    needs = {"PYTHONHOME": f"{sys.base_prefix}:{sys.base_exec_prefix}"}
+    try:                              # the copy must start, or the probe would blame the module
+        works = run([str(copy), "-c", "import ctypes, json"], env=needs, cwd=folder, timeout=RUN_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return sys.executable, {}
+    return (str(copy), needs) if works.returncode == 0 else (sys.executable, {})
+
+
 def probe_module(runtime: Path, module: Path, env: dict[str, str]) -> Probe:
     with scratch("probe-") as cwd:
+        python, needs = probe_interpreter(runtime, cwd / "python")
         try:
-            proc = _run([sys.executable, "-c", _PROBE, str(runtime), str(module)], env, cwd)
+            proc = _run([python, "-c", _PROBE, str(runtime), str(module)], {**env, **needs}, cwd)
         except subprocess.TimeoutExpired:
             return Probe(error=f"loading {module.name} hung for {RUN_TIMEOUT}s")
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]

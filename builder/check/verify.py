@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 from builder import ui
 from builder import windows
 from builder.errors import AssembleError
-from builder.check import cpuvariant, gpufit, integrity, placement, prebuiltloader
+from builder.check import cpuvariant, facts, gpufit, integrity, placement, prebuiltloader
 from builder.check import dynamic as devices
 from builder.check import ops as opscheck
 from builder.check import static as staticcheck
@@ -26,6 +26,7 @@ from builder.config.recipe import DEVICE_PREFIX, Recipe
 from builder.config.targets import CudaArch
 from builder.prebuilt.loader import LOADER_PATCH
 from builder.runtime.gpuruntime import CudaRuntimeRecord, RocmRecord
+from builder.runtime.manifest import Manifest
 from builder.toolchain import gpus as gpu_probes
 from builder.paths import scratch
 
@@ -182,10 +183,13 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     m, invalid = integrity.load(runtime)
     if m is not None and m.platform == windows.PLATFORM:
         from builder.check.windows import verify_windows      # a DLL folder: read, never run here
-        return verify_windows(runtime, m)
+        report = verify_windows(runtime, m)
+        return Report(report.subject, (*report.checks, _facts_check(runtime, m, None, report.checks)))
     listed = recipe.backends if recipe else (m.recipe.backends if m else None)
     backends = listed or ("cpu",)
     checks = integrity.checks(runtime, m, invalid, backends, listed)
+    if m is not None:             # what the manifest states about the files, from the files
+        checks.append(_facts_check(runtime, m, recipe, checks))
     checks += staticcheck.run(runtime, m, backends, recipe=recipe, extra_hip_targets=hip_targets, here=not static)
     gpus = m.gpu_runtimes if m else None
     host = _GpuHost() if static else _GpuHost(
@@ -223,6 +227,14 @@ def verify_runtime(runtime: Path, recipe: Recipe | None = None, smoke: bool = Fa
     else:
         checks.append(Check("llama-server", FAIL, "bin/llama-server is missing", "rebuild the runtime"))
     return Report(str(runtime), tuple(checks))
+
+
+def _facts_check(runtime: Path, m: Manifest, recipe: Recipe | None, before: Sequence[Check]) -> Check:
+    """The manifest's facts against its files, once the files are those it lists: facts read from a
+    folder the hashes already fail would only repeat that failure."""
+    if not any(c.name == "manifest hashes" and c.status == PASS for c in before):
+        return Check(facts.NAME, SKIP, "not run: the files are not those the manifest lists (manifest hashes)")
+    return facts.finding(runtime, m, recipe).check()
 
 
 def require_passed(report: Report, where: str, what: str = "the new runtime") -> None:

@@ -249,6 +249,7 @@ def _unit(recipe: Recipe, unit: Unit, cli: CliOptions, adopted: dict[str, str]) 
         where = Where(CONTAINER, image=image) if image else Where(HOST)
     backends = set(unit.backends)
     cuda = (cli.cuda_archs or (recipe.cuda.architectures if recipe.cuda else ())) if "cuda" in backends else ()
+    cuda = tuple(dict.fromkeys(a.as_ggml_builds() for a in cuda))
     hip = (((cli.hip_target,) if cli.hip_target else (recipe.hip.targets if recipe.hip else ())) if "hip" in backends else ())
     cascade: list[Define] = [Define(k, v, "default") for k, v in BASE_DEFINES]
     cascade += [Define(f"GGML_{b.upper()}", "ON" if b in backends else "OFF", "backend") for b in ("cuda", "hip", "vulkan")]

@@ -78,6 +78,14 @@ class CudaArch:
         """"120" for 120a-real: what toolkits and rules compare."""
         return str(self.number)
 
+    def as_ggml_builds(self) -> CudaArch:
+        """The architecture ggml's CMake compiles for this one: a plain 12X becomes 12Xa (Blackwell's FP4
+        tensor-core code is not forward compatible; ggml-cuda/CMakeLists.txt rewrites every 12X, -real and
+        -virtual too). The plan asks for it directly, so the manifest states the code the module carries."""
+        if 120 <= self.number <= 129 and not self.suffix:
+            return CudaArch(self.number, "a", self.kind)
+        return self
+
     def __str__(self) -> str:
         return f"{self.number}{self.suffix}" + (f"-{self.kind}" if self.kind else "")
 

@@ -4,6 +4,10 @@ RPATHs, record it, prove it.
 
     inputs -> plan (unpack, read, refuse) -> place (copy, licences, manifest) -> verify -> swap in
 
+--dry-run runs the same steps but the last: it shows the plan, places a copy in its scratch folder,
+verifies it and exits as the real run would (2 for a refusal, 1 for a failed check); --out is
+checked, never written.
+
 One flow for every platform: the CLI picks the platform from the inputs (platform_of) and this
 module runs its plan / show / place / verify (builder.flows.platforms) inside publish_runtime.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from builder import paths, ui
 from builder.config.recipe import NAME_RE
 from builder.errors import AssembleError
 from builder.flows import publish
@@ -44,8 +49,32 @@ def repair(req: RepairRequest, platform: RepairPlatform) -> Path | None:
     def fill(staged: Path, work: Path) -> None:
         platform.place(platform.plan(req, work), req, staged).write(staged)
 
+    if req.dry_run:
+        # the real run's refusal of --out first (reads only), then everything it does but the writing
+        publish.check_destination(req.out, cache=paths.cache_dir(), inputs=req.read_paths())
     return publish.publish_runtime(req.out, fill, scratch="repair-", reads=req.read_paths(), wait=req.wait,
                                    keep=req.keep, check=lambda staged: platform.verify(staged, req),
                                    checked="the repaired runtime",
-                                   preview=(lambda work: platform.show(platform.plan(req, work), req))
-                                   if req.dry_run else None)
+                                   preview=(lambda work: _preview(req, platform, work)) if req.dry_run else None)
+
+
+def _preview(req: RepairRequest, platform: RepairPlatform, work: Path) -> None:
+    """--dry-run: the plan shown, then the real run's checks on a copy in the scratch folder `work`
+    (removed afterwards; --out is never written), so that it fails where the real run would: the same
+    refusals (exit 2), the same verify table and its failure (exit 1)."""
+    from builder.check.verify import require_passed   # the checks load only when a runtime is checked
+    plan = platform.plan(req, work)
+    platform.show(plan, req)
+    staged = work / DRY_RUN_STAGE
+    staged.mkdir()
+    ui.step(f"dry run: the checks of the real run, on a copy in the scratch folder ({req.out} is not written)")
+    said = ui.level()
+    ui.set_level(min(said, ui.QUIET))             # the copy's progress is no news: the plan above said it
+    try:
+        platform.place(plan, req, staged).write(staged)
+    finally:
+        ui.set_level(said)
+    require_passed(platform.verify(staged, req), str(req.out), "the repaired runtime (dry run)")
+
+
+DRY_RUN_STAGE = "dry-run"          # the copy --dry-run checks, inside its scratch folder

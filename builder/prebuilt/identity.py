@@ -19,7 +19,7 @@ from pathlib import Path
 from elftools.common.exceptions import ELFError
 
 from builder.errors import AssembleError
-from builder.runtime.elf import dynamic_symbols
+from builder.runtime.elf import dynamic_symbols, read_elf
 
 _VERSION = re.compile(r"\.so\.(\d+(?:\.\d+)*)\Z")
 _GGML_SYMBOL = re.compile(r"^(ggml|gguf)_")
@@ -32,6 +32,7 @@ class BaseIdentity:
     build: str | None                 # b7416, when the input says
     interface: str                    # sha256 of the sorted exported symbol names
     exported: int                     # how many
+    soname: str | None = None         # libggml-base.so.0: the name every file of its build needs it by
 
     def describe(self) -> str:
         parts = [f"ggml {self.version or 'version unknown'}"] + ([self.build] if self.build else [])
@@ -54,8 +55,10 @@ def exported(path: Path) -> set[str]:
 def base_identity(path: Path, build: str | None = None) -> BaseIdentity:
     names = exported(path)
     m = _VERSION.search(path.name)
+    info = read_elf(path)
     return BaseIdentity(path.name, m.group(1) if m and m.group(1).count(".") >= 1 else None, build,
-                        hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest(), len(names))
+                        hashlib.sha256("\n".join(sorted(names)).encode()).hexdigest(), len(names),
+                        info.soname if info else None)
 
 
 def same_base(a: BaseIdentity, b: BaseIdentity) -> str | None:
@@ -66,6 +69,8 @@ def same_base(a: BaseIdentity, b: BaseIdentity) -> str | None:
         return f"their versions differ ({a.version} vs {b.version})"
     if a.build and b.build and a.build != b.build:
         return f"their build tags differ ({a.build} vs {b.build})"
+    if (a.soname or a.file) != (b.soname or b.file):
+        return f"their SONAMEs differ ({a.soname or a.file} vs {b.soname or b.file})"
     return None
 
 

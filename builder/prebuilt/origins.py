@@ -40,6 +40,12 @@ def origin(inputs: Sequence[Unpacked], path: str | Path) -> str:
     return str(path)
 
 
+def texts_origin(inputs: Sequence[Unpacked], texts: Sequence[Path]) -> str:
+    """Where licence texts were found, in the user's words: each text by its input and member
+    (`llama-b7416-bin-win-cpu-x64.zip:LICENSE`), never the unpack folder it was read from."""
+    return ", ".join(origin(inputs, t) for t in texts)
+
+
 def named(inputs: Sequence[Unpacked], text: str | None) -> str | None:
     """Every path under an unpack folder in `text` (a message) named by its input."""
     if not text:

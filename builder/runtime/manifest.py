@@ -14,7 +14,7 @@ import os
 import posixpath
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -39,6 +39,9 @@ ROLES = ("own", "vendor", "data", "license", "test")
 BUILT = ("own", "test")      # the roles of files built from llama.cpp (its licence covers them)
 PLATFORMS = ("linux", "windows")   # linux: bin/ + lib/ with RPATHs; windows: one flat DLL folder (builder.windows)
 CREATOR = "assemble"
+# The keys of units[].environment: builder.units.environment.BuildEnv.as_dict (tests/unit/runtime/test_manifest.py
+# holds the two together; this layer cannot import that one).
+ENVIRONMENT_KEYS = ("passed", "keyed", "scrubbed")
 
 
 class ManifestInvalid(BuildFailed):
@@ -289,6 +292,12 @@ class Manifest:
     def host_sonames(self) -> set[str]:
         return {s.soname for s in self.system_libs}
 
+    def toolkit_versions(self) -> dict[str, str]:
+        """{"cuda": version, "rocm": version} of the toolkits the units were built with, as the build
+        hands them to gpuruntime.describe (used where no carried library's code or name says)."""
+        return {k: str(u.toolchain[k].get("version") or "") for u in self.units for k in ("cuda", "rocm")
+                if isinstance(u.toolchain.get(k), dict)}
+
 
 # --- the proof that a folder is still what the manifest says --------------------------
 
@@ -381,10 +390,22 @@ class _Reader:
     def fail(self, key: str, what: str) -> ManifestInvalid:
         return _invalid(self.where, key, what)
 
-    def obj(self, v: Any, key: str) -> dict[str, Any]:
+    def obj(self, v: Any, key: str, record: type | Iterable[str] | None = None) -> dict[str, Any]:
+        """An object; with `record` (a dataclass, or the key names), one holding no other key."""
         if not isinstance(v, dict):
             raise self.fail(key, f"must be an object, not {type(v).__name__}")
+        if record is not None:
+            self.known(v, key, record)
         return v
+
+    def known(self, d: dict[str, Any], key: str, record: type | Iterable[str]) -> None:
+        """Refuse a key the writer never writes: every key of a record is one of its dataclass's fields."""
+        names = {f.name for f in fields(record)} if isinstance(record, type) else set(record)
+        unknown = sorted(k for k in d if k not in names)
+        if unknown:
+            shown = unknown[0] if unknown[0].isprintable() and len(unknown[0]) <= 40 else repr(unknown[0][:40])
+            more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+            raise self.fail(f"{key}.{shown}" if key else shown, f"is not a key assemble writes{more}")
 
     def get(self, d: dict[str, Any], name: str, key: str, kind: type, *, required: bool = True,
             default: Any = None) -> Any:
@@ -465,26 +486,26 @@ def _parse(raw: Any, where: str) -> Manifest:
     r = _Reader(where)
     if _depth(raw) > MAX_DEPTH:
         raise r.fail("", f"nests deeper than {MAX_DEPTH} levels")
-    top = r.obj(raw, "")
+    top = r.obj(raw, "", Manifest)
     schema = r.get(top, "schema", "", int)
     if schema not in READABLE:
         raise r.fail("schema", f"is {schema}; this assemble reads {', '.join(map(str, READABLE))}")
     created_by = r.get(top, "created_by", "", str)
     if not created_by.startswith(CREATOR + " "):
         raise r.fail("created_by", f"is {created_by!r}: not written by {CREATOR}")
-    rec = r.obj(top.get("recipe"), "recipe")
+    rec = r.obj(top.get("recipe"), "recipe", RecipeRecord)
     recipe = RecipeRecord(name=_recipe_name(r, rec), description=r.get(rec, "description", "recipe", str, required=False,
                                                                   default=""),
                           backends=r.strings(rec, "backends", "recipe"),
                           targets=r.strings(rec, "targets", "recipe", required=False),
                           file=r.get(rec, "file", "recipe", str, required=False, default=""))
-    ll = r.obj(top.get("llama_cpp"), "llama_cpp")
+    ll = r.obj(top.get("llama_cpp"), "llama_cpp", SourceRecord)
     patches = tuple(PatchRecord(name=r.get(p, "name", f"llama_cpp.patches[{i}]", str),
                                 file=r.matching(p, "file", f"llama_cpp.patches[{i}]", _FILE_NAME, "a file name",
                                                 required=True),
                                 sha256=r.get(p, "sha256", f"llama_cpp.patches[{i}]", str),
                                 fixes=r.get(p, "fixes", f"llama_cpp.patches[{i}]", str, required=False, default=""))
-                    for i, p in enumerate(r.obj(x, f"llama_cpp.patches[{i}]") for i, x in
+                    for i, p in enumerate(r.obj(x, f"llama_cpp.patches[{i}]", PatchRecord) for i, x in
                                           enumerate(r.get(ll, "patches", "llama_cpp", list, required=False,
                                                           default=[]))))
     source = SourceRecord(sha=r.matching(ll, "sha", "llama_cpp", SHA_RE, "a 40-hex commit"),
@@ -496,7 +517,7 @@ def _parse(raw: Any, where: str) -> Manifest:
     files, seen = [], set()
     for i, f in enumerate(r.get(top, "files", "", list)):
         key = f"files[{i}]"
-        f = r.obj(f, key)
+        f = r.obj(f, key, FileEntry)
         path = r.path(f.get("path"), f"{key}.path")
         role = r.get(f, "role", key, str)
         if role not in ROLES:
@@ -514,7 +535,7 @@ def _parse(raw: Any, where: str) -> Manifest:
     links = []
     for i, s in enumerate(r.get(top, "symlinks", "", list, required=False, default=[])):
         key = f"symlinks[{i}]"
-        s = r.obj(s, key)
+        s = r.obj(s, key, LinkEntry)
         path = r.path(s.get("path"), f"{key}.path")
         target = r.get(s, "target", key, str)
         resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
@@ -525,14 +546,15 @@ def _parse(raw: Any, where: str) -> Manifest:
         seen.add(path)
         links.append(LinkEntry(path, target))
     gpu = r.get(top, "gpu_targets", "", dict, required=False, default={})
-    units = tuple(_unit(r, r.obj(u, f"units[{i}]"), f"units[{i}]")
+    r.known(gpu, "gpu_targets", GpuTargets)
+    units = tuple(_unit(r, r.obj(u, f"units[{i}]", UnitRecord), f"units[{i}]")
                   for i, u in enumerate(r.get(top, "units", "", list, required=False, default=[])))
     system = tuple(SystemLib(r.get(s, "soname", f"system_libs[{i}]", str), r.get(s, "reason", f"system_libs[{i}]", str,
                                                                                  required=False, default=""),
                              r.strings(s, "needed_by", f"system_libs[{i}]", required=False))
-                   for i, s in enumerate(r.obj(x, f"system_libs[{i}]") for i, x in
+                   for i, s in enumerate(r.obj(x, f"system_libs[{i}]", SystemLib) for i, x in
                                          enumerate(r.get(top, "system_libs", "", list, required=False, default=[]))))
-    sizes = r.get(top, "size_by_role", "", dict, required=False, default={})
+    sizes = _sizes(r, r.get(top, "size_by_role", "", dict, required=False, default={}))
     return Manifest(recipe=recipe, llama_cpp=source, files=tuple(files), symlinks=tuple(links),
                     gpu_targets=GpuTargets(cuda=r.targets(gpu, "cuda", CudaArch.parse),
                                            hip=r.targets(gpu, "hip", GfxTarget.parse)),
@@ -542,7 +564,7 @@ def _parse(raw: Any, where: str) -> Manifest:
                     glibc_floor=_glibc_floor(r, r.get(top, "glibc_floor", "", dict, required=False)),
                     size_by_role=sizes, config=r.get(top, "config", "", dict, required=False),
                     gpu_runtimes=_gpu_runtimes(r, r.get(top, "gpu_runtimes", "", dict, required=False, default={})),
-                    inputs=tuple(_input(r, r.obj(x, f"inputs[{i}]"), f"inputs[{i}]") for i, x in
+                    inputs=tuple(_input(r, r.obj(x, f"inputs[{i}]", InputRecord), f"inputs[{i}]") for i, x in
                                  enumerate(r.get(top, "inputs", "", list, required=False, default=[]))),
                     left_out=_left_out(r, top),
                     loader=_loader(r, r.get(top, "loader", "", dict, required=False)),
@@ -554,7 +576,7 @@ def _licenses(r: _Reader, top: dict[str, Any], listed: set[str]) -> tuple[Licens
     out = []
     for i, d in enumerate(r.get(top, "licenses", "", list, required=False, default=[])):
         key = f"licenses[{i}]"
-        d = r.obj(d, key)
+        d = r.obj(d, key, LicenseRecord)
         texts = tuple(r.path(t, f"{key}.texts") for t in r.strings(d, "texts", key))
         covers = tuple(r.path(c, f"{key}.covers") for c in r.strings(d, "covers", key))
         stray = next((p for p in texts + covers if p not in listed), None)
@@ -569,6 +591,7 @@ def _licenses(r: _Reader, top: dict[str, Any], listed: set[str]) -> tuple[Licens
 def _glibc_floor(r: _Reader, d: dict[str, Any] | None) -> GlibcFloor | None:
     if d is None:
         return None
+    r.known(d, "glibc_floor", GlibcFloor)
     by = r.get(d, "stated_by", "glibc_floor", str, required=False)
     if by is not None and by not in glibc.STATED_BY:
         raise r.fail("glibc_floor.stated_by", f"is {by[:40]!r}, not one of {', '.join(glibc.STATED_BY)}")
@@ -611,7 +634,7 @@ def _left_out(r: _Reader, top: dict[str, Any]) -> tuple[LeftOutRecord, ...]:
     out = []
     for i, d in enumerate(raw):
         key = f"left_out[{i}]"
-        d = r.obj(d, key)
+        d = r.obj(d, key, LeftOutRecord)
         rec = LeftOutRecord(r.get(d, "path", key, str), r.get(d, "reason", key, str))
         for name, v in (("path", rec.path), ("reason", rec.reason)):
             if not v or len(v) > 4096 or any(c in v for c in "\x00\n\r"):
@@ -623,6 +646,7 @@ def _left_out(r: _Reader, top: dict[str, Any]) -> tuple[LeftOutRecord, ...]:
 def _loader(r: _Reader, d: dict[str, Any] | None) -> LoaderRecord | None:
     if d is None:
         return None
+    r.known(d, "loader", LoaderRecord)
     dirs = r.strings(d, "backend_dirs", "loader", required=False)
     if any(not x.startswith("/") for x in dirs):
         raise r.fail("loader.backend_dirs", "must be absolute folders (as compiled into ggml)")
@@ -635,13 +659,15 @@ _DRIVER = re.compile(r"(\d{1,4}(\.\d{1,4}){0,3})?")        # "" when unknown
 
 def _gpu_runtimes(r: _Reader, d: dict[str, Any]) -> GpuRuntimes:
     key = "gpu_runtimes"
+    r.known(d, key, GpuRuntimes)
     cuda = rocm = None
     if (c := r.get(d, "cuda", key, dict, required=False)) is not None:
         k = f"{key}.cuda"
+        r.known(c, k, CudaRuntimeRecord)
         modules = []
         for i, m in enumerate(r.get(c, "modules", k, list, required=False, default=[])):
             mk = f"{k}.modules[{i}]"
-            m = r.obj(m, mk)
+            m = r.obj(m, mk, CudaModuleCode)
             sass, ptx = r.strings(m, "sass", mk, required=False), r.strings(m, "ptx", mk, required=False)
             bad = next((n for n in sass + ptx if not _CODE_NAME.fullmatch(n)), None)
             if bad is not None:
@@ -656,6 +682,7 @@ def _gpu_runtimes(r: _Reader, d: dict[str, Any]) -> GpuRuntimes:
                                  modules=tuple(modules))
     if (h := r.get(d, "rocm", key, dict, required=False)) is not None:
         k = f"{key}.rocm"
+        r.known(h, k, RocmRecord)
         rocm = RocmRecord(version=r.matching(h, "version", k, _DRIVER, "a version like 6.4", required=True),
                           kernel_driver=r.get(h, "kernel_driver", k, str), source=r.get(h, "source", k, str,
                                                                                         required=False, default=""))
@@ -664,9 +691,7 @@ def _gpu_runtimes(r: _Reader, d: dict[str, Any]) -> GpuRuntimes:
 
 def _provenance(r: _Reader, d: dict[str, Any]) -> Provenance:
     known = {f.name for f in fields(Provenance)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise r.fail("llama_cpp.source", f"has unknown key(s) {', '.join(unknown)}")
+    r.known(d, "llama_cpp.source", Provenance)
     values = {k: r.get(d, k, "llama_cpp.source", bool if k == "dirty" else str, required=k == "kind")
               for k in known | set(d)}
     return Provenance(**{k: v for k, v in values.items() if v is not None})
@@ -691,8 +716,30 @@ def _unit(r: _Reader, u: dict[str, Any], key: str) -> UnitRecord:
                       build=r.strings(u, "build", key, required=False),
                       defines=r.get(u, "defines", key, dict, required=False, default={}),
                       toolchain=r.get(u, "toolchain", key, dict, required=False, default={}),
-                      environment=r.get(u, "environment", key, dict, required=False),
+                      environment=_environment(r, r.get(u, "environment", key, dict, required=False), f"{key}.environment"),
                       cache=r.get(u, "cache", key, dict, required=False))
+
+
+def _environment(r: _Reader, d: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+    """What the build passed of the caller's environment, in the shape builder.units.environment
+    writes it (BuildEnv.as_dict): names passed, the keyed ones with their values, names scrubbed.
+    Which names the policy could have passed is verify's question (builder.check.facts)."""
+    if d is None:
+        return None
+    r.known(d, key, ENVIRONMENT_KEYS)
+    r.strings(d, "passed", key, required=False)
+    r.strings(d, "scrubbed", key, required=False)
+    keyed = r.get(d, "keyed", key, dict, required=False, default={})
+    if not all(isinstance(v, str) for v in keyed.values()):
+        raise r.fail(f"{key}.keyed", "must map names to strings")
+    return d
+
+
+def _sizes(r: _Reader, d: dict[str, Any]) -> dict[str, Any]:
+    r.known(d, "size_by_role", ROLES)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in d.values()):
+        raise r.fail("size_by_role", "must map roles to byte counts")
+    return d
 
 
 def _plain(obj: Any) -> Any:

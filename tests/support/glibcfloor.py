@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.digest import sha256_file
-from tests.support.manifests import read_raw, write_raw
+from tests.support.manifests import read_raw, refresh_facts, write_raw
 from tests.support.runtimes import make_runtime
 from scripts.support.vendorlibs import compile_c
 
@@ -20,7 +20,8 @@ RPATH = "-Wl,-rpath,$ORIGIN/../lib,--disable-new-dtags"   # DT_RPATH, not DT_RUN
 
 
 def plant(rt: Path, rel: str, built: Path) -> None:
-    """Replace a runtime file with `built` and update the manifest consistently (hash, size)."""
+    """Replace a runtime file with `built` and update the manifest consistently (hash, size, and what the
+    manifest says the files need: refresh_facts)."""
     dest = rt / rel
     dest.write_bytes(built.read_bytes())
     dest.chmod(0o755)
@@ -29,6 +30,7 @@ def plant(rt: Path, rel: str, built: Path) -> None:
         if f["path"] == rel:
             f.update(sha256=sha256_file(dest), size=dest.stat().st_size)
     write_raw(rt, {k: v for k, v in raw.items() if k not in ("schema", "created_by")})
+    refresh_facts(rt)
 
 
 def glibc_runtime(root: Path, *, server: str = PLAIN, module: str = PLAIN_LIB, floor: dict | None = None) -> Path:
@@ -43,6 +45,7 @@ def glibc_runtime(root: Path, *, server: str = PLAIN, module: str = PLAIN_LIB, f
         raw = read_raw(rt)
         raw["glibc_floor"] = floor
         write_raw(rt, {k: v for k, v in raw.items() if k not in ("schema", "created_by")})
+        refresh_facts(rt)
     return rt
 
 

@@ -15,7 +15,8 @@ from builder.runtime import layout, licenses, manifest
 from builder.runtime.manifest import Manifest
 from builder.runtime.place import patchelf_tool
 from tests.support.common import SHA
-from tests.support.manifests import write_raw
+from tests.support.manifests import refresh_facts, write_raw
+from scripts.support.vendorlibs import compile_c
 
 
 COMMIT_TIME = 1761900000
@@ -33,8 +34,11 @@ def _record(rt: Path, rel: str, role: str, origin: str) -> dict:
 def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str = "cpu",
                  hip: tuple[str, ...] = (), build: str | None = None, rocm: str | None = None,
                  cuda: str | None = None, licensed: bool = True, with_tests: bool = False) -> Path:
-    """A small runtime with a manifest, made of real files with real origins; build, rocm and cuda
-    are what its manifest says of upstream's build number and the GPU runtimes it carries. licensed:
+    """A small runtime with a manifest, made of real files with real origins; build is what its manifest
+    says of upstream's build number; hip, rocm and cuda give it what verify reads those facts from: a HIP
+    module carrying code for those gfx targets, a libamdhip64 / libcudart of that version (stand-ins
+    compiled here, their licence stated as a recipe's [bundle.licenses] would). Every fact the manifest
+    states about the files is the files' own (refresh_facts, as verify re-derives them). licensed:
     licenses/ as build writes it (llama.cpp's LICENSE of a stand-in tree, the packages' own texts).
     with_tests: tests/ as a [tests] backend_ops build writes it (a real ELF as test-backend-ops with
     DT_RPATH $ORIGIN/../lib, role test, and its link to the CPU module)."""
@@ -60,6 +64,7 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
         for link, target in layout.module_links_in_tests(["libggml-cpu.so"]):
             os.symlink(target, rt / link)
             links.append({"path": link, "target": target})
+    stated = _gpu_files(root, rt, files, links, hip, rocm, cuda)
     zlib = Path("/lib/x86_64-linux-gnu/libz.so.1").resolve()   # from a Debian package
     shutil.copyfile(zlib, rt / "lib" / zlib.name)
     os.symlink(zlib.name, rt / "lib" / "libz.so.1")
@@ -78,13 +83,15 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
         tree.mkdir()
         (tree / "LICENSE").write_text("MIT License\n\nCopyright (c) 2023-2026 The ggml authors\n")
         own = licenses.tree_license(tree, [f["path"] for f in files if f["role"] in manifest.BUILT])
-        found = licenses.vendor_licenses([(f["path"], f["origin"]) for f in files if f["role"] not in manifest.BUILT])
+        found = licenses.vendor_licenses([(f["path"], f["origin"]) for f in files if f["role"] not in manifest.BUILT],
+                                         stated=stated)
         entries, placed = licenses.place_licenses([own, *found], rt)
         files += [dataclasses.asdict(e) for e in entries]
         records = [dataclasses.asdict(r) for r in placed]
     patch = data_dir("patches") / PATCH
     write_raw(rt, {
-        "recipe": {"name": name, "description": "test runtime", "backends": ["cpu"], "targets": ["llama-server"],
+        "recipe": {"name": name, "description": "test runtime", "backends": ["cpu", *(["hip"] if hip else [])],
+                   "targets": ["llama-server"],
                    "file": f"{name}.toml"},
         "llama_cpp": {"sha": SHA, "commit_time": commit_time,
                       "source": {"kind": "sdist", "package": "llama-cpp-python", "version": "0.3.36",
@@ -93,18 +100,47 @@ def make_runtime(root: Path, *, commit_time: int | None = COMMIT_TIME, name: str
                                                    "sha256": sha256_file(patch), "fixes": "cwd loading"}],
                       **({"build": build} if build else {})},
         "gpu_targets": {"cuda": [], "hip": list(hip)},
-        "gpu_runtimes": {**({"rocm": {"version": rocm, "kernel_driver": "amdgpu", "source": "test"}} if rocm else {}),
-                         **({"cuda": {"version": cuda, "driver_min": "525.60", "driver_for_ptx": "570.26",
-                                      "source": "test"}} if cuda else {})},
         "units": [{"name": "main", "backends": ["cpu"], "container": None,
                    "toolchain": {"cmake": {"path": "/usr/bin/cmake", "version": "3.31.6"},
                                  "cc": {"path": "/usr/bin/cc", "version": "12.2.0"},
                                  "launcher": "/usr/bin/ccache"}}],
-        "glibc_min": "2.34", "glibcxx_min": None, "size_by_role": {},
+        "size_by_role": {},
         "files": files, "symlinks": sorted(links, key=lambda x: x["path"]), "licenses": records,
     })
+    refresh_facts(rt)
     assert manifest.check_files(rt, Manifest.load(rt)) == []
     return rt
+
+
+def _gpu_files(root: Path, rt: Path, files: list, links: list, hip: tuple[str, ...], rocm: str | None,
+               cuda: str | None) -> tuple[tuple[str, str], ...]:
+    """bin/libggml-hip.so with an offload entry per gfx target (static.hip_archs reads them), and the
+    ROCm / CUDA runtime libraries whose file names say their version (gpuruntime.describe reads them).
+    Returns the licences to state for the stand-ins."""
+    work = root / "gpu-src"
+    work.mkdir(exist_ok=True)
+    if hip:
+        ids = "".join(f"hipv4-amdgcn-amd-amdhsa--{t.split(':')[0]}\\0" for t in hip)
+        module = compile_c(f'const char ggml_hip_bundle_ids[] = "{ids}";\nint ggml_backend_init(void) {{ return 0; }}\n',
+                           work / "libggml-hip.so", "-shared", "-Wl,-rpath,$ORIGIN/../lib,--disable-new-dtags")
+        shutil.copyfile(module, rt / "bin" / "libggml-hip.so")
+        files.append(_record(rt, "bin/libggml-hip.so", "own", "/build/bin/libggml-hip.so"))
+    stated = []
+    for version, stem, major in ((rocm, "libamdhip64", (rocm or "").split(".")[0]),
+                                 (cuda, "libcudart", (cuda or "").split(".")[0])):
+        if not version:
+            continue
+        real = f"{stem}.so.{version}.0"
+        lib = compile_c(f"int {stem}_stand_in(void) {{ return 0; }}\n", work / real, "-shared",
+                        f"-Wl,-soname,{stem}.so.{major}")
+        shutil.copyfile(lib, rt / "lib" / real)
+        os.symlink(real, rt / "lib" / f"{stem}.so.{major}")
+        links.append({"path": f"lib/{stem}.so.{major}", "target": real})
+        files.append(_record(rt, f"lib/{real}", "vendor", str(lib)))
+        text = work / f"{stem}-LICENSE.txt"
+        text.write_text(f"{stem} stand-in: redistribution allowed with this notice (a test).\n")
+        stated.append((f"{stem}.so*", str(text)))
+    return tuple(stated)
 
 
 def tiny_runtime(path: Path, label: str = "x") -> Path:

@@ -43,7 +43,7 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                        "inputs are read-only: an --out that is, holds or lies inside an input or --lib-path folder "
                        "is refused, --keep never deletes one, and /, system folders, the home and the cache are "
                        "refused as inputs\n"
-                       "exit status: 0 runtime ready (or --dry-run shown), 1 verification failed (or the disk is "
+                       "exit status: 0 runtime ready (or --dry-run passed), 1 verification failed (or the disk is "
                        "full), 2 bad input (a missing library, a bad archive, different ggml bases...), "
                        "130 interrupted",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,7 +51,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="the runtime's name (default: the first input's, e.g. build-dual)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: ./runtime-<name>), with the rules of build --out")
     p.add_argument("--lib-path", action="append", default=[], metavar="DIR",
-                   help="also take vendor libraries from DIR (e.g. cuBLAS from NVIDIA's wheel); repeatable")
+                   help="also take vendor libraries from DIR (e.g. cuBLAS from NVIDIA's wheel), never llama.cpp's own "
+                        "(libggml*, libllama*: they come from the inputs); repeatable")
     p.add_argument("--target", action="append", default=[], metavar="NAME",
                    help="carry only this executable (default: every llama-* found); repeatable")
     p.add_argument("--without", action="append", default=[], metavar="NAME",
@@ -68,7 +69,8 @@ def register(sub: Subparsers, common: argparse.ArgumentParser) -> None:
                    help="a prebuilt ggml that searches a compiled-in folder or the working directory for modules "
                         "(it cannot be patched) then passes verify with a warning; REASON goes into the manifest")
     p.add_argument("--dry-run", action="store_true", help="print what was found, what would be carried and what "
-                   "is left to the host, and write nothing")
+                   "is left to the host, then run the real run's checks on a copy in a scratch folder and exit as "
+                   "the real run would (2 refused, 1 a check failed); --out is never written")
     p.add_argument("--keep", type=int, metavar="N", help="as for build: runtimes moved aside beyond the newest N are deleted")
     p.add_argument("--no-wait", action="store_true", help="fail instead of waiting when another run holds the output")
     p.set_defaults(func=run)

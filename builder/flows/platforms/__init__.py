@@ -50,7 +50,8 @@ def repaired_manifest(req: RepairRequest, inputs: Sequence[manifest.InputRecord]
                       version: str | None, build: str | None, backends: tuple[str, ...],
                       executables: tuple[str, ...], **rest: Any) -> manifest.Manifest:
     """What every repaired runtime records alike: its name, the inputs it came from (`first`: the one
-    whose ggml base it carries, with that base's version and upstream build tag), no source tree
+    whose ggml base it carries, with its upstream build tag; `version`: llama.cpp's own version as
+    its files say, never ggml's: each input's ggml version is its InputRecord's), no source tree
     (nothing was compiled here); `rest`: the platform's own fields (files, system libraries...)."""
     return manifest.Manifest(
         recipe=manifest.RecipeRecord(req.name, f"repaired from {', '.join(x.given for x in inputs)}",

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from builder import ui
-from builder.check import verify as checks
+from builder.check import codefacts, verify as checks
+from builder.check.static import hip_archs
 from builder.check.report import Report
 from builder.config.targets import GfxTarget
 from builder.errors import USAGE, AssembleError
 from builder.flows.platforms import repaired_manifest, unpack_input
-from builder.prebuilt import identity, origins
+from builder.prebuilt import identity, origins, ownlibs
 from builder.prebuilt.discover import WITHOUT, Found, LeftOut, cpu_level_files, discover
 from builder.prebuilt.inputs import Input, classify, deb_owners
 from builder.prebuilt.loader import LoaderFacts, loader_facts
@@ -32,7 +33,7 @@ from builder.prebuilt.request import RepairRequest
 from builder.runtime.elf import folder_need
 from builder.runtime import gpuruntime, licenses, manifest
 from builder.runtime.bundle import BundlePlan, Refusals, plan_bundle
-from builder.runtime.layout import OwnFile, module_backend
+from builder.runtime.layout import BIN_DIR, OwnFile, module_backend
 from builder.runtime.place import BundleResult, place_bundle
 
 @dataclass(frozen=True)
@@ -134,7 +135,9 @@ def _merge(parts: list[Part]) -> tuple[list[OwnFile], dict[str, Any], list[tuple
     for other in parts[1:]:
         why = identity.same_base(first.own_base(), other.base) if other.base else _declared_base_differs(first, other)
         if why:
-            versus = f" ({first.own_base().describe()} vs {other.base.describe()})" if other.base else ""
+            versus = (f" ({first.shown(first.found.base.source)}: {first.own_base().describe()}; "
+                      f"{other.shown(other.found.base.source)}: {other.base.describe()})"
+                      if other.base and other.found.base else "")
             raise AssembleError(f"{first.input.given} and {other.input.given} carry different ggml bases: "
                                 f"{why}{versus}",
                                 where=other.input.given,
@@ -242,9 +245,23 @@ def _plan(req: RepairRequest, work: Path, seen: list[origins.Unpacked]) -> Plan:
     extra += [d for p in parts for d in sorted(p.found.root.glob("usr/lib/*-linux-gnu")) if d.is_dir()]
     extra += [d for p in parts if p.input.kind == "debs" for d in _library_folders(p.found.root)]
     rules = BundleRules(hip=_Hip(req.hip_targets) if req.hip_targets else None)
-    bundle = plan_bundle(own, search_dirs=list(req.lib_paths) + list(dict.fromkeys(extra)), recipe=rules,
-                         prune_archs=bool(req.hip_targets), refusals=REFUSALS)
+    search = list(req.lib_paths) + list(dict.fromkeys(extra))
+    sources = ownlibs.Sources(tuple(seen), req.lib_paths)
+    ownlibs.check_needs(_carried(parts, own), parts[0].found.libraries, parts[0].input.given, sources, search)
+    bundle = plan_bundle(own, search_dirs=search, recipe=rules, prune_archs=bool(req.hip_targets), refusals=REFUSALS)
+    by_dest = {o.dest: o.source for o in own}
+    ownlibs.check_vendor(bundle, sources, lambda dest: origins.origin(seen, by_dest[dest]) if dest in by_dest else dest)
     return Plan(tuple(parts), tuple(own), contributed, _left_out(parts, skipped), loader, bundle)
+
+
+def _carried(parts: list[Part], own: list[OwnFile]) -> list[ownlibs.Carried]:
+    """Each file to carry with the index of the input it came from (0: the base input)."""
+    index: dict[Path, int] = {}
+    for i, part in enumerate(parts):
+        f = part.found
+        for x in (*f.executables, *f.libraries, *f.modules, *f.tests):
+            index.setdefault(x.source, i)
+    return [ownlibs.Carried(o, index.get(o.source, 0)) for o in own]
 
 
 def _worth_a_warning(why: str) -> bool:
@@ -304,8 +321,9 @@ def _manifest(req: RepairRequest, p: Plan, result: BundleResult, staged: Path) -
                                         x.describe(), tuple(p.contributed.get(x.input.given, ())))
                    for x in p.parts)
     return repaired_manifest(
-        req, inputs, first=first.input.given, version=first.own_base().version, build=first.build, backends=backends,
+        req, inputs, first=first.input.given, version=_llama_version(first), build=first.build, backends=backends,
         executables=tuple(o.source.name for o in p.own if o.kind == "executable"),
+        gpu_targets=_gpu_targets(staged),
         files=result.files, symlinks=result.symlinks, system_libs=result.system_libs,
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         # built elsewhere: no build host vouches for a floor, so none is promised; verify says what it needs
@@ -314,6 +332,39 @@ def _manifest(req: RepairRequest, p: Plan, result: BundleResult, staged: Path) -
         left_out=tuple(manifest.LeftOutRecord(path, why) for path, why in p.left_out),
         loader=manifest.LoaderRecord(p.loader.backend_dirs, req.accept_loader_risk) if p.loader else None,
         licenses=result.licenses)
+
+
+_LIBLLAMA = "libllama.so."
+_FILE_VERSION = re.compile(r"\.so\.(\d+\.\d+(?:\.\d+)*)\Z")
+
+
+def _llama_version(part: Part) -> str | None:
+    """llama.cpp's own version, as its files say: libllama's file name (Debian's libllama.so.0.7.0;
+    upstream's libllama.so.0.0.<build>), else the version of the package that holds it (libllama0
+    1:0.7.0+dfsg-2 -> 0.7.0). Never ggml's: libggml-base.so.0.27.0 is ggml 0.27.0, not llama.cpp."""
+    lib = next((f.source for f in part.found.libraries if f.source.name.startswith(_LIBLLAMA)), None)
+    if lib is None:
+        return None
+    if m := _FILE_VERSION.search(lib.name):
+        return m.group(1)
+    if part.input.kind == "debs":
+        owner = deb_owners(part.input, part.found.root).get(str(lib.resolve()))
+        if owner is not None and owner.version:
+            return _upstream_version(owner.version)
+    return None
+
+
+def _gpu_targets(staged: Path) -> manifest.GpuTargets:
+    """The GPU code the carried modules hold, read as verify reads it (a prebuilt has no recipe to say
+    what it was built for): bin/libggml-hip.so's gfx archs (its offload bundles), and the SASS and PTX
+    of bin/libggml-cuda*.so as CUDA_ARCHITECTURES entries ("90" both, "90-real" SASS, "90-virtual" PTX).
+    A module whose code cannot be read records none: verify's code checks name it."""
+    folder = staged / BIN_DIR
+    hip_module = folder / "libggml-hip.so"
+    hip = tuple(sorted(hip_archs(hip_module)[0])) if hip_module.is_file() else ()
+    code = codefacts.cuda_code(sorted(folder.glob("libggml-cuda*.so")))
+    cuda = codefacts.carried_cuda(*code) if code is not None else set()
+    return manifest.GpuTargets(cuda=tuple(sorted(cuda)), hip=hip)
 
 
 def _licensed(p: Plan, result: BundleResult, staged: Path) -> BundleResult:
@@ -329,6 +380,7 @@ def _licensed(p: Plan, result: BundleResult, staged: Path) -> BundleResult:
             folders += [here, *[d for d in here.parents if d.is_relative_to(part.found.root)]]
         own = licenses.input_license(dict.fromkeys(folders + [part.found.root]), (), part.input.given)
         if own is not None:
+            own = dataclasses.replace(own, source=origins.texts_origin(p.inputs, own.texts))
             break
     known = {path: owner for part in p.parts if part.input.kind == "debs"
              for path, owner in deb_owners(part.input, part.found.root).items()}

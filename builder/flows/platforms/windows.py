@@ -18,7 +18,7 @@ from pathlib import Path
 
 from builder import ui
 from builder.check.report import Report
-from builder.check.windows import verify_windows
+from builder.check.windows import reads_working_directory, verify_windows
 from builder.digest import sha256_file
 from builder.errors import AssembleError
 from builder.flows.platforms import repaired_manifest, unpack_input
@@ -28,6 +28,7 @@ from builder.prebuilt.request import RepairRequest
 from builder.runtime import licenses, manifest
 from builder.prebuilt.discover import WITHOUT
 from builder.windows import PLATFORM, assemble
+from builder.windows.assemble import LOADER
 
 _WINDOWS = (".exe", ".dll")
 _SHARED_OBJECT = re.compile(r"\.so(\.\d+)*\Z")            # libggml.so, libllama.so.0.0.1
@@ -93,6 +94,14 @@ def show(plan: Plan, req: RepairRequest) -> None:
         print(f"  {h.name:<44} {h.rule.kind}: {h.rule.reason}")
     for name in p.left_out:
         print(f"  {name:<44} shipped by an input, not carried (driver DLL: the host's must be used)")
+    carried = {c.source for c in p.carried}
+    loader = next((pe for part in p.parts if (pe := part.files.get(LOADER)) and pe.path in carried), None)
+    readers = reads_working_directory(loader) if loader else []
+    if readers:
+        accepted = req.accept_loader_risk
+        print(f"loader: {LOADER} also searches the working directory (it imports {readers[0]}): a DLL planted where "
+              "llama-server starts runs in it; " + (f"accepted: {accepted}" if accepted
+                                                    else "verify fails until --accept-loader-risk REASON"))
 
 
 def _place(p: assemble.WinPlan, inputs: tuple[origins.Unpacked, ...], dest: Path) -> list[manifest.FileEntry]:
@@ -105,7 +114,7 @@ def _place(p: assemble.WinPlan, inputs: tuple[origins.Unpacked, ...], dest: Path
     return entries
 
 
-def _licensed(p: assemble.WinPlan, dest: Path, files: list[manifest.FileEntry]
+def _licensed(p: assemble.WinPlan, inputs: tuple[origins.Unpacked, ...], dest: Path, files: list[manifest.FileEntry]
               ) -> tuple[list[manifest.FileEntry], tuple[manifest.LicenseRecord, ...]]:
     """licenses/: upstream's LICENSE (at the top of each zip) for llama.cpp's files; a vendor DLL gets the
     licence texts beside it only in an input of vendor files alone (upstream's cudart zip), where no
@@ -116,7 +125,7 @@ def _licensed(p: assemble.WinPlan, dest: Path, files: list[manifest.FileEntry]
     own = next((found for part in [first, *p.parts]
                 if (found := licenses.input_license([part.root], ours, part.input.given))), None)
     if own is not None:
-        sources.append(own)
+        sources.append(dataclasses.replace(own, source=origins.texts_origin(inputs, own.texts)))
     own_inputs = {c.input for c in p.carried if c.role == "own"}
     for given in dict.fromkeys(c.input for c in p.carried if c.role != "own" and c.input not in own_inputs):
         dlls = tuple(c.name for c in p.carried if c.input == given and c.role != "own")
@@ -126,7 +135,9 @@ def _licensed(p: assemble.WinPlan, dest: Path, files: list[manifest.FileEntry]
             sources.append(licenses.LicenseSource(licenses.component_name(Path(given).name.removesuffix(".zip")),
                                                   texts, None, given, dlls))
     entries, records = licenses.place_licenses(sources, dest)
-    return files + entries, tuple(records)
+    # each text named by its input and member, never the unpack folder it was read from (gone after the run)
+    named = [dataclasses.replace(e, origin=origins.origin(inputs, e.origin)) for e in entries]
+    return files + named, tuple(records)
 
 
 def _manifest(req: RepairRequest, p: assemble.WinPlan, files: list[manifest.FileEntry],
@@ -153,7 +164,7 @@ def place(plan: Plan, req: RepairRequest, staged: Path) -> manifest.Manifest:
     """Copy the DLLs and executables as they are (Windows has no RPATH to set), add the licence texts."""
     p, inputs = plan.carry, plan.inputs
     ui.step(f"repair into {staged.name} (Windows, {len(p.carried)} files)")
-    files, licensed = _licensed(p, staged, _place(p, inputs, staged))
+    files, licensed = _licensed(p, inputs, staged, _place(p, inputs, staged))
     licensed = tuple(dataclasses.replace(r, source=origins.named(inputs, r.source) or r.source) for r in licensed)
     return _manifest(req, p, files, licensed)
 

@@ -29,7 +29,7 @@ from builder.runtime.layout import OwnFile, arch_tokens
 from builder.runtime.manifest import Manifest
 from builder.runtime.place import place_bundle
 from tests.support.common import assemble
-from tests.support.manifests import copy_runtime, read_raw, reseal, write_raw
+from tests.support.manifests import copy_runtime, read_raw, refresh_facts, reseal, write_raw
 from tests.support.planted import build_planted_module
 from scripts.support.vendorlibs import compile_c, cuda_libs, get_or_skip, rocm_libs
 
@@ -422,37 +422,41 @@ def test_cli_table_json_and_exit_codes(good, tmp_path):
 
 # --- ROCm: Debian sid's rocBLAS and hipBLASLt, placed by the bundler -----------------------
 
-HIP_PROBE = "int hip_probe(void) { return 1; }\n"
+# a stand-in for ggml's HIP module: its NEEDED are ggml-hip's, and an offload entry id for the card it
+# "carries code for" (what check.static.hip_archs reads), so its manifest can say gfx1100 truthfully
+HIP_PROBE = 'const char hip_bundle[] = "hipv4-amdgcn-amd-amdhsa--gfx1100";\nint hip_probe(void) { return 1; }\n'
 
 
 @pytest.fixture(scope="module")
 def rocm_runtime(cpu_runtime, tmp_path_factory) -> Path:
-    """The cpu runtime plus a library that links what ggml-hip links, bundled for gfx1100 from Debian sid."""
+    """The cpu runtime plus a HIP module stand-in that links what ggml-hip links, bundled for gfx1100 from
+    Debian sid; its manifest then states what the files say (refresh_facts, as the bundler would)."""
     rocm = get_or_skip(rocm_libs)
     tmp = tmp_path_factory.mktemp("rocm-verify")
-    probe = compile_c(HIP_PROBE, tmp / "libhip-probe.so", "-shared", "-Wl,-soname,libhip-probe.so")
+    probe = compile_c(HIP_PROBE, tmp / "libggml-hip.so", "-shared")
     needs = ["libhipblas.so.2", "librocblas.so.4", "libamdhip64.so.6", "libhipblaslt.so.1"]
     subprocess.run(["patchelf", *[a for n in needs for a in ("--add-needed", n)], str(probe)], check=True)
     recipe_file = tmp / "hip.toml"
     recipe_file.write_text(f'name = "hip-test"\ndescription = "t"\nbackends = ["hip"]\n[pin]\nsha = "{"0" * 40}"\n'
                            '[[pin.mirrors]]\nkind = "local"\npath = "/nowhere"\n[hip]\ntargets = ["gfx1100"]\n')
     recipe = parse_recipe(recipe_file, recipe_file.read_text())
-    plan = plan_bundle([OwnFile(probe, "lib/libhip-probe.so", "library")], search_dirs=[rocm.libdir], recipe=recipe)
+    plan = plan_bundle([OwnFile(probe, "bin/libggml-hip.so", "module")], search_dirs=[rocm.libdir], recipe=recipe)
     staging = tmp / "staging"
     staging.mkdir()
     result = place_bundle(plan, staging)
     runtime = copy_runtime(cpu_runtime, tmp / "runtime-rocm")
-    for entry in (staging / "lib").iterdir():
-        entry.rename(runtime / "lib" / entry.name)
+    for entry in (*(staging / "lib").iterdir(), staging / "bin" / "libggml-hip.so"):
+        entry.rename(runtime / entry.relative_to(staging))
     data = read_raw(runtime)
     data["files"] += [dataclasses.asdict(f) for f in result.files]
     data["symlinks"] += [dataclasses.asdict(s) for s in result.symlinks]
-    data["system_libs"] += [dataclasses.asdict(s) for s in result.system_libs]
     data["gpu_targets"] = {"cuda": [], "hip": ["gfx1100"]}
+    data["recipe"]["backends"] = ["cpu", "hip"]
     # sid's ROCm needs a newer glibc than this host's: like a repair, the graft promises nothing, and the
     # tests below read it as a runtime for another host (verify --static: this host's glibc is a warning)
     data.pop("glibc_floor", None)
     write_raw(runtime, {k: v for k, v in data.items() if k not in ("schema", "created_by")})
+    refresh_facts(runtime)
     return runtime
 
 

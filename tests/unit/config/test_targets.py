@@ -84,3 +84,18 @@ def test_recipe_cli_matrix_and_verify_accept_and_refuse_the_same_values(tmp_path
 
 from tests.support.common import REPO  # noqa: E402
 REPO_RECIPE = REPO / "recipes" / "rocm.toml"
+
+
+def test_a_plain_blackwell_arch_is_asked_for_as_ggml_builds_it():
+    """ggml's CMake rewrites every plain 12X to 12Xa; the plan asks for 12Xa itself, so what the manifest
+    states is the code the module carries (verify's manifest facts read it back from the module)."""
+    from builder.config.options import CliOptions, resolve
+    from builder.config.recipe import load_recipe
+    assert [str(CudaArch.parse(t).as_ggml_builds()) for t in ("120", "121-real", "120-virtual", "120a", "120f",
+                                                               "90", "89-real")] == \
+        ["120a", "121a-real", "120a-virtual", "120a", "120f", "90", "89-real"]
+    cfg = resolve(load_recipe("cuda"), CliOptions(cuda_archs=(CudaArch.parse("90"), CudaArch.parse("120"),
+                                                              CudaArch.parse("120a"))), env={})
+    (unit,) = cfg.units
+    assert [str(a) for a in unit.cuda_archs] == ["90", "120a"]
+    assert unit.value("CMAKE_CUDA_ARCHITECTURES") == "90;120a"

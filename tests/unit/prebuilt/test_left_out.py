@@ -76,7 +76,7 @@ def _refused_then_left_out(tmp_path: Path, build: Path, name: str, words: list[s
     one_error_line(proc, 2, [name, f"--without {name}", *words])
     assert not out.exists() and tree_state(build) == before
 
-    dry = assemble("repair", str(build), "--without", name, "--dry-run", cwd=tmp_path)
+    dry = assemble("repair", str(build), "--without", name, "--dry-run", *STATIC, cwd=tmp_path)
     assert dry.returncode == 0, dry.stderr
     assert "left out\n" in dry.stdout and f"{name}  (--without)" in dry.stdout, dry.stdout
 
@@ -122,7 +122,7 @@ def test_an_executable_replaced_by_ls_is_foreign(tmp_path, build):
     # named by --target, it is refused; left aside by --target, it is listed, not refused
     proc, _ = _repair(tmp_path, str(build), "--target", "llama-server")
     one_error_line(proc, 2, ["llama-server", "not llama.cpp's"])
-    dry = assemble("repair", str(build), "--target", "llama-cli", "--dry-run", cwd=tmp_path)
+    dry = assemble("repair", str(build), "--target", "llama-cli", "--dry-run", *STATIC, cwd=tmp_path)
     assert dry.returncode == 0 and f"{build}/bin/llama-server  (not llama.cpp's" in dry.stdout, dry.stderr
 
 

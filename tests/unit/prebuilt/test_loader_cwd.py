@@ -63,11 +63,18 @@ def test_the_check_fails_warns_when_accepted_and_passes_without_the_import(tmp_p
 
 def test_repair_verify_static_refuses_until_the_risk_is_accepted(tmp_path):
     root = unpatched_build(tmp_path / "up")
-    dry = assemble("repair", str(root), "--dry-run")
-    assert dry.returncode == 0, dry.stderr
+    out = tmp_path / "rt"
+    # --dry-run fails where the real run fails, with its exit status and its verify table (issue 49 item 7)
+    dry = assemble("repair", str(root), "--name", "up", "--out", str(out), "--verify-static", "--dry-run")
+    assert dry.returncode == 1 and not out.exists() and "Traceback" not in dry.stderr, dry.stderr
     assert ("also searches the working directory (it imports std::filesystem::current_path)" in dry.stdout
             and "verify fails until --accept-loader-risk" in dry.stdout)
-    out = tmp_path / "rt"
+    assert f"{CWD_NAME}  FAIL  libggml.so.0.9.4 imports std::filesystem::current_path" in dry.stderr
+    assert dry.stderr.strip().splitlines()[-1].startswith(f"error: {out}: the repaired runtime (dry run) failed "
+                                                          "verification")
+    accepted = assemble("repair", str(root), "--name", "up", "--out", str(out), "--verify-static", "--dry-run",
+                        "--accept-loader-risk", ACCEPT)
+    assert accepted.returncode == 0 and not out.exists(), accepted.stderr
     refused = assemble("repair", str(root), "--name", "up", "--out", str(out), "--verify-static")
     assert refused.returncode == 1 and not out.exists()
     assert f"{CWD_NAME}  FAIL  libggml.so.0.9.4 imports std::filesystem::current_path" in refused.stderr
@@ -88,8 +95,8 @@ def test_repair_verify_static_refuses_until_the_risk_is_accepted(tmp_path):
 
 def test_a_loader_without_the_import_says_nothing_in_dry_run_and_passes(tmp_path):
     root = make_build(tmp_path / "plain")
-    dry = assemble("repair", str(root), "--dry-run")
-    assert dry.returncode == 0 and "working directory" not in dry.stdout
+    dry = assemble("repair", str(root), "--dry-run", "--verify-static")
+    assert dry.returncode == 0 and "working directory" not in dry.stdout, dry.stderr
     out = tmp_path / "rt"
     assert assemble("repair", str(root), "--name", "plain", "--out", str(out), "--verify-static").returncode == 0
     assert _checks(assemble("verify", str(out), "--static", "--json"))[CWD_NAME]["status"] == PASS

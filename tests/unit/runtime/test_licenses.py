@@ -62,7 +62,9 @@ def _bundle(tmp_path: Path, libs: list[tuple[str, str]], search: list[Path] = ()
 def _manifest(result: BundleResult) -> Manifest:
     m = Manifest(recipe=RecipeRecord("cpu", "licence test", ("cpu",), ("app",), "cpu.toml"),
                  llama_cpp=SourceRecord(SHA, 1761900000, Provenance(kind="local", verified_by="a test"), {}, ()),
-                 files=result.files, symlinks=result.symlinks, licenses=result.licenses)
+                 files=result.files, symlinks=result.symlinks, licenses=result.licenses,
+                 system_libs=result.system_libs, glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min,
+                 size_by_role=dict(result.size_by_role))
     return Manifest.from_json(m.to_json())          # what every reader sees: written, parsed, validated
 
 

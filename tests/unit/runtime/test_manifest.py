@@ -85,7 +85,7 @@ def manifests(draw) -> Manifest:
                     system_libs=tuple(draw(st.lists(st.builds(SystemLib, soname=_text, reason=_text, needed_by=_strs),
                                                     max_size=2))),
                     glibc_min=draw(st.none() | _version), glibcxx_min=draw(st.none() | _version),
-                    size_by_role=draw(_obj), config=draw(st.none() | _obj), schema=draw(st.sampled_from([1, 2])),
+                    size_by_role=draw(st.dictionaries(st.sampled_from(ROLES), st.integers(0, 2**62))), config=draw(st.none() | _obj), schema=draw(st.sampled_from([1, 2])),
                     left_out=tuple(draw(st.lists(st.builds(LeftOutRecord, path=_line, reason=_line), max_size=2))),
                     created_by="assemble " + draw(_text))
 
@@ -331,3 +331,28 @@ def test_verify_reads_hand_picked_manifests_without_an_internal_error(tmp_path, 
     integrity.problems(runtime)
     report = verify_runtime(runtime, static=True)
     assert any(c.status == FAIL for c in report.checks)
+
+
+def test_the_environment_record_has_the_keys_the_build_writes():
+    """units[].environment is read with ENVIRONMENT_KEYS (this layer cannot import builder.units): the same."""
+    from builder.runtime.manifest import ENVIRONMENT_KEYS
+    from builder.units.environment import build_env
+    assert set(ENVIRONMENT_KEYS) == set(build_env({"PATH": "/usr/bin", "CFLAGS": "-O0"}).as_dict())
+
+
+@pytest.mark.parametrize("where", ["", "recipe", "llama_cpp", "llama_cpp.source", "files[0]", "symlinks[0]",
+                                   "gpu_targets", "units[0]", "units[0].environment", "system_libs[0]",
+                                   "gpu_runtimes", "gpu_runtimes.cuda", "gpu_runtimes.cuda.modules[0]",
+                                   "gpu_runtimes.rocm", "size_by_role"])
+def test_a_key_the_writer_never_writes_is_refused_naming_its_path(where):
+    doc = copy.deepcopy(BASE_DOC)
+    target = doc
+    for part in filter(None, where.split(".")):
+        target = target[part.split("[")[0]]
+        if "[" in part:
+            target = target[int(part.split("[")[1].rstrip("]"))]
+    target["surplus"] = 1
+    with pytest.raises(ManifestInvalid) as info:
+        Manifest.from_json(_dump(doc))
+    line = info.value.line()
+    assert f"key {where + '.' if where else ''}surplus is not a key assemble writes" in line and "\n" not in line

@@ -253,7 +253,7 @@ def test_script_is_the_plans_own_lines_with_the_images_tools(standin, source, tm
     assert tuple(configure) == p.configure and tuple(build) == p.build     # rendered once, never parsed back
     assert configure[:7] == ["cmake", "-S", str(source), "-B", str(run.build_dir), "-G", "Ninja"]
     for a in ("-DCMAKE_BUILD_TYPE=Release", "-DGGML_BACKEND_DL=ON", "-DGGML_CUDA=ON", "-DGGML_VULKAN=ON",
-              "-DCMAKE_CUDA_ARCHITECTURES=80;89;120", "-DGGML_CUDA_NCCL=OFF", "-DGGML_NATIVE=OFF"):
+              "-DCMAKE_CUDA_ARCHITECTURES=80;89;120a", "-DGGML_CUDA_NCCL=OFF", "-DGGML_NATIVE=OFF"):
         assert a in configure
     assert not any(a.startswith("-D") and "=/" in a and "/usr/local/cuda" not in a for a in configure), configure
     assert "-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc" in configure

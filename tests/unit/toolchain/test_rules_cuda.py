@@ -129,8 +129,9 @@ def test_cuda128_builds_blackwell_with_nothing_to_accept(cuda128):
     r = check_cuda_unit(cuda128, ["80", "89", "120"], accept_regression=False, patched_fattn=False, where="w",
                         constraint="==12.8")
     assert r.blackwell_regression == "not-applicable" and r.note is None
-    assert r.as_manifest() == {"toolkit": "12.8", "root": cuda128.root, "archs": ["80", "89", "120"],
-                               "blackwell_targets": ["120"], "blackwell_regression": "not-applicable"}
+    # a plain 120 is built as ggml builds it, 120a (config.targets.CudaArch.as_ggml_builds)
+    assert r.as_manifest() == {"toolkit": "12.8", "root": cuda128.root, "archs": ["80", "89", "120a"],
+                               "blackwell_targets": ["120a"], "blackwell_regression": "not-applicable"}
 
 
 def test_manifest_record_of_an_accepted_regression(tmp_path):
@@ -140,7 +141,7 @@ def test_manifest_record_of_an_accepted_regression(tmp_path):
     tk13 = dataclasses.replace(tk, version="13.0", archs=tk.archs + (CudaArch.parse("121"),))
     r = check_cuda_unit(tk13, ["120", "121"], accept_regression=True, patched_fattn=False, where="w")
     assert r.as_manifest()["blackwell_regression"] == "accepted"
-    assert r.as_manifest()["blackwell_targets"] == ["120", "121"]
+    assert r.as_manifest()["blackwell_targets"] == ["120a", "121a"]
     assert "accepted" in r.note and "12.8" in r.note
 
 
