@@ -323,7 +323,7 @@ def _manifest(req: RepairRequest, p: Plan, result: BundleResult, staged: Path) -
     return repaired_manifest(
         req, inputs, first=first.input.given, version=_llama_version(first), build=first.build, backends=backends,
         executables=tuple(o.source.name for o in p.own if o.kind == "executable"),
-        gpu_targets=_gpu_targets(staged),
+        gpu_targets=_gpu_targets(staged, req),
         files=result.files, symlinks=result.symlinks, system_libs=result.system_libs,
         glibc_min=result.glibc_min, glibcxx_min=result.glibcxx_min, size_by_role=dict(result.size_by_role),
         # built elsewhere: no build host vouches for a floor, so none is promised; verify says what it needs
@@ -354,14 +354,18 @@ def _llama_version(part: Part) -> str | None:
     return None
 
 
-def _gpu_targets(staged: Path) -> manifest.GpuTargets:
+def _gpu_targets(staged: Path, req: RepairRequest) -> manifest.GpuTargets:
     """The GPU code the carried modules hold, read as verify reads it (a prebuilt has no recipe to say
     what it was built for): bin/libggml-hip.so's gfx archs (its offload bundles), and the SASS and PTX
     of bin/libggml-cuda*.so as CUDA_ARCHITECTURES entries ("90" both, "90-real" SASS, "90-virtual" PTX).
+    --hip-target narrows the HIP ones to the cards asked for, as it prunes ROCm's data to them: the
+    runtime serves those, and its module carries code for more (verify checks each stated one has code).
     A module whose code cannot be read records none: verify's code checks name it."""
     folder = staged / BIN_DIR
     hip_module = folder / "libggml-hip.so"
     hip = tuple(sorted(hip_archs(hip_module)[0])) if hip_module.is_file() else ()
+    if hip and req.hip_targets:
+        hip = tuple(dict.fromkeys(str(t) for t in req.hip_targets))
     code = codefacts.cuda_code(sorted(folder.glob("libggml-cuda*.so")))
     cuda = codefacts.carried_cuda(*code) if code is not None else set()
     return manifest.GpuTargets(cuda=tuple(sorted(cuda)), hip=hip)

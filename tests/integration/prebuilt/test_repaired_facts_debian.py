@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from builder.check.static import hip_archs
+from builder.config.targets import GfxTarget
+from builder.prebuilt.request import RepairRequest
 from builder.flows.platforms.linux import _gpu_targets
 from tests.support.common import assemble
 from tests.support.debianllama import FACTS, HIP, debian_llama_debs
@@ -54,7 +56,10 @@ def test_gpu_targets_hip_are_the_hip_modules_ten_archs(debs, tmp_path):
     extract_deb(debs[HIP], tmp_path / "deb", lambda rel: rel == member)
     (tmp_path / "rt" / "bin").mkdir(parents=True)
     (tmp_path / "deb" / member).rename(tmp_path / "rt" / "bin" / "libggml-hip.so")
-    targets = _gpu_targets(tmp_path / "rt")
+    targets = _gpu_targets(tmp_path / "rt", RepairRequest((), "t", tmp_path / "out"))
     archs, compressed = hip_archs(tmp_path / "rt" / "bin" / "libggml-hip.so")
     assert len(targets.hip) == 10 and set(targets.hip) == archs and not compressed
     assert all(t.startswith("gfx") for t in targets.hip) and targets.cuda == ()
+    # --hip-target narrows them to the card asked for (its ROCm data is pruned to it)
+    narrowed = _gpu_targets(tmp_path / "rt", RepairRequest((), "t", tmp_path / "out", hip_targets=(GfxTarget.parse("gfx1100"),)))
+    assert narrowed.hip == ("gfx1100",)

@@ -368,8 +368,15 @@ def test_hip_targets_are_the_archs_the_module_carries(rt):
     _hip_module(rt, ("gfx1100", "gfx90a"))
     _gpu_runtime(rt, "hip", {"cuda": [], "hip": ["gfx1100", "gfx90a:xnack-"]})
     assert facts.NAME not in _failed(rt), _failed(rt)
+    # narrower than the module (a repair's --hip-target, its ROCm data pruned to that card): a true claim
     _edit(rt, lambda raw: raw["gpu_targets"].__setitem__("hip", ["gfx1100"]))
-    assert "gpu_targets.hip: gfx1100, but bin/libggml-hip.so carries code for gfx1100, gfx90a" in _failed(rt)[facts.NAME]
+    assert facts.NAME not in _failed(rt), _failed(rt)
+    # a target the module has no code for, or none stated for a module that carries code: a false one
+    _edit(rt, lambda raw: raw["gpu_targets"].__setitem__("hip", ["gfx1100", "gfx942"]))
+    assert "gpu_targets.hip: gfx1100, gfx942, but bin/libggml-hip.so carries code for gfx1100, gfx90a" \
+        in _failed(rt)[facts.NAME]
+    _edit(rt, lambda raw: raw["gpu_targets"].__setitem__("hip", []))
+    assert "gpu_targets.hip: none, but bin/libggml-hip.so carries code for gfx1100, gfx90a" in _failed(rt)[facts.NAME]
 
 
 def test_cuda_targets_are_the_code_objects_the_module_carries(rt):
