@@ -7,6 +7,7 @@ carries code for (ten gfx archs), read from its offload bundles."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,15 @@ from builder.check.static import hip_archs
 from builder.config.targets import GfxTarget
 from builder.prebuilt.request import RepairRequest
 from builder.flows.platforms.linux import _gpu_targets
-from tests.support.common import assemble
+from builder.paths import SCRATCH
+from tests.support.common import TEST_CACHE, assemble
 from tests.support.debianllama import FACTS, HIP, debian_llama_debs
 from tests.support.tiers import downloads
 
-SCRATCH_MARKS = ("/tmp/", "input-0", "input-1", ".unpack-", "repair-")
+# where a repair works: its scratch folder in the cache (wherever the cache is), or repair-... in the
+# system's temporary folder when the cache is not writable, and its unpack folders
+SCRATCH_MARKS = (str(Path(os.environ.get("ASSEMBLE_CACHE", TEST_CACHE / "cache")) / SCRATCH), "input-0", "input-1",
+                 ".unpack-", "repair-")
 
 
 def debs_with_hip() -> dict[str, Path]:
